@@ -1,0 +1,297 @@
+//! Every environment variable the runtime reads, its default and its error, in one table.
+//!
+//! [`VARIABLES`] is the single source of truth: the parser below reads exactly these names, and
+//! `docs/configuration.md` lists the same rows. Invalid values are errors naming the variable —
+//! never a silent fallback.
+//!
+//! ```
+//! use hyper_multicore::config::Config;
+//! let config = Config::from_lookup(|name| match name {
+//!     "HYPER_MULTICORE_SHMEM_HEAP_SIZE" => Some("256M".to_string()),
+//!     _ => None,
+//! })
+//! .unwrap();
+//! assert_eq!(config.heap_size, 256 << 20);
+//! ```
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// One environment variable: its name, default and meaning.
+#[derive(Debug, Clone, Copy)]
+pub struct Variable {
+    /// The variable's name.
+    pub name: &'static str,
+    /// The default when unset, as text.
+    pub default: &'static str,
+    /// What it controls and which values it accepts.
+    pub meaning: &'static str,
+}
+
+/// Heap size per PE in bytes.
+pub const HEAP_SIZE: &str = "HYPER_MULTICORE_SHMEM_HEAP_SIZE";
+/// Deadline of every blocking wait, in seconds.
+pub const TIMEOUT_SEC: &str = "HYPER_MULTICORE_SHMEM_TIMEOUT_SEC";
+/// Address root rank 0 listens on for the bootstrap.
+pub const BOOTSTRAP_ENDPOINT: &str = "HYPER_MULTICORE_SHMEM_BOOTSTRAP_ENDPOINT";
+/// Log level of the runtime's tracing output.
+pub const LOG_LEVEL: &str = "HYPER_MULTICORE_SHMEM_LOG_LEVEL";
+/// This process's rank in the world (set by hmrun).
+pub const RANK: &str = "HYPER_MULTICORE_RANK";
+/// Number of processes in the world (set by hmrun).
+pub const WORLD_SIZE: &str = "HYPER_MULTICORE_WORLD_SIZE";
+/// This process's rank among the processes on its host (set by hmrun).
+pub const LOCAL_RANK: &str = "HYPER_MULTICORE_LOCAL_RANK";
+/// The world's unique ID in printable form (set by hmrun).
+pub const WORLD_ID: &str = "HYPER_MULTICORE_WORLD_ID";
+/// The inherited listening socket of world rank 0 (set by hmrun for rank 0 only).
+pub const WORLD_LISTEN_FD: &str = "HYPER_MULTICORE_WORLD_LISTEN_FD";
+
+/// Default heap size per PE: 1 GiB.
+pub const DEFAULT_HEAP_SIZE: u64 = 1 << 30;
+/// Default deadline of blocking waits: 120 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Every variable the runtime reads.
+pub const VARIABLES: &[Variable] = &[
+    Variable {
+        name: HEAP_SIZE,
+        default: "1G",
+        meaning: "symmetric heap bytes per PE when no size is passed; a positive integer with an \
+                  optional binary suffix K, M, G, T (KiB/MiB/GiB/TiB also accepted)",
+    },
+    Variable {
+        name: TIMEOUT_SEC,
+        default: "120",
+        meaning: "deadline in seconds of every blocking wait (rendezvous, collectives, barriers, \
+                  signal waits); a positive number, fractions allowed",
+    },
+    Variable {
+        name: BOOTSTRAP_ENDPOINT,
+        default: "tcp://127.0.0.1:0",
+        meaning: "where root rank 0 listens for the rendezvous, as tcp://host:port; port 0 picks \
+                  an ephemeral port",
+    },
+    Variable {
+        name: LOG_LEVEL,
+        default: "warn",
+        meaning: "runtime log level: off, error, warn, info, debug or trace",
+    },
+    Variable {
+        name: RANK,
+        default: "(unset: standalone or torchrun's RANK)",
+        meaning: "world rank of this process; set by hmrun",
+    },
+    Variable {
+        name: WORLD_SIZE,
+        default: "(unset: standalone or torchrun's WORLD_SIZE)",
+        meaning: "number of processes in the world; set by hmrun",
+    },
+    Variable {
+        name: LOCAL_RANK,
+        default: "(unset: the world rank)",
+        meaning: "rank of this process among those on its host; set by hmrun",
+    },
+    Variable {
+        name: WORLD_ID,
+        default: "(unset)",
+        meaning: "printable unique ID of the world's control plane; set by hmrun",
+    },
+    Variable {
+        name: WORLD_LISTEN_FD,
+        default: "(unset)",
+        meaning: "file descriptor of the listening socket hmrun hands to world rank 0; internal",
+    },
+];
+
+/// Log levels accepted by [`LOG_LEVEL`].
+pub const LOG_LEVELS: &[&str] = &["off", "error", "warn", "info", "debug", "trace"];
+
+/// The effective configuration of this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Heap bytes per PE used when no explicit size is given.
+    pub heap_size: u64,
+    /// Deadline of every blocking wait.
+    pub timeout: Duration,
+    /// Where root rank 0 listens; `None` means loopback with an ephemeral port.
+    pub bootstrap_endpoint: Option<SocketAddr>,
+    /// Log level name, one of [`LOG_LEVELS`].
+    pub log_level: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            heap_size: DEFAULT_HEAP_SIZE,
+            timeout: DEFAULT_TIMEOUT,
+            bootstrap_endpoint: None,
+            log_level: "warn".to_string(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads the configuration from the process environment.
+    pub fn from_env() -> Result<Config> {
+        Config::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads the configuration through `lookup` (a stand-in for the environment).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let mut config = Config::default();
+        if let Some(text) = lookup(HEAP_SIZE) {
+            config.heap_size =
+                parse_size(&text).map_err(|why| invalid_variable(HEAP_SIZE, &text, &why))?;
+        }
+        if let Some(text) = lookup(TIMEOUT_SEC) {
+            config.timeout =
+                parse_seconds(&text).map_err(|why| invalid_variable(TIMEOUT_SEC, &text, &why))?;
+        }
+        if let Some(text) = lookup(BOOTSTRAP_ENDPOINT) {
+            config.bootstrap_endpoint = Some(
+                parse_endpoint(&text)
+                    .map_err(|why| invalid_variable(BOOTSTRAP_ENDPOINT, &text, &why))?,
+            );
+        }
+        if let Some(text) = lookup(LOG_LEVEL) {
+            let level = text.trim().to_ascii_lowercase();
+            if !LOG_LEVELS.contains(&level.as_str()) {
+                let why = format!("expected one of {}", LOG_LEVELS.join(", "));
+                return Err(invalid_variable(LOG_LEVEL, &text, &why));
+            }
+            config.log_level = level;
+        }
+        Ok(config)
+    }
+}
+
+fn invalid_variable(name: &str, value: &str, why: &str) -> Error {
+    Error::new(
+        ErrorKind::InvalidConfig,
+        "read configuration",
+        format!("{name}={value:?} is invalid: {why}; fix or unset {name}"),
+    )
+}
+
+/// Parses a byte size such as `4096`, `64K`, `256M`, `1GiB` (binary multiples).
+pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    let trimmed = text.trim();
+    let digits_end = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    let (digits, suffix) = trimmed.split_at(digits_end);
+    if digits.is_empty() {
+        return Err("expected a positive integer of bytes, optionally with K, M, G or T".into());
+    }
+    let shift = match suffix.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        other => return Err(format!("unknown size suffix {other:?}; use K, M, G or T")),
+    };
+    let value: u64 = digits
+        .parse()
+        .map_err(|_| "the number does not fit in 64 bits".to_string())?;
+    if value == 0 {
+        return Err("the size must be positive".into());
+    }
+    value
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| "the size does not fit in 64 bits".to_string())
+}
+
+/// Parses a positive number of seconds such as `120` or `0.5`.
+pub fn parse_seconds(text: &str) -> std::result::Result<Duration, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| "expected a positive number of seconds".to_string())?;
+    if !value.is_finite() || value <= 0.0 {
+        return Err("the timeout must be a positive, finite number of seconds".into());
+    }
+    Duration::try_from_secs_f64(value).map_err(|_| "the timeout is too large".to_string())
+}
+
+/// Parses `tcp://host:port` into a socket address (host names are resolved).
+pub fn parse_endpoint(text: &str) -> std::result::Result<SocketAddr, String> {
+    let rest = text
+        .trim()
+        .strip_prefix("tcp://")
+        .ok_or_else(|| "expected tcp://host:port".to_string())?;
+    let host_port = rest.trim_end_matches('/');
+    if let Ok(address) = host_port.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    host_port
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host_port:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host_port:?} resolves to no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_with(name: &'static str, value: &str) -> Result<Config> {
+        let value = value.to_string();
+        Config::from_lookup(move |n| (n == name).then(|| value.clone()))
+    }
+
+    #[test]
+    fn sizes_accept_binary_suffixes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("256M"), Ok(256 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size(" 2g "), Ok(2 << 30));
+    }
+
+    #[test]
+    fn bad_sizes_name_the_variable() {
+        for bad in ["0", "-1", "12Q", "", "M", "99999999999999999999", "20000000T"] {
+            let err = config_with(HEAP_SIZE, bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+            assert!(err.to_string().contains(HEAP_SIZE), "{err}");
+        }
+    }
+
+    #[test]
+    fn timeouts_must_be_positive_numbers() {
+        assert_eq!(
+            config_with(TIMEOUT_SEC, "0.5").unwrap().timeout,
+            Duration::from_millis(500)
+        );
+        for bad in ["0", "-3", "soon", "inf", "NaN"] {
+            let err = config_with(TIMEOUT_SEC, bad).unwrap_err();
+            assert!(err.to_string().contains(TIMEOUT_SEC), "{err}");
+        }
+    }
+
+    #[test]
+    fn endpoints_need_the_tcp_scheme() {
+        let config = config_with(BOOTSTRAP_ENDPOINT, "tcp://127.0.0.1:5000").unwrap();
+        assert_eq!(
+            config.bootstrap_endpoint,
+            Some("127.0.0.1:5000".parse().unwrap())
+        );
+        assert!(config_with(BOOTSTRAP_ENDPOINT, "127.0.0.1:5000").is_err());
+        assert!(config_with(BOOTSTRAP_ENDPOINT, "tcp://127.0.0.1").is_err());
+    }
+
+    #[test]
+    fn log_levels_are_checked() {
+        assert_eq!(config_with(LOG_LEVEL, "DEBUG").unwrap().log_level, "debug");
+        assert!(config_with(LOG_LEVEL, "loud").is_err());
+    }
+
+    #[test]
+    fn defaults_apply_when_unset() {
+        assert_eq!(Config::from_lookup(|_| None).unwrap(), Config::default());
+    }
+}

@@ -1,0 +1,176 @@
+//! The one error type of the crate: every failure says which operation failed, on which rank,
+//! what kind of failure it is and what the user should do about it.
+//!
+//! ```
+//! use hyper_multicore::{Error, ErrorKind};
+//! let err = Error::new(ErrorKind::InvalidArgument, "allocate", "alignment 3 is not a power of two")
+//!     .on_rank(2);
+//! assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+//! assert!(err.to_string().contains("rank 2"));
+//! ```
+
+use std::fmt;
+use std::time::Duration;
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What kind of failure an [`Error`] is; each kind implies a recovery decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The operation is not allowed in the current state (for example before initialize).
+    InvalidState,
+    /// An environment variable or configuration value is malformed; fix the named variable.
+    InvalidConfig,
+    /// An argument is out of range or inconsistent; fix the call.
+    InvalidArgument,
+    /// The request is valid but not supported by this build or platform.
+    Unsupported,
+    /// An allocation was freed twice, or a freed handle was used.
+    DoubleFree,
+    /// The operating system or transport failed (socket, mapping, memfd ...).
+    Backend,
+    /// A wait reached its deadline; the message names who did not arrive.
+    Timeout,
+    /// A member of the job died or left; the error names its rank.
+    PeerLost,
+    /// The peers sent something that breaks the protocol (mismatched collectives, bad frames).
+    Protocol,
+}
+
+impl ErrorKind {
+    /// A short lower-case name, used in messages and in the Python front.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidState => "invalid state",
+            ErrorKind::InvalidConfig => "invalid config",
+            ErrorKind::InvalidArgument => "invalid argument",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::DoubleFree => "double free",
+            ErrorKind::Backend => "backend error",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::PeerLost => "peer lost",
+            ErrorKind::Protocol => "protocol error",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A failure of a hyper_multicore operation.
+///
+/// Display form: `<operation> failed on rank <r>: <kind>: <message>`.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    operation: String,
+    rank: Option<usize>,
+    message: String,
+    peer: Option<usize>,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl Error {
+    /// A new error of `kind` raised by `operation`.
+    pub fn new(kind: ErrorKind, operation: impl Into<String>, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            operation: operation.into(),
+            rank: None,
+            message: message.into(),
+            peer: None,
+            source: None,
+        }
+    }
+
+    /// Records the rank (in the group the operation ran over) that raised the error.
+    pub fn on_rank(mut self, rank: usize) -> Self {
+        self.rank = Some(rank);
+        self
+    }
+
+    /// Records the peer rank that was lost, timed out or misbehaved.
+    pub fn with_peer(mut self, peer: usize) -> Self {
+        self.peer = Some(peer);
+        self
+    }
+
+    /// Chains an underlying cause.
+    pub fn caused_by(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// An OS or transport failure of `operation`.
+    pub fn backend(operation: impl Into<String>, what: &str, source: std::io::Error) -> Self {
+        let message = format!("{what}: {source}");
+        Error::new(ErrorKind::Backend, operation, message).caused_by(source)
+    }
+
+    /// A peer of `operation` was lost.
+    pub fn peer_lost(operation: impl Into<String>, peer: usize, detail: &str) -> Self {
+        let message = format!(
+            "peer rank {peer} was lost ({detail}); the job cannot continue this group's work, \
+             check rank {peer}'s output for its cause"
+        );
+        Error::new(ErrorKind::PeerLost, operation, message).with_peer(peer)
+    }
+
+    /// A wait of `operation` reached its deadline after `waited`.
+    pub fn timeout(operation: impl Into<String>, waited: Duration, detail: &str) -> Self {
+        let message = format!(
+            "timed out after {:.1}s: {detail}; raise HYPER_MULTICORE_SHMEM_TIMEOUT_SEC if the \
+             peers are only slow, else check that every rank makes the same call",
+            waited.as_secs_f64()
+        );
+        Error::new(ErrorKind::Timeout, operation, message)
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The operation that failed (for example `"allgather"` or `"initialize"`).
+    pub fn operation(&self) -> &str {
+        &self.operation
+    }
+
+    /// The rank that raised the error, if known.
+    pub fn rank(&self) -> Option<usize> {
+        self.rank
+    }
+
+    /// The peer rank the error is about (the lost, late or misbehaving rank), if any.
+    pub fn peer(&self) -> Option<usize> {
+        self.peer
+    }
+
+    /// The message without the operation and rank prefix.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed", self.operation)?;
+        if let Some(rank) = self.rank {
+            write!(f, " on rank {rank}")?;
+        }
+        write!(f, ": {}: {}", self.kind, self.message)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}

@@ -1,0 +1,30 @@
+//! # hyper_multicore
+//!
+//! A symmetric-memory (SHMEM) runtime with a managed, collective lifecycle for multi-process
+//! programs. A job is N cooperating processes (PEs); this crate gives them
+//!
+//! - a [`world::World`] read from the launcher environment (`hmrun`, torchrun, or standalone),
+//!   with ordered subgroups that run their own collectives,
+//! - a [`control::ControlPlane`]: an authenticated TCP star through root rank 0 with
+//!   allgather / broadcast / barrier and point-to-point messages, where every wait has a deadline
+//!   and ends early with a *peer lost* error naming the rank when a member dies,
+//! - one [`Error`] type whose [`ErrorKind`] names the recovery decision.
+//!
+//! ```no_run
+//! use hyper_multicore::world::World;
+//! let world = World::from_env()?;
+//! let names = world.control().allgather(format!("pe {}", world.rank()).as_bytes())?;
+//! world.control().barrier()?;
+//! # Ok::<(), hyper_multicore::Error>(())
+//! ```
+
+#![deny(unsafe_code)]
+
+pub mod config;
+pub mod control;
+pub mod error;
+pub mod launch;
+mod sys;
+pub mod world;
+
+pub use error::{Error, ErrorKind, Result};
