@@ -254,7 +254,15 @@ mod tests {
 
     #[test]
     fn bad_sizes_name_the_variable() {
-        for bad in ["0", "-1", "12Q", "", "M", "99999999999999999999", "20000000T"] {
+        for bad in [
+            "0",
+            "-1",
+            "12Q",
+            "",
+            "M",
+            "99999999999999999999",
+            "20000000T",
+        ] {
             let err = config_with(HEAP_SIZE, bad).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidConfig);
             assert!(err.to_string().contains(HEAP_SIZE), "{err}");

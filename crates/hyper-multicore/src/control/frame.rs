@@ -250,8 +250,10 @@ impl FrameDecoder {
 
     fn bytes_wanted(&self) -> usize {
         let available = &self.buffer[self.start..];
-        match self.parse_header(available.get(..HEADER_LEN).unwrap_or(&[])) {
-            _ if available.len() < HEADER_LEN => HEADER_LEN - available.len(),
+        if available.len() < HEADER_LEN {
+            return HEADER_LEN - available.len();
+        }
+        match self.parse_header(available) {
             Ok((_, _, length)) => (HEADER_LEN + length as usize).saturating_sub(available.len()),
             Err(_) => 0,
         }
@@ -365,7 +367,10 @@ mod tests {
         let mut header = encode_header(Kind::Hello, 0, u32::MAX).to_vec();
         header.truncate(HEADER_LEN);
         huge.push(&header);
-        assert!(matches!(huge.next_frame(), Err(FrameError::TooLarge { .. })));
+        assert!(matches!(
+            huge.next_frame(),
+            Err(FrameError::TooLarge { .. })
+        ));
 
         let mut gap = FrameDecoder::new(MAX_PAYLOAD);
         gap.push(&encoded(Kind::Bye, 5, b""));

@@ -138,13 +138,19 @@ impl UniqueId {
         let (address, rest) = rest.split_at(address_len);
         let (port, secret) = rest.split_at(2);
         let ip = if family == 4 {
-            IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(address).expect("4 bytes")))
+            IpAddr::V4(Ipv4Addr::from(
+                <[u8; 4]>::try_from(address).expect("4 bytes"),
+            ))
         } else {
-            IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(address).expect("16 bytes")))
+            IpAddr::V6(Ipv6Addr::from(
+                <[u8; 16]>::try_from(address).expect("16 bytes"),
+            ))
         };
         let port = u16::from_be_bytes([port[0], port[1]]);
         if port == 0 || ip.is_unspecified() {
-            return Err(bad(format!("bad endpoint: {ip}:{port} cannot be connected to")));
+            return Err(bad(format!(
+                "bad endpoint: {ip}:{port} cannot be connected to"
+            )));
         }
         Ok(UniqueId::new(
             SocketAddr::new(ip, port),
@@ -278,7 +284,11 @@ mod tests {
         assert!(message(&wrong_family).contains("bad endpoint"));
         let zero_port = UniqueId::new("127.0.0.1:0".parse().unwrap(), [1; 16]).to_bytes();
         assert!(message(&zero_port).contains("bad endpoint"));
-        assert!("xyz".parse::<UniqueId>().unwrap_err().to_string().contains("bad encoding"));
+        assert!("xyz"
+            .parse::<UniqueId>()
+            .unwrap_err()
+            .to_string()
+            .contains("bad encoding"));
     }
 
     #[test]

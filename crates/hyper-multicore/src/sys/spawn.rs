@@ -5,7 +5,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use rustix::io::{fcntl_setfd, FdFlags};
-use rustix::process::{getppid, getpid, set_parent_process_death_signal, Signal};
+use rustix::process::{getpid, getppid, set_parent_process_death_signal, Signal};
 
 /// Makes the child die with the calling thread's process and, if `inherit` is given, keeps that
 /// descriptor open across `exec` (at the same number) in the child only.

@@ -1,0 +1,489 @@
+//! The rendezvous: members connect to root rank 0 and authenticate; root rank 0 waits until every
+//! rank of the group has arrived, then welcomes them all at once.
+//!
+//! Root rank 0 serves every connection from one `poll` loop, so a stranger that sends junk, an
+//! absurd length prefix or nothing at all never delays the legitimate members: junk is dropped at
+//! once, silence when its handshake time runs out or when the rendezvous completes.
+
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use serde::{Deserialize, Serialize};
+
+use super::frame::{
+    write_frame, Frame, FrameDecoder, Kind, WireError, MAX_HANDSHAKE_PAYLOAD, MAX_PAYLOAD,
+};
+use super::unique_id::{secrets_match, BootstrapListener, UniqueId, SECRET_LEN};
+use crate::error::{Error, ErrorKind, Result};
+
+/// Longest time a connection may take to say hello before it is dropped.
+const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+/// Most unauthenticated connections kept at once; beyond it the oldest is dropped.
+const MAX_PENDING: usize = 256;
+/// Extra time a member waits for root rank 0's verdict after its own deadline, so that root's
+/// report (which names the missing ranks) arrives before the member gives up on its own.
+pub(crate) const VERDICT_GRACE: Duration = Duration::from_secs(2);
+
+/// What a member says first.
+#[derive(Debug, Serialize, Deserialize)]
+struct Hello {
+    secret: [u8; SECRET_LEN],
+    rank: u32,
+    size: u32,
+}
+
+/// An authenticated connection, with whatever bytes already arrived after its hello.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    pub(crate) stream: TcpStream,
+    pub(crate) decoder: FrameDecoder,
+}
+
+impl Connection {
+    fn new(stream: TcpStream) -> Self {
+        Connection {
+            stream,
+            decoder: FrameDecoder::new(MAX_HANDSHAKE_PAYLOAD),
+        }
+    }
+
+    /// Reads once and returns the next complete frame; `Ok(None)` if incomplete.
+    fn read_frame(&mut self) -> std::result::Result<Option<Frame>, String> {
+        if let Some(frame) = self.decoder.next_frame().map_err(|e| e.to_string())? {
+            return Ok(Some(frame));
+        }
+        match self.decoder.read_from(&mut self.stream) {
+            Ok(0) => Err("the connection closed".into()),
+            Ok(_) => self.decoder.next_frame().map_err(|e| e.to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+fn reject(stream: &mut TcpStream, error: &Error) {
+    let payload = WireError::from_error(error).encode();
+    // Best effort: the peer may already be gone.
+    let _ = write_frame(stream, Kind::Reject, 0, &[&payload]);
+}
+
+struct Pending {
+    connection: Connection,
+    peer: Option<SocketAddr>,
+    since: Instant,
+}
+
+/// Root rank 0's side: accepts and authenticates ranks `1..size`, returned by rank.
+pub(crate) fn accept_members(
+    listener: BootstrapListener,
+    size: usize,
+    deadline: Instant,
+) -> Result<Vec<Connection>> {
+    const OP: &str = "rendezvous";
+    let BootstrapListener { listener, id } = listener;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::backend(OP, "cannot make the listener non-blocking", e))?;
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut members: Vec<Option<Connection>> = (0..size).map(|_| None).collect();
+    let started = Instant::now();
+
+    while members.iter().skip(1).any(Option::is_none) {
+        let now = Instant::now();
+        pending.retain(|p| now.duration_since(p.since) < HANDSHAKE_LIMIT);
+        if now >= deadline {
+            let missing: Vec<usize> = (1..size).filter(|&r| members[r].is_none()).collect();
+            let arrived: Vec<usize> = (0..size)
+                .filter(|&r| r == 0 || members[r].is_some())
+                .collect();
+            let error = Error::timeout(
+                OP,
+                now - started,
+                &format!(
+                    "ranks {missing:?} of a group of {size} never arrived (ranks {arrived:?} did)"
+                ),
+            )
+            .on_rank(0);
+            for member in members.iter_mut().flatten() {
+                reject(&mut member.stream, &error);
+            }
+            return Err(error);
+        }
+        let wake_at = pending
+            .iter()
+            .map(|p| p.since + HANDSHAKE_LIMIT)
+            .fold(deadline, Instant::min);
+        let ready = wait_readable(&listener, &pending, &members, wake_at - now)?;
+
+        if ready.listener {
+            accept_all(&listener, &mut pending)?;
+        }
+        // Hellos are judged in arrival order, so the first claimant of a rank keeps it.
+        let mut finished = Vec::new();
+        for index in ready.pending {
+            match pending[index].connection.read_frame() {
+                Ok(None) => {}
+                Ok(Some(frame)) => {
+                    admit(&id, size, &mut members, &mut pending[index], frame);
+                    finished.push(index);
+                }
+                Err(why) => {
+                    tracing::debug!(peer = ?pending[index].peer, "dropped a bootstrap connection: {why}");
+                    finished.push(index);
+                }
+            }
+        }
+        for index in finished.into_iter().rev() {
+            pending.remove(index);
+        }
+        for rank in ready.members {
+            // A member spoke or hung up before the welcome: only a hang-up is possible from a
+            // correct member, and it means that process is gone.
+            let member = members[rank].as_mut().expect("polled members exist");
+            if let Err(why) = member.read_frame() {
+                let error =
+                    Error::peer_lost(OP, rank, &format!("it left during the rendezvous: {why}"))
+                        .on_rank(0);
+                members[rank] = None;
+                for member in members.iter_mut().flatten() {
+                    reject(&mut member.stream, &error);
+                }
+                return Err(error);
+            }
+        }
+    }
+
+    let mut connections = Vec::with_capacity(size - 1);
+    for (rank, member) in members.into_iter().enumerate().skip(1) {
+        let mut member = member.expect("every member arrived");
+        write_frame(&mut member.stream, Kind::Welcome, 0, &[])
+            .map_err(|e| Error::backend(OP, &format!("cannot welcome rank {rank}"), e))?;
+        member.decoder.set_cap(MAX_PAYLOAD);
+        connections.push(member);
+    }
+    Ok(connections)
+}
+
+struct Readiness {
+    listener: bool,
+    pending: Vec<usize>,
+    members: Vec<usize>,
+}
+
+fn wait_readable(
+    listener: &std::net::TcpListener,
+    pending: &[Pending],
+    members: &[Option<Connection>],
+    wait: Duration,
+) -> Result<Readiness> {
+    let member_ranks: Vec<usize> = (0..members.len())
+        .filter(|&r| members[r].is_some())
+        .collect();
+    let mut fds = Vec::with_capacity(1 + pending.len() + member_ranks.len());
+    fds.push(PollFd::new(listener, PollFlags::IN));
+    for p in pending {
+        fds.push(PollFd::new(&p.connection.stream, PollFlags::IN));
+    }
+    for &rank in &member_ranks {
+        let member = members[rank].as_ref().expect("filtered");
+        fds.push(PollFd::new(&member.stream, PollFlags::IN));
+    }
+    let timeout = Timespec::try_from(wait).unwrap_or(Timespec {
+        tv_sec: i64::MAX,
+        tv_nsec: 0,
+    });
+    match poll(&mut fds, Some(&timeout)) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => {}
+        Err(e) => return Err(Error::backend("rendezvous", "poll failed", e.into())),
+    }
+    let fired = |fd: &PollFd<'_>| !fd.revents().is_empty();
+    Ok(Readiness {
+        listener: fired(&fds[0]),
+        pending: (0..pending.len()).filter(|&i| fired(&fds[1 + i])).collect(),
+        members: member_ranks
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| fired(&fds[1 + pending.len() + i]))
+            .map(|(_, &rank)| rank)
+            .collect(),
+    })
+}
+
+fn accept_all(listener: &std::net::TcpListener, pending: &mut Vec<Pending>) -> Result<()> {
+    loop {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                if stream.set_nonblocking(false).is_err() || stream.set_nodelay(true).is_err() {
+                    continue;
+                }
+                if pending.len() >= MAX_PENDING {
+                    pending.remove(0);
+                }
+                pending.push(Pending {
+                    connection: Connection::new(stream),
+                    peer: Some(peer),
+                    since: Instant::now(),
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // A connection that died in the accept queue, or a transient shortage: the
+            // rendezvous goes on.
+            Err(e) => {
+                tracing::debug!("accept failed: {e}");
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Checks a hello and either seats the member or rejects it with a clear reason.
+fn admit(
+    id: &UniqueId,
+    size: usize,
+    members: &mut [Option<Connection>],
+    entry: &mut Pending,
+    frame: Frame,
+) {
+    let verdict = check_hello(id, size, members, &frame);
+    match verdict {
+        Ok(rank) => {
+            let stream = entry.connection.stream.try_clone();
+            let Ok(stream) = stream else { return };
+            members[rank] = Some(Connection {
+                stream,
+                decoder: std::mem::replace(
+                    &mut entry.connection.decoder,
+                    FrameDecoder::new(MAX_HANDSHAKE_PAYLOAD),
+                ),
+            });
+        }
+        Err(error) => {
+            tracing::warn!(peer = ?entry.peer, "rejected a bootstrap connection: {error}");
+            reject(&mut entry.connection.stream, &error);
+        }
+    }
+}
+
+fn check_hello(
+    id: &UniqueId,
+    size: usize,
+    members: &[Option<Connection>],
+    frame: &Frame,
+) -> Result<usize> {
+    let refuse =
+        |message: String| Error::new(ErrorKind::InvalidArgument, "rendezvous", message).on_rank(0);
+    if frame.kind != Kind::Hello {
+        return Err(refuse(format!(
+            "expected a hello frame, got {:?}",
+            frame.kind
+        )));
+    }
+    let hello: Hello = postcard::from_bytes(&frame.payload)
+        .map_err(|e| refuse(format!("malformed hello: {e}")))?;
+    if !secrets_match(&hello.secret, id.secret()) {
+        return Err(refuse(
+            "wrong secret: this connection carries another job's unique ID; pass the unique ID \
+             created by this group's root rank 0"
+                .into(),
+        ));
+    }
+    if hello.size as usize != size {
+        return Err(refuse(format!(
+            "group size mismatch: rank {} was started with size {}, root rank 0 with size {size}; \
+             start every rank with the same size",
+            hello.rank, hello.size
+        )));
+    }
+    let rank = hello.rank as usize;
+    if rank == 0 || rank >= size {
+        return Err(refuse(format!(
+            "rank {rank} is out of range: members of a group of {size} have ranks 1..{size} \
+             (rank 0 is the root)"
+        )));
+    }
+    if members[rank].is_some() {
+        return Err(refuse(format!(
+            "rank {rank} has already joined (duplicate rank); give every process a distinct rank"
+        )));
+    }
+    Ok(rank)
+}
+
+/// A member that has connected to root rank 0 and said hello, waiting for the welcome.
+#[derive(Debug)]
+pub(crate) struct Greeted {
+    connection: Connection,
+    rank: usize,
+    started: Instant,
+    deadline: Instant,
+}
+
+/// A member's side, first half: connects to root rank 0 (retrying while it is not yet
+/// listening) and says hello.
+pub(crate) fn greet_root(
+    id: &UniqueId,
+    rank: usize,
+    size: usize,
+    deadline: Instant,
+) -> Result<Greeted> {
+    const OP: &str = "rendezvous";
+    let started = Instant::now();
+    let endpoint = id.endpoint();
+    let mut backoff = Duration::from_millis(1);
+    let stream = loop {
+        let now = Instant::now();
+        let remaining = deadline.saturating_duration_since(now);
+        let attempt =
+            TcpStream::connect_timeout(&endpoint, remaining.max(Duration::from_millis(1)));
+        match attempt {
+            Ok(stream) => break stream,
+            Err(e) if now >= deadline => {
+                return Err(Error::timeout(
+                    OP,
+                    now - started,
+                    &format!(
+                        "could not reach root rank 0 at {endpoint} ({e}); check that rank 0 is \
+                         running and that this rank has the current unique ID"
+                    ),
+                )
+                .on_rank(rank));
+            }
+            Err(e) if is_transient(&e) => {
+                // Root rank 0 may not be listening yet: back off and try again.
+                std::thread::sleep(backoff.min(remaining));
+                backoff = (backoff * 2).min(Duration::from_millis(50));
+            }
+            Err(e) => {
+                return Err(
+                    Error::backend(OP, &format!("cannot connect to {endpoint}"), e).on_rank(rank),
+                )
+            }
+        }
+    };
+    let mut connection = Connection::new(stream);
+    connection
+        .stream
+        .set_nodelay(true)
+        .map_err(|e| Error::backend(OP, "cannot set TCP_NODELAY", e).on_rank(rank))?;
+    let hello = Hello {
+        secret: *id.secret(),
+        rank: rank as u32,
+        size: size as u32,
+    };
+    let payload = postcard::to_stdvec(&hello).expect("a hello always serializes");
+    write_frame(&mut connection.stream, Kind::Hello, 0, &[&payload])
+        .map_err(|e| Error::backend(OP, "cannot send the hello to root rank 0", e).on_rank(rank))?;
+    Ok(Greeted {
+        connection,
+        rank,
+        started,
+        deadline,
+    })
+}
+
+/// A member's side, second half: waits for root rank 0's welcome (or its reason to refuse).
+pub(crate) fn await_welcome(greeted: Greeted) -> Result<Connection> {
+    const OP: &str = "rendezvous";
+    let Greeted {
+        mut connection,
+        rank,
+        started,
+        deadline,
+    } = greeted;
+    let endpoint = connection.stream.peer_addr().ok();
+    let verdict_deadline = deadline + VERDICT_GRACE;
+    connection.decoder.set_cap(MAX_PAYLOAD);
+    loop {
+        let remaining = verdict_deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(Error::timeout(
+                OP,
+                started.elapsed(),
+                "root rank 0 accepted the connection but never completed the rendezvous",
+            )
+            .on_rank(rank));
+        }
+        connection
+            .stream
+            .set_read_timeout(Some(remaining))
+            .map_err(|e| Error::backend(OP, "cannot set a read timeout", e).on_rank(rank))?;
+        let frame = match connection.decoder.next_frame() {
+            Ok(Some(frame)) => frame,
+            Ok(None) => match connection.decoder.read_from(&mut connection.stream) {
+                Ok(0) => {
+                    return Err(Error::peer_lost(
+                        OP,
+                        0,
+                        "root rank 0 closed the connection during the rendezvous",
+                    )
+                    .on_rank(rank))
+                }
+                Ok(_) => continue,
+                Err(e) if is_wait_over(&e) => continue,
+                Err(e) => {
+                    return Err(Error::peer_lost(
+                        OP,
+                        0,
+                        &format!("connection to root rank 0 failed: {e}"),
+                    )
+                    .on_rank(rank))
+                }
+            },
+            Err(e) => {
+                return Err(Error::new(
+                    ErrorKind::Protocol,
+                    OP,
+                    format!("root rank 0 at {endpoint:?} sent an invalid frame: {e}"),
+                )
+                .on_rank(rank))
+            }
+        };
+        return match frame.kind {
+            Kind::Welcome => {
+                connection
+                    .stream
+                    .set_read_timeout(None)
+                    .map_err(|e| Error::backend(OP, "cannot clear the read timeout", e))?;
+                Ok(connection)
+            }
+            Kind::Reject => {
+                let wire = WireError::decode(&frame.payload);
+                let mut error = wire.to_error();
+                if wire.kind != ErrorKind::Timeout && wire.kind != ErrorKind::PeerLost {
+                    error = Error::new(
+                        wire.kind,
+                        OP,
+                        format!("root rank 0 rejected rank {rank}: {}", wire.message),
+                    );
+                }
+                Err(error.on_rank(rank))
+            }
+            other => Err(Error::new(
+                ErrorKind::Protocol,
+                OP,
+                format!("root rank 0 sent {other:?} before the welcome"),
+            )
+            .on_rank(rank)),
+        };
+    }
+}
+
+fn is_transient(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        error.kind(),
+        ConnectionRefused
+            | ConnectionReset
+            | TimedOut
+            | WouldBlock
+            | Interrupted
+            | AddrNotAvailable
+    )
+}
+
+fn is_wait_over(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(error.kind(), WouldBlock | TimedOut | Interrupted)
+}

@@ -1,0 +1,429 @@
+//! The background side of a connected control plane: one thread per process that reads every
+//! frame as it arrives, so a peer's death is noticed at once — not only when someone next waits.
+//!
+//! Root rank 0's router polls all member connections (plus a wake-up socket for shutdown),
+//! queues contributions per rank, forwards point-to-point messages, and on a member's hang-up
+//! breaks the plane and tells every survivor. A member's router reads its one connection to the
+//! root. Waiting threads sleep on a condition variable with a deadline; the router wakes them.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::net::{Shutdown, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use rustix::event::{poll, PollFd, PollFlags};
+
+use super::frame::{write_frame, Frame, FrameDecoder, Kind, WireError};
+use crate::error::{Error, ErrorKind};
+
+/// The write side of one connection, shared by user threads and the router.
+#[derive(Debug)]
+pub(crate) struct Link {
+    writer: Mutex<Writer>,
+}
+
+#[derive(Debug)]
+struct Writer {
+    stream: TcpStream,
+    next_sequence: u64,
+}
+
+impl Link {
+    /// A link whose next outgoing frame has sequence number `next_sequence`.
+    pub(crate) fn new(stream: TcpStream, next_sequence: u64) -> Link {
+        Link {
+            writer: Mutex::new(Writer {
+                stream,
+                next_sequence,
+            }),
+        }
+    }
+
+    /// Sends one frame made of `parts`.
+    pub(crate) fn send(&self, kind: Kind, parts: &[&[u8]]) -> std::io::Result<()> {
+        let mut writer = lock(&self.writer);
+        let sequence = writer.next_sequence;
+        writer.next_sequence += 1;
+        write_frame(&mut writer.stream, kind, sequence, parts)
+    }
+
+    /// Says goodbye and shuts the connection down (best effort: the peer may be gone).
+    pub(crate) fn close(&self) {
+        let _ = self.send(Kind::Bye, &[]);
+        let writer = lock(&self.writer);
+        let _ = writer.stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// One rank's part of a collective, as queued at root rank 0.
+#[derive(Debug)]
+pub(crate) struct Contribution {
+    pub(crate) op: u8,
+    pub(crate) sequence: u64,
+    pub(crate) data: Vec<u8>,
+}
+
+/// A collective's outcome as received by a member.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub(crate) sequence: u64,
+    pub(crate) result: Result<Vec<u8>, WireError>,
+}
+
+/// Everything the router has received and not yet consumed.
+#[derive(Debug, Default)]
+pub(crate) struct Inbox {
+    /// Root only: queued contributions, by rank.
+    pub(crate) contributions: Vec<VecDeque<Contribution>>,
+    /// Root only: ranks that said goodbye.
+    pub(crate) departed: Vec<bool>,
+    /// Member only: collective outcomes from root rank 0.
+    pub(crate) outcomes: VecDeque<Outcome>,
+    /// Member only: root rank 0 said goodbye.
+    pub(crate) root_departed: bool,
+    /// Point-to-point messages by (source rank, tag).
+    pub(crate) mailbox: HashMap<(usize, u64), VecDeque<Vec<u8>>>,
+    /// Why the plane can no longer be used (a peer was lost, calls mismatched, ...).
+    pub(crate) broken: Option<WireError>,
+    /// This process is closing the plane; hang-ups are expected now.
+    pub(crate) closing: bool,
+}
+
+/// The inbox and the condition variable its waiters sleep on.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    inbox: Mutex<Inbox>,
+    changed: Condvar,
+}
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it (the inbox stays
+/// consistent: every update is a single push or flag store).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn new(size: usize) -> Shared {
+        let inbox = Inbox {
+            contributions: (0..size).map(|_| VecDeque::new()).collect(),
+            departed: vec![false; size],
+            ..Inbox::default()
+        };
+        Shared {
+            inbox: Mutex::new(inbox),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Runs `update` on the inbox and wakes every waiter.
+    pub(crate) fn update<T>(&self, update: impl FnOnce(&mut Inbox) -> T) -> T {
+        let result = update(&mut lock(&self.inbox));
+        self.changed.notify_all();
+        result
+    }
+
+    /// Waits until `ready` returns `Some`, or `deadline` passes (then `None`).
+    pub(crate) fn wait_until<T>(
+        &self,
+        deadline: Instant,
+        mut ready: impl FnMut(&mut Inbox) -> Option<T>,
+    ) -> Option<T> {
+        let mut inbox = lock(&self.inbox);
+        loop {
+            if let Some(value) = ready(&mut inbox) {
+                return Some(value);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            inbox = self
+                .changed
+                .wait_timeout(inbox, deadline - now)
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+        }
+    }
+
+    /// Records why the plane broke (the first reason wins); returns the reason in force.
+    pub(crate) fn break_with(&self, error: &Error) -> WireError {
+        self.update(|inbox| {
+            inbox
+                .broken
+                .get_or_insert_with(|| WireError::from_error(error))
+                .clone()
+        })
+    }
+}
+
+/// Parses a point-to-point payload: source u32, destination u32, tag u64, data.
+pub(crate) fn parse_send(payload: &[u8]) -> Option<(usize, usize, u64, &[u8])> {
+    let source = u32::from_le_bytes(payload.get(0..4)?.try_into().ok()?) as usize;
+    let destination = u32::from_le_bytes(payload.get(4..8)?.try_into().ok()?) as usize;
+    let tag = u64::from_le_bytes(payload.get(8..16)?.try_into().ok()?);
+    Some((source, destination, tag, &payload[16..]))
+}
+
+/// Root rank 0's router: reads every member connection until woken through `wake`.
+pub(crate) struct RootRouter {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) links: Vec<Option<Arc<Link>>>,
+    pub(crate) readers: Vec<Option<(TcpStream, FrameDecoder)>>,
+    pub(crate) wake: UnixStream,
+}
+
+impl RootRouter {
+    pub(crate) fn run(mut self) {
+        loop {
+            let open: Vec<usize> = (0..self.readers.len())
+                .filter(|&r| self.readers[r].is_some())
+                .collect();
+            let mut fds = Vec::with_capacity(open.len() + 1);
+            fds.push(PollFd::new(&self.wake, PollFlags::IN));
+            for &rank in &open {
+                let (stream, _) = self.readers[rank].as_ref().expect("open");
+                fds.push(PollFd::new(stream, PollFlags::IN));
+            }
+            match poll(&mut fds, None) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => {
+                    let error = Error::new(
+                        ErrorKind::Backend,
+                        "control plane",
+                        format!("root rank 0's router cannot poll its connections: {e}"),
+                    );
+                    self.abort_all(&error, None);
+                    return;
+                }
+            }
+            if !fds[0].revents().is_empty() {
+                return;
+            }
+            let fired: Vec<usize> = open
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !fds[i + 1].revents().is_empty())
+                .map(|(_, &rank)| rank)
+                .collect();
+            drop(fds);
+            for rank in fired {
+                self.serve(rank);
+            }
+        }
+    }
+
+    fn serve(&mut self, rank: usize) {
+        let (stream, decoder) = self.readers[rank].as_mut().expect("open reader");
+        let read = decoder.read_from(stream);
+        let mut frames = Vec::new();
+        let mut violation = None;
+        loop {
+            match decoder.next_frame() {
+                Ok(Some(frame)) => frames.push(frame),
+                Ok(None) => break,
+                Err(e) => {
+                    violation = Some(format!("rank {rank} sent an invalid frame: {e}"));
+                    break;
+                }
+            }
+        }
+        for frame in frames {
+            if let Err(why) = self.dispatch(rank, frame) {
+                violation = Some(why);
+                break;
+            }
+        }
+        if let Some(why) = violation {
+            self.readers[rank] = None;
+            let error = Error::new(ErrorKind::Protocol, "control plane", why).with_peer(rank);
+            self.abort_all(&error, Some(rank));
+            return;
+        }
+        match read {
+            Ok(n) if n > 0 => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            ended => {
+                self.readers[rank] = None;
+                let departed = self.shared.update(|inbox| inbox.departed[rank]);
+                if !departed {
+                    let detail = match ended {
+                        Err(e) => format!("its connection failed: {e}"),
+                        Ok(_) => "its connection closed without a goodbye: the process exited \
+                                  or was killed"
+                            .to_string(),
+                    };
+                    let error = Error::peer_lost("control plane", rank, &detail);
+                    self.abort_all(&error, Some(rank));
+                }
+            }
+        }
+    }
+
+    fn dispatch(&mut self, rank: usize, frame: Frame) -> Result<(), String> {
+        match frame.kind {
+            Kind::Contribute => {
+                let (op, sequence, data) = parse_contribution(frame.payload)
+                    .ok_or_else(|| format!("rank {rank} sent a truncated contribution"))?;
+                self.shared.update(|inbox| {
+                    inbox.contributions[rank].push_back(Contribution { op, sequence, data })
+                });
+            }
+            Kind::Send => {
+                let (source, destination, tag, data) = parse_send(&frame.payload)
+                    .ok_or_else(|| format!("rank {rank} sent a truncated message"))?;
+                if source != rank || destination >= self.links.len() {
+                    return Err(format!(
+                        "rank {rank} sent a message claiming source {source}, destination \
+                         {destination}"
+                    ));
+                }
+                if destination == 0 {
+                    let data = data.to_vec();
+                    self.shared.update(|inbox| {
+                        inbox
+                            .mailbox
+                            .entry((source, tag))
+                            .or_default()
+                            .push_back(data)
+                    });
+                } else if let Some(link) = &self.links[destination] {
+                    // A failed forward means the destination is gone; its own hang-up is
+                    // reported when its connection closes.
+                    let _ = link.send(Kind::Send, &[&frame.payload]);
+                }
+            }
+            Kind::Bye => self.shared.update(|inbox| inbox.departed[rank] = true),
+            other => return Err(format!("rank {rank} sent an unexpected {other:?} frame")),
+        }
+        Ok(())
+    }
+
+    /// Breaks the plane and tells every member except `skip` why.
+    fn abort_all(&self, error: &Error, skip: Option<usize>) {
+        let wire = self.shared.break_with(error);
+        broadcast_abort(&self.links, &wire, skip);
+    }
+}
+
+/// Sends an abort frame carrying `wire` to every member link except `skip`.
+pub(crate) fn broadcast_abort(links: &[Option<Arc<Link>>], wire: &WireError, skip: Option<usize>) {
+    let payload = wire.encode();
+    for (rank, link) in links.iter().enumerate() {
+        if Some(rank) == skip {
+            continue;
+        }
+        if let Some(link) = link {
+            let _ = link.send(Kind::Abort, &[&payload]);
+        }
+    }
+}
+
+/// Parses a contribution payload: op u8, collective sequence u64, data.
+pub(crate) fn parse_contribution(mut payload: Vec<u8>) -> Option<(u8, u64, Vec<u8>)> {
+    let op = *payload.first()?;
+    let sequence = u64::from_le_bytes(payload.get(1..9)?.try_into().ok()?);
+    payload.drain(..9);
+    Some((op, sequence, payload))
+}
+
+/// A member's router: reads the connection to root rank 0 until it closes.
+pub(crate) struct MemberRouter {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) stream: TcpStream,
+    pub(crate) decoder: FrameDecoder,
+}
+
+impl MemberRouter {
+    pub(crate) fn run(mut self) {
+        loop {
+            // Frames that arrived together with the welcome are already buffered.
+            loop {
+                match self.decoder.next_frame() {
+                    Ok(Some(frame)) => self.dispatch(frame),
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.lose_root(format!("root rank 0 sent an invalid frame: {e}"));
+                        return;
+                    }
+                }
+            }
+            match self.decoder.read_from(&mut self.stream) {
+                Ok(n) if n > 0 => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                ended => {
+                    let expected = self.shared.update(|i| i.closing || i.root_departed);
+                    if !expected {
+                        self.lose_root(match ended {
+                            Err(e) => format!("the connection to root rank 0 failed: {e}"),
+                            Ok(_) => "root rank 0 closed its connection without a goodbye: the \
+                                      process exited or was killed"
+                                .to_string(),
+                        });
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn dispatch(&mut self, frame: Frame) {
+        match frame.kind {
+            Kind::Outcome => {
+                let outcome = parse_outcome(&frame.payload);
+                match outcome {
+                    Some(outcome) => self.shared.update(|i| i.outcomes.push_back(outcome)),
+                    None => self.lose_root("root rank 0 sent a truncated outcome".into()),
+                }
+            }
+            Kind::Send => match parse_send(&frame.payload) {
+                Some((source, _, tag, data)) => {
+                    let data = data.to_vec();
+                    self.shared.update(|inbox| {
+                        inbox
+                            .mailbox
+                            .entry((source, tag))
+                            .or_default()
+                            .push_back(data)
+                    });
+                }
+                None => self.lose_root("root rank 0 forwarded a truncated message".into()),
+            },
+            Kind::Abort => {
+                let wire = WireError::decode(&frame.payload);
+                self.shared.update(|inbox| {
+                    inbox.broken.get_or_insert(wire);
+                });
+            }
+            Kind::Bye => self.shared.update(|inbox| inbox.root_departed = true),
+            other => self.lose_root(format!("root rank 0 sent an unexpected {other:?} frame")),
+        }
+    }
+
+    fn lose_root(&self, detail: String) {
+        let error = Error::peer_lost("control plane", 0, &detail);
+        self.shared.break_with(&error);
+    }
+}
+
+/// Parses an outcome payload: collective sequence u64, status u8 (0 ok, 1 error), then data or
+/// an encoded [`WireError`].
+fn parse_outcome(payload: &[u8]) -> Option<Outcome> {
+    let sequence = u64::from_le_bytes(payload.get(0..8)?.try_into().ok()?);
+    let status = *payload.get(8)?;
+    let body = &payload[9..];
+    let result = match status {
+        0 => Ok(body.to_vec()),
+        _ => Err(WireError::decode(body)),
+    };
+    Some(Outcome { sequence, result })
+}
+
+/// Wakes root rank 0's router so it exits.
+pub(crate) fn wake(wake: &mut UnixStream) {
+    let _ = wake.write_all(&[1]);
+}

@@ -1,0 +1,423 @@
+//! The control plane across real processes: collectives on 1–8 PEs, peer loss, strangers at the
+//! rendezvous, missing members, concurrent jobs and subgroups.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use hm_testkit::{is_pe, open_fds, Job, Options};
+use hyper_multicore::config::{Config, BOOTSTRAP_ENDPOINT, TIMEOUT_SEC, WORLD_SIZE};
+use hyper_multicore::control::frame::{encode_header, write_frame, Kind};
+use hyper_multicore::control::{ControlPlane, UniqueId};
+use hyper_multicore::launch::JobPlan;
+use hyper_multicore::world::World;
+use hyper_multicore::ErrorKind;
+
+fn pattern(rank: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 31 + rank * 7) as u8).collect()
+}
+
+/// allgather / broadcast / barrier with 0 B and 1 MiB payloads, then 1000 rounds with the
+/// open-descriptor count checked flat.
+fn exercise_collectives() {
+    let world = World::from_env().unwrap();
+    let plane = world.control();
+    let (rank, size) = (world.rank(), world.size());
+    for len in [0, 1, 1 << 20] {
+        let gathered = plane.allgather(&pattern(rank, len)).unwrap();
+        assert_eq!(gathered.len(), size);
+        for (peer, part) in gathered.iter().enumerate() {
+            assert_eq!(
+                part,
+                &pattern(peer, len),
+                "allgather slot {peer}, {len} bytes"
+            );
+        }
+        let broadcast = plane.broadcast(&pattern(rank, len)).unwrap();
+        assert_eq!(broadcast, pattern(0, len), "broadcast of {len} bytes");
+        plane.barrier().unwrap();
+    }
+    let uneven = plane.allgather(&pattern(rank, rank * 1000)).unwrap();
+    for (peer, part) in uneven.iter().enumerate() {
+        assert_eq!(part, &pattern(peer, peer * 1000));
+    }
+    let fds_before = open_fds();
+    for round in 0..1000u32 {
+        let gathered = plane.allgather(&round.to_le_bytes()).unwrap();
+        assert!(gathered.iter().all(|g| g == &round.to_le_bytes()));
+        plane.barrier().unwrap();
+        assert_eq!(
+            plane.broadcast(&round.to_le_bytes()).unwrap(),
+            round.to_le_bytes()
+        );
+    }
+    assert_eq!(
+        open_fds(),
+        fds_before,
+        "open descriptors grew over 1000 rounds"
+    );
+}
+
+macro_rules! collectives_test {
+    ($name:ident, $pes:expr) => {
+        #[test]
+        fn $name() {
+            if is_pe() {
+                return exercise_collectives();
+            }
+            Job::launch(stringify!($name), $pes)
+                .wait()
+                .assert_all_succeeded();
+        }
+    };
+}
+
+collectives_test!(collectives_on_1_pe, 1);
+collectives_test!(collectives_on_2_pes, 2);
+collectives_test!(collectives_on_4_pes, 4);
+collectives_test!(collectives_on_8_pes, 8);
+
+#[test]
+fn point_to_point_messages_arrive_in_order() {
+    if is_pe() {
+        let world = World::from_env().unwrap();
+        let (rank, size) = (world.rank(), world.size());
+        let plane = world.control();
+        for peer in 0..size {
+            for i in 0..50u32 {
+                plane
+                    .send(
+                        peer,
+                        7,
+                        &[&(rank as u32).to_le_bytes()[..], &i.to_le_bytes()].concat(),
+                    )
+                    .unwrap();
+            }
+        }
+        for peer in 0..size {
+            for i in 0..50u32 {
+                let message = plane.recv(peer, 7).unwrap();
+                assert_eq!(
+                    message,
+                    [&(peer as u32).to_le_bytes()[..], &i.to_le_bytes()].concat()
+                );
+            }
+        }
+        assert_eq!(plane.try_recv(0, 8).unwrap(), None);
+        plane.barrier().unwrap();
+        return;
+    }
+    Job::launch("point_to_point_messages_arrive_in_order", 3)
+        .wait()
+        .assert_all_succeeded();
+}
+
+#[test]
+fn concurrent_jobs_with_different_secrets_never_cross_talk() {
+    if is_pe() {
+        let token = std::env::var("HM_TEST_TOKEN").unwrap();
+        let world = World::from_env().unwrap();
+        for _ in 0..200 {
+            let tokens = world.control().allgather(token.as_bytes()).unwrap();
+            assert!(
+                tokens.iter().all(|t| t == token.as_bytes()),
+                "foreign token in {tokens:?}"
+            );
+        }
+        return;
+    }
+    let name = "concurrent_jobs_with_different_secrets_never_cross_talk";
+    let a = Job::launch_with(name, 3, Options::default().env("HM_TEST_TOKEN", "job-a"));
+    let b = Job::launch_with(name, 3, Options::default().env("HM_TEST_TOKEN", "job-b"));
+    a.wait().assert_all_succeeded();
+    b.wait().assert_all_succeeded();
+}
+
+/// Every rank loops over allgathers; `victim` SIGKILLs itself at round 5, so the others are
+/// inside an allgather when it dies. Survivors print the error they got.
+fn allgather_until_peer_dies() {
+    let world = World::from_env().unwrap();
+    let victim: usize = std::env::var("HM_TEST_VICTIM").unwrap().parse().unwrap();
+    for round in 0u32.. {
+        if round == 5 && world.rank() == victim {
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL)
+                .unwrap();
+        }
+        let started = Instant::now();
+        match world.control().allgather(&round.to_le_bytes()) {
+            Ok(_) => continue,
+            Err(error) => {
+                println!("KIND {:?}", error.kind());
+                println!("PEER {:?}", error.peer());
+                println!("WAITED_MS {}", started.elapsed().as_millis());
+                println!("MESSAGE {error}");
+                // The plane stays broken: later calls fail the same way, without waiting.
+                let again = world.control().barrier().unwrap_err();
+                assert_eq!(again.kind(), ErrorKind::PeerLost);
+                return;
+            }
+        }
+    }
+}
+
+fn assert_survivors_saw_peer_lost(job: Job, pes: usize, victim: usize) {
+    let result = job.wait();
+    for rank in (0..pes).filter(|&r| r != victim) {
+        let pe = result.pe(rank);
+        assert!(pe.status.success(), "{}", result.describe());
+        assert_eq!(
+            pe.lines_with("KIND "),
+            ["PeerLost"],
+            "{}",
+            result.describe()
+        );
+        assert_eq!(
+            pe.lines_with("PEER "),
+            [format!("Some({victim})")],
+            "{}",
+            result.describe()
+        );
+        let message = &pe.lines_with("MESSAGE ")[0];
+        assert!(
+            message.contains(&format!("peer rank {victim} was lost")),
+            "{message}"
+        );
+        assert!(message.contains("allgather failed"), "{message}");
+    }
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(result.pe(victim).status.signal(), Some(9));
+}
+
+#[test]
+fn killing_a_member_during_allgather_names_it_on_every_survivor() {
+    if is_pe() {
+        return allgather_until_peer_dies();
+    }
+    let job = Job::launch_with(
+        "killing_a_member_during_allgather_names_it_on_every_survivor",
+        4,
+        Options::default().env("HM_TEST_VICTIM", 2),
+    );
+    assert_survivors_saw_peer_lost(job, 4, 2);
+}
+
+#[test]
+fn killing_the_root_during_allgather_names_it_on_every_survivor() {
+    if is_pe() {
+        return allgather_until_peer_dies();
+    }
+    let job = Job::launch_with(
+        "killing_the_root_during_allgather_names_it_on_every_survivor",
+        4,
+        Options::default().env("HM_TEST_VICTIM", 0),
+    );
+    assert_survivors_saw_peer_lost(job, 4, 0);
+}
+
+#[test]
+fn a_member_that_never_arrives_is_named_at_the_deadline() {
+    if is_pe() {
+        let error = World::from_env().unwrap_err();
+        println!("KIND {:?}", error.kind());
+        println!("MESSAGE {error}");
+        return;
+    }
+    let result = Job::launch_with(
+        "a_member_that_never_arrives_is_named_at_the_deadline",
+        4,
+        Options::default().env(TIMEOUT_SEC, 2).absent(3),
+    )
+    .wait();
+    result.assert_all_succeeded();
+    for pe in &result.pes {
+        assert_eq!(pe.lines_with("KIND "), ["Timeout"], "{}", result.describe());
+        let message = &pe.lines_with("MESSAGE ")[0];
+        assert!(
+            message.contains("ranks [3]") && message.contains("never arrived"),
+            "{message}"
+        );
+    }
+}
+
+fn read_to_end_or_reset(stream: &mut TcpStream) -> Vec<u8> {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut bytes = Vec::new();
+    let _ = stream.read_to_end(&mut bytes);
+    bytes
+}
+
+#[test]
+fn strangers_are_dropped_and_the_rendezvous_goes_on() {
+    if is_pe() {
+        let world = World::from_env().unwrap();
+        let ranks = world.control().allgather(&[world.rank() as u8]).unwrap();
+        assert_eq!(ranks, vec![vec![0], vec![1], vec![2]]);
+        return;
+    }
+    let plan = JobPlan::new(3, &Config::default()).unwrap();
+    let endpoint = plan.id().endpoint();
+    // Connected before any PE exists, so they sit in the listen queue ahead of the real ranks.
+    let mut junk = TcpStream::connect(endpoint).unwrap();
+    junk.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut oversized = TcpStream::connect(endpoint).unwrap();
+    oversized
+        .write_all(&encode_header(Kind::Hello, 0, u32::MAX))
+        .unwrap();
+    let mut truncated = TcpStream::connect(endpoint).unwrap();
+    truncated
+        .write_all(&encode_header(Kind::Hello, 0, 100))
+        .unwrap();
+    truncated.write_all(&[0; 10]).unwrap();
+    let mut silent = TcpStream::connect(endpoint).unwrap();
+    let mut wrong_kind = TcpStream::connect(endpoint).unwrap();
+    write_frame(&mut wrong_kind, Kind::Contribute, 0, &[b"not a hello"]).unwrap();
+    let wrong_secret = std::thread::spawn(move || {
+        let foreign = UniqueId::new(endpoint, [0x5a; 16]);
+        ControlPlane::connect(1, 3, &foreign, None, Duration::from_secs(30)).unwrap_err()
+    });
+
+    let job = Job::launch_plan(
+        "strangers_are_dropped_and_the_rendezvous_goes_on",
+        &plan,
+        Options::default(),
+    );
+    drop(plan);
+    job.wait().assert_all_succeeded();
+
+    let error = wrong_secret.join().unwrap();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument);
+    assert!(error.to_string().contains("wrong secret"), "{error}");
+    // Junk is dropped without an answer; the silent one is dropped when the rendezvous ends.
+    for stream in [&mut junk, &mut oversized, &mut silent] {
+        assert_eq!(read_to_end_or_reset(stream), Vec::<u8>::new());
+    }
+    let answer = read_to_end_or_reset(&mut wrong_kind);
+    assert!(String::from_utf8_lossy(&answer).contains("expected a hello"));
+    let _ = read_to_end_or_reset(&mut truncated);
+}
+
+/// Each PE joins and reports the ranks it saw.
+fn join_and_gather() {
+    let world = World::from_env().unwrap();
+    let ranks = world.control().allgather(&[world.rank() as u8]).unwrap();
+    assert_eq!(ranks, vec![vec![0], vec![1], vec![2]]);
+}
+
+#[test]
+fn a_group_size_mismatch_is_rejected_and_the_rendezvous_goes_on() {
+    if is_pe() {
+        return join_and_gather();
+    }
+    let plan = JobPlan::new(3, &Config::default()).unwrap();
+    // Its hello is queued before any PE exists, so root rank 0 judges it during the rendezvous.
+    let impostor = ControlPlane::start_joining(2, 4, plan.id(), Duration::from_secs(30)).unwrap();
+    let job = Job::launch_plan(
+        "a_group_size_mismatch_is_rejected_and_the_rendezvous_goes_on",
+        &plan,
+        Options::default(),
+    );
+    drop(plan);
+    job.wait().assert_all_succeeded();
+    let error = impostor.finish().unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument);
+    assert!(error.to_string().contains("size mismatch"), "{error}");
+}
+
+#[test]
+fn a_duplicate_rank_is_rejected_and_the_rendezvous_goes_on() {
+    if is_pe() {
+        if std::env::var_os("HM_TEST_DUPLICATE").is_some() {
+            let error = World::from_env().unwrap_err();
+            println!("REJECTED {error}");
+            return;
+        }
+        return join_and_gather();
+    }
+    let plan = JobPlan::new(3, &Config::default()).unwrap();
+    // A thread of this test claims rank 1 before any PE exists; PE 1 comes second.
+    let first_claim =
+        ControlPlane::start_joining(1, 3, plan.id(), Duration::from_secs(30)).unwrap();
+    let first_claimant = std::thread::spawn(move || {
+        let plane = first_claim.finish().unwrap();
+        plane.allgather(&[1]).unwrap()
+    });
+    let job = Job::launch_plan(
+        "a_duplicate_rank_is_rejected_and_the_rendezvous_goes_on",
+        &plan,
+        Options::default().rank_env(1, "HM_TEST_DUPLICATE", 1),
+    );
+    drop(plan);
+    let result = job.wait();
+    result.assert_all_succeeded();
+    assert_eq!(
+        first_claimant.join().unwrap(),
+        vec![vec![0], vec![1], vec![2]]
+    );
+    let rejected = result.pe(1).lines_with("REJECTED ");
+    assert_eq!(rejected.len(), 1, "{}", result.describe());
+    assert!(rejected[0].contains("duplicate rank"), "{}", rejected[0]);
+}
+
+#[test]
+fn disjoint_subgroups_run_collectives_at_the_same_time() {
+    if is_pe() {
+        let world = World::from_env().unwrap();
+        // Ordered groups: group rank 0 of [1, 0] is world rank 1.
+        let members: &[usize] = if world.rank() < 2 { &[1, 0] } else { &[3, 2] };
+        let group = world.new_group(members).unwrap();
+        assert_eq!(group.world_rank(group.rank()), Some(world.rank()));
+        for round in 0..300u32 {
+            let mine = [&round.to_le_bytes()[..], &[world.rank() as u8]].concat();
+            let gathered = group.control().allgather(&mine).unwrap();
+            for (group_rank, part) in gathered.iter().enumerate() {
+                let expected = [&round.to_le_bytes()[..], &[members[group_rank] as u8]].concat();
+                assert_eq!(part, &expected);
+            }
+        }
+        let root = group.control().broadcast(&[world.rank() as u8]).unwrap();
+        assert_eq!(root, vec![members[0] as u8]);
+        world.control().barrier().unwrap();
+        return;
+    }
+    Job::launch("disjoint_subgroups_run_collectives_at_the_same_time", 4)
+        .wait()
+        .assert_all_succeeded();
+}
+
+#[test]
+fn a_group_root_that_cannot_create_the_id_fails_every_member() {
+    if is_pe() {
+        let world = World::from_env().unwrap();
+        if world.rank() != 0 {
+            let error = world.new_group(&[1, 2, 3]).unwrap_err();
+            println!("ERROR {error}");
+        }
+        // The world plane is still fine.
+        world.control().barrier().unwrap();
+        return;
+    }
+    // Group rank 0 (world rank 1) is told to listen on a port this test already holds.
+    let occupied = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("tcp://{}", occupied.local_addr().unwrap());
+    let result = Job::launch_with(
+        "a_group_root_that_cannot_create_the_id_fails_every_member",
+        4,
+        Options::default().rank_env(1, BOOTSTRAP_ENDPOINT, endpoint),
+    )
+    .wait();
+    result.assert_all_succeeded();
+    for rank in 1..4 {
+        let errors = result.pe(rank).lines_with("ERROR ");
+        assert_eq!(errors.len(), 1, "{}", result.describe());
+        assert!(
+            errors[0]
+                .contains("group rank 0 (world rank 1) could not create the group's unique ID"),
+            "{}",
+            errors[0]
+        );
+    }
+    drop(occupied);
+}
