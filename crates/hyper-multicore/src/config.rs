@@ -299,6 +299,18 @@ mod tests {
     }
 
     #[test]
+    fn the_configuration_page_lists_every_variable() {
+        let page = include_str!("../../../docs/configuration.md");
+        for variable in VARIABLES {
+            assert!(
+                page.contains(variable.name),
+                "docs/configuration.md misses {}",
+                variable.name
+            );
+        }
+    }
+
+    #[test]
     fn defaults_apply_when_unset() {
         assert_eq!(Config::from_lookup(|_| None).unwrap(), Config::default());
     }

@@ -40,6 +40,19 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [ErrorKind; 9] = [
+        ErrorKind::InvalidState,
+        ErrorKind::InvalidConfig,
+        ErrorKind::InvalidArgument,
+        ErrorKind::Unsupported,
+        ErrorKind::DoubleFree,
+        ErrorKind::Backend,
+        ErrorKind::Timeout,
+        ErrorKind::PeerLost,
+        ErrorKind::Protocol,
+    ];
+
     /// A short lower-case name, used in messages and in the Python front.
     pub fn name(self) -> &'static str {
         match self {
@@ -172,5 +185,21 @@ impl std::error::Error for Error {
         self.source
             .as_deref()
             .map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_errors_page_explains_every_kind() {
+        let page = include_str!("../../../docs/errors.md");
+        for kind in ErrorKind::ALL {
+            assert!(
+                page.contains(&format!("`{kind:?}`")),
+                "docs/errors.md misses {kind:?}"
+            );
+        }
     }
 }
