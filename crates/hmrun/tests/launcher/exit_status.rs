@@ -1,0 +1,78 @@
+//! hmrun's exit status follows the first failing rank, and a failure, a timeout or a rank
+//! ignoring SIGTERM ends the whole job with nothing left running.
+
+use rustix::fs::{mknodat, FileType, Mode, CWD};
+
+use crate::support::{assert_nothing_left, run, TempDir};
+
+#[test]
+fn a_job_whose_ranks_all_succeed_exits_zero() {
+    let finished = run("success", &["-n", "4", "sh", "-c", "exit 0"]);
+    assert_eq!(finished.code(), 0, "{finished:#?}");
+    assert!(finished.stderr.is_empty(), "{finished:#?}");
+}
+
+#[test]
+fn the_first_failure_sets_the_exit_code_and_stops_the_others() {
+    // The other ranks would sleep for a minute; the shell and its `sleep` both must go.
+    let script = r#"[ "$RANK" = 2 ] && exit 3; echo sleeping; sleep 60"#;
+    let finished = run("fail-fast", &["-n", "4", "sh", "-c", script]);
+    assert_eq!(finished.code(), 3, "{finished:#?}");
+    assert_eq!(
+        finished.stderr_lines(),
+        ["hmrun: rank 2 exited with status 3; stopping the other 3 ranks"]
+    );
+    assert_nothing_left(&finished.marker);
+}
+
+#[test]
+fn a_rank_killed_by_a_signal_gives_128_plus_its_number() {
+    let script = r#"[ "$RANK" = 1 ] && kill -9 $$; sleep 60"#;
+    let finished = run("killed-rank", &["-n", "2", "sh", "-c", script]);
+    assert_eq!(finished.code(), 137, "{finished:#?}");
+    assert_eq!(
+        finished.stderr_lines(),
+        ["hmrun: rank 1 was killed by signal 9 (SIGKILL); stopping the other rank"]
+    );
+    assert_nothing_left(&finished.marker);
+}
+
+#[test]
+fn the_timeout_stops_the_job_with_124() {
+    let finished = run("timeout", &["-n", "2", "--timeout", "1", "sleep", "60"]);
+    assert_eq!(finished.code(), 124, "{finished:#?}");
+    assert_eq!(
+        finished.stderr_lines(),
+        ["hmrun: job exceeded --timeout 1 s; stopping 2 ranks"]
+    );
+    assert_nothing_left(&finished.marker);
+}
+
+#[test]
+fn a_rank_ignoring_sigterm_is_killed_after_the_grace_period() {
+    // Rank 0 fails only once rank 1 ignores SIGTERM: rank 1 writes to the FIFO after `trap`,
+    // and rank 0 blocks reading it.
+    let dir = TempDir::new("grace");
+    let fifo = dir.path().join("rank1-ignores-term");
+    mknodat(CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o600), 0).expect("mkfifo");
+    let script = r#"
+        if [ "$RANK" = 0 ]; then read ready < "$1"; exit 5; fi
+        trap '' TERM
+        echo ignoring > "$1"
+        sleep 60
+    "#;
+    let fifo = fifo.to_str().unwrap();
+    let finished = run(
+        "grace",
+        &["-n", "2", "--grace", "0.2", "sh", "-c", script, "sh", fifo],
+    );
+    assert_eq!(finished.code(), 5, "{finished:#?}");
+    assert_eq!(
+        finished.stderr_lines(),
+        [
+            "hmrun: rank 0 exited with status 5; stopping the other rank",
+            "hmrun: 1 rank still running 0.2 s after SIGTERM; sending SIGKILL",
+        ]
+    );
+    assert_nothing_left(&finished.marker);
+}
