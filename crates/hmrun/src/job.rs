@@ -9,7 +9,8 @@
 //! - the [`SignalRelay`], which reports SIGINT, SIGTERM and SIGHUP sent to hmrun.
 //!
 //! The channel's deadline is the `--timeout` while the job runs, then the end of the grace
-//! period while it is being stopped. Output is copied by the [`crate::output`] threads.
+//! period while it is being stopped. Stopping means SIGTERM, then SIGKILL `--grace` seconds
+//! later; after hmrun has forwarded a signal, that signal stands for the SIGTERM. Output is copied by the [`crate::output`] threads.
 //!
 //! Each rank runs in its own process group, so a signal reaches everything the rank started
 //! (the shell of an `sh -c` script and its commands alike), and when a rank's main process has
@@ -117,6 +118,8 @@ struct Job {
     ranks: Vec<Rank>,
     /// Output copiers and waiters; all end once every rank is reaped.
     threads: Vec<JoinHandle<()>>,
+    /// Whether a signal of hmrun's has been forwarded to the ranks: they were asked to stop.
+    asked_to_stop: bool,
 }
 
 impl Job {
@@ -127,15 +130,21 @@ impl Job {
         let mut job = Job {
             ranks: Vec::with_capacity(spec.processes),
             threads: Vec::with_capacity(3 * spec.processes),
+            asked_to_stop: false,
         };
         for rank in 0..spec.processes {
             if let Err(err) = job.start_rank(&plan, rank, spec, events) {
+                let started = job.ranks.len();
                 job.finish();
-                return Err(err.context(format!(
+                let mut context = format!(
                     "cannot start rank {rank} of {} ('{}')",
                     spec.processes,
                     spec.program.display()
-                )));
+                );
+                if started > 0 {
+                    context += &format!("; killed the {} already started", ranks(started));
+                }
+                return Err(err.context(context));
             }
         }
         // `plan` drops here, closing hmrun's copy of rank 0's listener.
@@ -212,12 +221,9 @@ impl Job {
                 (Some(Event::Exited(rank)), _) => {
                     let status = self.reap(rank)?;
                     if let (Phase::Running, Some(code)) = (&phase, failure_code(status)) {
-                        eprintln!(
-                            "hmrun: rank {rank} {}{}",
-                            describe(status),
-                            stopping_the_others(self.running())
-                        );
+                        let others = stopping_the_others(self.running());
                         phase = self.stop(code, spec.grace);
+                        eprintln!("hmrun: rank {rank} {}{others}", describe(status));
                     }
                 }
                 (Some(Event::Signal(signal)), _) => {
@@ -227,14 +233,15 @@ impl Job {
                         ranks(self.running())
                     );
                     self.signal_all(signal);
+                    self.asked_to_stop = true;
                 }
                 (None, Phase::Running) => {
+                    phase = self.stop(TIMEOUT_EXIT_CODE, spec.grace);
                     eprintln!(
                         "hmrun: job exceeded --timeout {} s; stopping {}",
                         spec.timeout.map_or(0.0, |timeout| timeout.as_secs_f64()),
                         ranks(self.running())
                     );
-                    phase = self.stop(TIMEOUT_EXIT_CODE, spec.grace);
                 }
                 (None, Phase::Stopping { exit_code, .. }) => {
                     eprintln!(
@@ -256,9 +263,13 @@ impl Job {
         })
     }
 
-    /// Starts stopping the job: SIGTERM to every rank now, SIGKILL after `grace`.
+    /// Starts stopping the job: SIGTERM to every rank now, SIGKILL after `grace`. Ranks that
+    /// got a forwarded signal are stopping already; a SIGTERM could cut their own shutdown short
+    /// (a Ctrl-C handler writing a checkpoint), so they only get the grace period.
     fn stop(&self, exit_code: u8, grace: Duration) -> Phase {
-        self.signal_all(Signal::TERM);
+        if !self.asked_to_stop {
+            self.signal_all(Signal::TERM);
+        }
         Phase::Stopping {
             exit_code,
             kill_at: Instant::now().checked_add(grace),

@@ -15,6 +15,8 @@
 //!   own process group and signals go to the whole group, so a rank's children get them too
 //!   (exactly once: the terminal's Ctrl-C reaches hmrun alone).
 //! - When a rank fails, the others get SIGTERM and, `--grace` seconds later, SIGKILL (see [`job`]).
+//!   If hmrun has already forwarded a signal, that signal counts as the SIGTERM: the ranks finish
+//!   their own shutdown undisturbed until the grace period ends.
 //!   The ranks also die when hmrun is killed.
 //!
 //! Exit status: 0 when every rank exited 0; else the first failing rank's status (128 + the
@@ -58,7 +60,7 @@ struct Cli {
     #[arg(long, value_name = "S", value_parser = parse_seconds)]
     timeout: Option<Duration>,
 
-    /// Seconds between SIGTERM and SIGKILL when the ranks are stopped.
+    /// Seconds a stopping rank gets between SIGTERM (or a signal hmrun forwarded) and SIGKILL.
     #[arg(long, value_name = "S", value_parser = parse_seconds, default_value = "2")]
     grace: Duration,
 

@@ -1,9 +1,11 @@
 //! hmrun's exit status follows the first failing rank, and a failure, a timeout or a rank
 //! ignoring SIGTERM ends the whole job with nothing left running.
 
+use std::os::unix::fs::PermissionsExt;
+
 use rustix::fs::{mknodat, FileType, Mode, CWD};
 
-use crate::support::{assert_nothing_left, run, TempDir};
+use crate::support::{assert_nothing_left, run, start_wrapped, TempDir};
 
 #[test]
 fn a_job_whose_ranks_all_succeed_exits_zero() {
@@ -74,5 +76,51 @@ fn a_rank_ignoring_sigterm_is_killed_after_the_grace_period() {
             "hmrun: 1 rank still running 0.2 s after SIGTERM; sending SIGKILL",
         ]
     );
+    assert_nothing_left(&finished.marker);
+}
+
+#[test]
+fn a_program_that_cannot_be_executed_fails_before_anything_runs() {
+    // Executable, so it passes the up-front check, but its interpreter does not exist.
+    let dir = TempDir::new("bad-interpreter");
+    let script = dir.path().join("script");
+    std::fs::write(&script, "#!/nonexistent/interpreter\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let finished = run("bad-interpreter", &["-n", "2", script.to_str().unwrap()]);
+    assert_eq!(finished.code(), 1, "{finished:#?}");
+    let expected = format!("hmrun: cannot start rank 0 of 2 ('{}'): ", script.display());
+    assert!(
+        finished.stderr_text().starts_with(&expected),
+        "{finished:#?}"
+    );
+}
+
+#[test]
+fn a_rank_that_cannot_be_started_midway_takes_the_started_ones_down() {
+    // With 16 descriptors hmrun runs out of pipes after a few of the 10 ranks.
+    let job = start_wrapped(
+        "spawn-midway",
+        &["sh", "-c", r#"ulimit -n 16 && exec "$@""#, "sh"],
+        &["-n", "10", "sleep", "60"],
+        &[],
+    );
+    let finished = job.finish();
+    assert_eq!(finished.code(), 1, "{finished:#?}");
+    let stderr = finished.stderr_text();
+    let failed_rank: usize = stderr
+        .strip_prefix("hmrun: cannot start rank ")
+        .and_then(|rest| rest.split_once(' '))
+        .and_then(|(rank, _)| rank.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected message: {finished:#?}"));
+    assert!(failed_rank > 0, "no rank was started before: {finished:#?}");
+    let started = match failed_rank {
+        1 => "1 rank".to_string(),
+        n => format!("{n} ranks"),
+    };
+    assert!(
+        stderr.contains(&format!("; killed the {started} already started: ")),
+        "{finished:#?}"
+    );
+    assert!(stderr.contains("Too many open files"), "{finished:#?}");
     assert_nothing_left(&finished.marker);
 }

@@ -109,8 +109,22 @@ fn lines(bytes: &[u8]) -> Vec<String> {
 
 /// Starts `hmrun ARGS` with `envs` added to its environment; `name` goes into the marker.
 pub fn start(name: &str, args: &[&str], envs: &[(&str, &str)]) -> Job {
+    start_wrapped(name, &[], args, envs)
+}
+
+/// Starts `WRAPPER... hmrun ARGS`, where the wrapper command must end by `exec`-ing hmrun, so
+/// that the process the watchdog kills is hmrun.
+pub fn start_wrapped(name: &str, wrapper: &[&str], args: &[&str], envs: &[(&str, &str)]) -> Job {
     let marker = new_marker(name);
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hmrun"));
+    let hmrun = env!("CARGO_BIN_EXE_hmrun");
+    let mut command = match wrapper.split_first() {
+        None => Command::new(hmrun),
+        Some((program, wrapper_args)) => {
+            let mut command = Command::new(program);
+            command.args(wrapper_args).arg(hmrun);
+            command
+        }
+    };
     command
         .args(args)
         .env(MARKER_VARIABLE, &marker)
@@ -204,6 +218,15 @@ impl Job {
                 self.fail(&format!(
                     "hmrun ended before {count} ranks printed {line:?}"
                 ));
+            }
+        }
+    }
+
+    /// Waits until hmrun's stderr contains `text`.
+    pub fn wait_for_stderr(&mut self, text: &str) {
+        while !String::from_utf8_lossy(&self.stderr).contains(text) {
+            if !self.next_report() {
+                self.fail(&format!("hmrun ended before printing {text:?}"));
             }
         }
     }
