@@ -10,7 +10,8 @@
 //!
 //! The channel's deadline is the `--timeout` while the job runs, then the end of the grace
 //! period while it is being stopped. Stopping means SIGTERM, then SIGKILL `--grace` seconds
-//! later; after hmrun has forwarded a signal, that signal stands for the SIGTERM. Output is copied by the [`crate::output`] threads.
+//! later; after hmrun has forwarded a signal, that signal stands for the SIGTERM. Output is
+//! copied by the [`crate::output`] threads.
 //!
 //! Each rank runs in its own process group, so a signal reaches everything the rank started
 //! (the shell of an `sh -c` script and its commands alike), and when a rank's main process has
@@ -47,7 +48,7 @@ use crate::signals::SignalRelay;
 pub const TIMEOUT_EXIT_CODE: u8 = 124;
 
 /// What to run, how many times, and how to stop it.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct JobSpec {
     /// Number of ranks.
     pub processes: usize,
@@ -245,7 +246,7 @@ impl Job {
                 }
                 (None, Phase::Stopping { exit_code, .. }) => {
                     eprintln!(
-                        "hmrun: {} still running {} s after SIGTERM; sending SIGKILL",
+                        "hmrun: {} still running after the {} s grace period; sending SIGKILL",
                         ranks(self.running()),
                         spec.grace.as_secs_f64()
                     );

@@ -13,11 +13,13 @@
 //!   (see [`output`]). The ranks' stdin is `/dev/null`.
 //! - SIGINT, SIGTERM and SIGHUP sent to hmrun are forwarded to every rank. Each rank runs in its
 //!   own process group and signals go to the whole group, so a rank's children get them too
-//!   (exactly once: the terminal's Ctrl-C reaches hmrun alone).
+//!   (exactly once: the terminal's Ctrl-C reaches hmrun alone). When a rank's main process ends,
+//!   whatever it left running in its group is killed.
 //! - When a rank fails, the others get SIGTERM and, `--grace` seconds later, SIGKILL (see [`job`]).
 //!   If hmrun has already forwarded a signal, that signal counts as the SIGTERM: the ranks finish
 //!   their own shutdown undisturbed until the grace period ends.
-//!   The ranks also die when hmrun is killed.
+//! - The ranks die with hmrun, even if it is killed with SIGKILL (`PR_SET_PDEATHSIG`); processes
+//!   the ranks started themselves are not covered by that.
 //!
 //! Exit status: 0 when every rank exited 0; else the first failing rank's status (128 + the
 //! signal number if a signal killed it); 124 after `--timeout`; 2 for bad arguments or
@@ -49,7 +51,7 @@ const USAGE_EXIT_CODE: u8 = 2;
     version,
     after_help = "Exit status: 0 if every rank exited 0; else the first failing rank's status \
                   (128 + signal number if a signal killed it); 124 after --timeout; 2 for bad \
-                  arguments; 1 if hmrun itself fails."
+                  arguments or configuration; 1 if hmrun itself fails."
 )]
 struct Cli {
     /// Number of processes (ranks) to start.

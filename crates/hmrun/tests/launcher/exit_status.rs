@@ -73,7 +73,7 @@ fn a_rank_ignoring_sigterm_is_killed_after_the_grace_period() {
         finished.stderr_lines(),
         [
             "hmrun: rank 0 exited with status 5; stopping the other rank",
-            "hmrun: 1 rank still running 0.2 s after SIGTERM; sending SIGKILL",
+            "hmrun: 1 rank still running after the 0.2 s grace period; sending SIGKILL",
         ]
     );
     assert_nothing_left(&finished.marker);
