@@ -1,0 +1,8 @@
+//! End-to-end tests of `hmrun`: real processes, each test under a watchdog (see [`support`]).
+
+mod arguments;
+mod environment;
+mod exit_status;
+mod output;
+mod signals;
+mod support;
