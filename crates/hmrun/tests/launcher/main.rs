@@ -4,5 +4,6 @@ mod arguments;
 mod environment;
 mod exit_status;
 mod output;
+mod runtime_job;
 mod signals;
 mod support;
