@@ -1,0 +1,52 @@
+//! `hm-bench`: the benchmark harness of hyper_multicore.
+//!
+//! Each benchmark family is a subcommand whose driver launches a job of PEs of this very binary
+//! (through [`hyper_multicore::launch::JobPlan`], not `hmrun`), collects the JSON lines they
+//! print, and reports one row per operation and PE count, next to a reference measured in the
+//! same run. The PEs run a hidden `pe-…` subcommand of the same family.
+//!
+//! ```text
+//! cargo run --release -p hm-bench -- control                # table
+//! cargo run --release -p hm-bench -- control --json --quick --pes 2,4
+//! ```
+
+#![deny(unsafe_code)]
+#![warn(clippy::missing_docs_in_private_items)]
+
+mod control;
+mod launch;
+mod reference;
+mod report;
+mod stats;
+
+use clap::{Parser, Subcommand};
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "hm-bench",
+    version,
+    about = "Benchmarks of the hyper_multicore runtime"
+)]
+struct Cli {
+    /// Which benchmark family to run.
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The benchmark families, and the hidden PE side of each.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Control plane: rendezvous, barrier, allgather and broadcast for each PE count.
+    Control(control::DriverArgs),
+    /// One PE of a control-plane job (started by `control`, not by hand).
+    #[command(hide = true)]
+    PeControl(control::PeArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Control(args) => control::drive(&args),
+        Command::PeControl(args) => control::run_pe(&args),
+    }
+}
