@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use hyper_multicore::config::{Config, TIMEOUT_SEC};
 use hyper_multicore::launch::JobPlan;
+use hyper_multicore::world::World;
 use rustix::process::{kill_process, Pid, Signal};
 
 /// Set in the environment of every PE a test launches.
@@ -45,6 +46,45 @@ pub fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd")
         .map(|d| d.count())
         .unwrap_or(0)
+}
+
+/// Counts this process's mappings of hyper_multicore heap segments.
+pub fn heap_mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .map(|maps| {
+            maps.lines()
+                .filter(|l| l.contains("hyper_multicore-heap"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Joins the world from the environment and initializes a runtime over all of it with
+/// `heap_size` bytes per PE: root rank 0 creates the unique ID, the world's control plane
+/// carries it to the others.
+pub fn start_runtime(
+    heap_size: Option<u64>,
+) -> hyper_multicore::Result<(World, hyper_multicore::shmem::Shmem)> {
+    let world = World::from_env()?;
+    let shmem = initialize_over(&world, heap_size)?;
+    Ok((world, shmem))
+}
+
+/// Initializes a runtime over every rank of `world` (a collective call).
+pub fn initialize_over(
+    world: &World,
+    heap_size: Option<u64>,
+) -> hyper_multicore::Result<hyper_multicore::shmem::Shmem> {
+    use hyper_multicore::control::UniqueId;
+    use hyper_multicore::shmem::Shmem;
+    let (bytes, listener) = if world.rank() == 0 {
+        let (id, listener) = Shmem::get_unique_id(world.config())?;
+        (world.control().broadcast(&id.to_bytes())?, Some(listener))
+    } else {
+        (world.control().broadcast(&[])?, None)
+    };
+    let id = UniqueId::from_bytes(&bytes)?;
+    Shmem::initialize(world.rank(), world.size(), &id, listener, heap_size)
 }
 
 /// Counts this process's threads.

@@ -339,6 +339,21 @@ impl ControlPlane {
         })
     }
 
+    /// Registers `hook` to run once, from whichever thread notices, when the plane breaks (a
+    /// peer lost, collective calls mismatched …); it runs at once if the plane is broken
+    /// already. The hook receives the error kind, the peer it is about (if any) and the message.
+    /// Keep hooks short and non-blocking: they run on the router thread.
+    pub fn on_break(&self, hook: impl Fn(ErrorKind, Option<usize>, &str) + Send + Sync + 'static) {
+        self.shared.on_break(Box::new(move |wire: &WireError| {
+            hook(wire.kind, wire.peer.map(|p| p as usize), &wire.message)
+        }));
+    }
+
+    /// The reason the plane is broken, if it is.
+    pub fn broken(&self) -> Option<Error> {
+        self.check_usable("control plane").err()
+    }
+
     /// Closes the plane: says goodbye to the peers and stops the router thread. Idempotent;
     /// also done on drop.
     pub fn close(&mut self) {

@@ -91,11 +91,23 @@ pub(crate) struct Inbox {
     pub(crate) closing: bool,
 }
 
-/// The inbox and the condition variable its waiters sleep on.
-#[derive(Debug, Default)]
+/// Called once when the plane breaks, from whichever thread noticed.
+pub(crate) type BreakHook = Box<dyn Fn(&WireError) + Send + Sync>;
+
+/// The inbox, the condition variable its waiters sleep on, and the break hooks.
+#[derive(Default)]
 pub(crate) struct Shared {
     inbox: Mutex<Inbox>,
     changed: Condvar,
+    hooks: Mutex<Vec<BreakHook>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("inbox", &self.inbox)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it (the inbox stays
@@ -116,6 +128,7 @@ impl Shared {
         Shared {
             inbox: Mutex::new(inbox),
             changed: Condvar::new(),
+            hooks: Mutex::new(Vec::new()),
         }
     }
 
@@ -151,12 +164,35 @@ impl Shared {
 
     /// Records why the plane broke (the first reason wins); returns the reason in force.
     pub(crate) fn break_with(&self, error: &Error) -> WireError {
-        self.update(|inbox| {
-            inbox
-                .broken
-                .get_or_insert_with(|| WireError::from_error(error))
-                .clone()
-        })
+        self.break_with_wire(WireError::from_error(error))
+    }
+
+    /// [`Shared::break_with`] for a reason received from a peer. The first time the plane
+    /// breaks, every hook runs.
+    pub(crate) fn break_with_wire(&self, wire: WireError) -> WireError {
+        let (reason, first) = self.update(|inbox| match &inbox.broken {
+            Some(existing) => (existing.clone(), false),
+            None => {
+                inbox.broken = Some(wire.clone());
+                (wire, true)
+            }
+        });
+        if first {
+            for hook in lock(&self.hooks).iter() {
+                hook(&reason);
+            }
+        }
+        reason
+    }
+
+    /// Adds a hook run when the plane breaks (at once if it is broken already).
+    pub(crate) fn on_break(&self, hook: BreakHook) {
+        let mut hooks = lock(&self.hooks);
+        let broken = lock(&self.inbox).broken.clone();
+        match broken {
+            Some(reason) => hook(&reason),
+            None => hooks.push(hook),
+        }
     }
 }
 
@@ -394,10 +430,8 @@ impl MemberRouter {
                 None => self.lose_root("root rank 0 forwarded a truncated message".into()),
             },
             Kind::Abort => {
-                let wire = WireError::decode(&frame.payload);
-                self.shared.update(|inbox| {
-                    inbox.broken.get_or_insert(wire);
-                });
+                self.shared
+                    .break_with_wire(WireError::decode(&frame.payload));
             }
             Kind::Bye => self.shared.update(|inbox| inbox.root_departed = true),
             other => self.lose_root(format!("root rank 0 sent an unexpected {other:?} frame")),

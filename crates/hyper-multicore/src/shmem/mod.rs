@@ -1,3 +1,56 @@
-//! Symmetric memory.
+//! Symmetric memory: the native runtime of one process ([`Shmem`]), its heap, data plane and
+//! collectives.
+//!
+//! ```no_run
+//! use hyper_multicore::shmem::{Shmem, SignalOp, Comparison};
+//! use hyper_multicore::world::World;
+//!
+//! let world = World::from_env()?;
+//! // Root rank 0 creates the unique ID; the world's control plane distributes it.
+//! let (id, listener) = if world.rank() == 0 {
+//!     let (id, listener) = Shmem::get_unique_id(world.config())?;
+//!     (world.control().broadcast(&id.to_bytes())?, Some(listener))
+//! } else {
+//!     (world.control().broadcast(&[])?, None)
+//! };
+//! let id = hyper_multicore::control::UniqueId::from_bytes(&id)?;
+//! let shmem = Shmem::initialize(world.rank(), world.size(), &id, listener, Some(64 << 20))?;
+//! let data = shmem.allocate::<u64>(8, None)?;
+//! let flag = shmem.allocate::<u64>(1, None)?;
+//! shmem.barrier()?;
+//! let next = (shmem.rank() + 1) % shmem.size();
+//! shmem.put_signal(&data, &[shmem.rank() as u64; 8], &flag, 1, SignalOp::Set, next)?;
+//! shmem.wait_signal(&flag, 1, Comparison::Eq, None)?;
+//! shmem.barrier()?;
+//! shmem.free(flag)?;
+//! shmem.free(data)?;
+//! shmem.shutdown().map_err(|e| e.error().to_string()).unwrap();
+//! # Ok::<(), hyper_multicore::Error>(())
+//! ```
+//!
+//! Protocol facts: signal words written concurrently should be at least 64 bytes apart (the
+//! default alignment of every allocation is 64, so separately allocated words are); every rank
+//! must initialise a slot and pass a barrier before any peer writes into it remotely.
 
+mod allocation;
 pub(crate) mod allocator;
+mod collectives;
+pub(crate) mod converge;
+mod data;
+mod handoff;
+mod process;
+mod runtime;
+mod segment;
+pub(crate) mod sync;
+
+pub use allocation::{
+    Allocation, AllocationId, AllocationRecord, AllocationSpec, Dtype, Element, Region, Symmetric,
+    View,
+};
+pub use collectives::{ReduceOp, Reducible};
+pub use data::{AtomicWord, Comparison, SignalOp};
+pub use process::{latest_failure, runtime_state, FailureRecord, RuntimeState};
+pub use runtime::{
+    debug_state_inactive, AllocationSummary, DebugState, EffectiveConfig, HeapUsage, Shmem,
+    ShutdownError, DEFAULT_ALIGNMENT,
+};

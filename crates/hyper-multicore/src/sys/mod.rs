@@ -5,5 +5,7 @@
 
 #![allow(unsafe_code)]
 
+pub(crate) mod futex;
 pub(crate) mod inherited_fd;
+pub(crate) mod mapping;
 pub(crate) mod spawn;

@@ -1,0 +1,220 @@
+//! Collectives over the root, on the shared mapping: barrier, all-gather, broadcast,
+//! all-to-all and all-reduce. Each moves the data with direct copies into (or out of) the
+//! peers' heaps and synchronises with the shared-memory barrier, so no byte crosses the
+//! control plane.
+
+use std::time::Instant;
+
+use super::allocation::{Element, Symmetric};
+use super::runtime::Shmem;
+use super::sync::{self, WaitPolicy};
+use crate::error::{ErrorKind, Result};
+
+/// Reduction operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// Sum (wrapping for integers).
+    Sum,
+    /// Minimum.
+    Min,
+    /// Maximum.
+    Max,
+}
+
+/// Element types that all-reduce supports.
+pub trait Reducible: Element + PartialOrd {
+    /// Combines two values.
+    fn combine(self, other: Self, op: ReduceOp) -> Self;
+}
+
+macro_rules! reducible_integers {
+    ($($ty:ty),*) => {$(
+        impl Reducible for $ty {
+            fn combine(self, other: Self, op: ReduceOp) -> Self {
+                match op {
+                    ReduceOp::Sum => self.wrapping_add(other),
+                    ReduceOp::Min => self.min(other),
+                    ReduceOp::Max => self.max(other),
+                }
+            }
+        }
+    )*};
+}
+reducible_integers!(i32, i64, u32, u64);
+
+macro_rules! reducible_floats {
+    ($($ty:ty),*) => {$(
+        impl Reducible for $ty {
+            fn combine(self, other: Self, op: ReduceOp) -> Self {
+                match op {
+                    ReduceOp::Sum => self + other,
+                    ReduceOp::Min => self.min(other),
+                    ReduceOp::Max => self.max(other),
+                }
+            }
+        }
+    )*};
+}
+reducible_floats!(f32, f64);
+
+impl Shmem {
+    /// Waits until every PE of the root has called `barrier`; every put made before it is
+    /// visible after it.
+    pub fn barrier(&self) -> Result<()> {
+        self.data_barrier("barrier")
+    }
+
+    pub(crate) fn data_barrier(&self, operation: &str) -> Result<()> {
+        self.quiet();
+        let started = Instant::now();
+        let policy = WaitPolicy {
+            spin: self.spin,
+            deadline: started + self.config.timeout,
+        };
+        let control = self.segment.control();
+        let outcome = sync::barrier(&control.barrier, self.size as u32, &control.abort, &policy);
+        self.wait_outcome(
+            operation,
+            outcome,
+            started,
+            "not every PE reached the barrier",
+        )
+    }
+
+    /// Gathers every PE's `input` into every PE's `output`, in rank order: `output` holds
+    /// `size × input.len()` elements. A zero-length input is a validated no-op.
+    pub fn all_gather<T: Element>(&self, output: &impl Symmetric<T>, input: &[T]) -> Result<()> {
+        const OP: &str = "all_gather";
+        let expected = input.len().checked_mul(self.size);
+        if expected != Some(output.len()) {
+            return Err(self.error(
+                ErrorKind::InvalidArgument,
+                OP,
+                format!(
+                    "the output holds {} elements but {} PEs × {} input elements need {}",
+                    output.len(),
+                    self.size,
+                    input.len(),
+                    input.len() * self.size
+                ),
+            ));
+        }
+        if input.is_empty() {
+            // Validated above on every rank; nothing moves, so no synchronisation is needed.
+            return self.check_generation(OP, output.region().id);
+        }
+        let slot = self.block(output, self.rank, input.len())?;
+        for pe in 0..self.size {
+            self.put(&slot, input, pe)?;
+        }
+        self.data_barrier(OP)
+    }
+
+    /// Copies `source` from PE `root` into every PE's `target` (`source` is ignored elsewhere).
+    pub fn broadcast<T: Element>(
+        &self,
+        target: &impl Symmetric<T>,
+        source: &[T],
+        root: usize,
+    ) -> Result<()> {
+        const OP: &str = "broadcast";
+        if root >= self.size {
+            return Err(self.error(
+                ErrorKind::InvalidArgument,
+                OP,
+                format!(
+                    "root PE {root} is out of range for a root of {} PEs",
+                    self.size
+                ),
+            ));
+        }
+        if self.rank == root {
+            for pe in 0..self.size {
+                self.put(target, source, pe)?;
+            }
+        }
+        self.data_barrier(OP)
+    }
+
+    /// Sends block `j` of `source` to PE `j`, which stores it as block `self.rank()` of its
+    /// `target`; both hold `size × block` elements.
+    pub fn all_to_all<T: Element>(&self, target: &impl Symmetric<T>, source: &[T]) -> Result<()> {
+        const OP: &str = "all_to_all";
+        if source.len() != target.len() || source.len() % self.size != 0 {
+            return Err(self.error(
+                ErrorKind::InvalidArgument,
+                OP,
+                format!(
+                    "source ({}) and target ({}) must hold the same number of elements, a \
+                     multiple of the {} PEs",
+                    source.len(),
+                    target.len(),
+                    self.size
+                ),
+            ));
+        }
+        let block = source.len() / self.size;
+        let slot = self.block(target, self.rank, block)?;
+        for (pe, chunk) in source.chunks(block.max(1)).enumerate().take(self.size) {
+            self.put(&slot, chunk, pe)?;
+        }
+        self.data_barrier(OP)
+    }
+
+    /// Combines every PE's `source` element-wise with `op` into every PE's `target` (same
+    /// length). `target` and `source` may be the same allocation.
+    pub fn all_reduce<T: Reducible>(
+        &self,
+        target: &impl Symmetric<T>,
+        source: &impl Symmetric<T>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        const OP: &str = "all_reduce";
+        if source.len() != target.len() {
+            return Err(self.error(
+                ErrorKind::InvalidArgument,
+                OP,
+                format!(
+                    "source ({}) and target ({}) lengths differ",
+                    source.len(),
+                    target.len()
+                ),
+            ));
+        }
+        let mut result = vec![T::zeroed(); source.len()];
+        let mut peer = vec![T::zeroed(); source.len()];
+        self.data_barrier(OP)?;
+        self.get(&mut result, source, 0)?;
+        for pe in 1..self.size {
+            self.get(&mut peer, source, pe)?;
+            for (r, p) in result.iter_mut().zip(&peer) {
+                *r = r.combine(*p, op);
+            }
+        }
+        let in_place = source.region().id == target.region().id;
+        if in_place {
+            // Peers may still be reading this PE's source.
+            self.data_barrier(OP)?;
+        }
+        self.put(target, &result, self.rank)?;
+        self.data_barrier(OP)
+    }
+
+    /// Block `index` of `block` elements of `target`, as a view.
+    fn block<'a, T: Element>(
+        &self,
+        target: &'a impl Symmetric<T>,
+        index: usize,
+        block: usize,
+    ) -> Result<super::allocation::View<'a, T>> {
+        let region = target.region();
+        let size = std::mem::size_of::<T>() as u64;
+        Ok(super::allocation::View::from_region(
+            super::allocation::Region {
+                id: region.id,
+                heap_offset: region.heap_offset + (index * block) as u64 * size,
+                bytes: block as u64 * size,
+            },
+        ))
+    }
+}

@@ -1,0 +1,468 @@
+//! The data plane: put/get (and their non-blocking forms), quiet and fence, signals and
+//! signal waits, atomics on 32/64-bit integers, and direct pointers to peers' copies.
+//!
+//! All PEs of a root are on one host, so every operation is a copy or an atomic instruction on
+//! the shared mapping — no thread or syscall is involved unless a waiter must sleep.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::allocation::{Element, Region, Symmetric};
+use super::runtime::Shmem;
+use super::sync::{self, WaitError, WaitPolicy};
+use crate::error::{Error, ErrorKind, Result};
+
+/// How a signal updates its word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignalOp {
+    /// Store the value.
+    Set,
+    /// Add the value (wrapping).
+    Add,
+}
+
+/// How [`Shmem::wait_signal`] compares the word with the value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Comparison {
+    /// word == value
+    Eq,
+    /// word != value
+    Ne,
+    /// word > value
+    Gt,
+    /// word >= value
+    Ge,
+    /// word < value
+    Lt,
+    /// word <= value
+    Le,
+}
+
+impl Comparison {
+    fn holds<W: PartialOrd>(self, word: W, value: W) -> bool {
+        match self {
+            Comparison::Eq => word == value,
+            Comparison::Ne => word != value,
+            Comparison::Gt => word > value,
+            Comparison::Ge => word >= value,
+            Comparison::Lt => word < value,
+            Comparison::Le => word <= value,
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for u32 {}
+    impl Sealed for i32 {}
+    impl Sealed for u64 {}
+    impl Sealed for i64 {}
+}
+
+/// 32- and 64-bit integers: the types of signal words and atomics.
+pub trait AtomicWord: Element + PartialOrd + std::fmt::Debug + sealed::Sealed {
+    /// The value's bits, zero-extended.
+    fn to_bits(self) -> u64;
+    /// The value of the low `size_of::<Self>()` bytes of `bits`.
+    fn from_bits(bits: u64) -> Self;
+}
+
+macro_rules! atomic_words {
+    ($($ty:ty => $unsigned:ty),*) => {$(
+        impl AtomicWord for $ty {
+            fn to_bits(self) -> u64 {
+                self as $unsigned as u64
+            }
+            fn from_bits(bits: u64) -> Self {
+                bits as $unsigned as $ty
+            }
+        }
+    )*};
+}
+atomic_words!(u32 => u32, i32 => u32, u64 => u64, i64 => u64);
+
+/// The read-modify-write operations on one word.
+#[derive(Clone, Copy)]
+enum Rmw {
+    Load,
+    Store(u64),
+    Swap(u64),
+    CompareSwap { expected: u64, desired: u64 },
+    Add(u64),
+}
+
+impl Shmem {
+    /// The absolute offset in the segment of `region` on PE `pe`, after checking both.
+    fn locate(&self, operation: &str, region: Region, pe: usize) -> Result<usize> {
+        self.check_generation(operation, region.id)?;
+        if pe >= self.size {
+            return Err(self.error(
+                ErrorKind::InvalidArgument,
+                operation,
+                format!("PE {pe} is out of range for a root of {} PEs", self.size),
+            ));
+        }
+        Ok(self.segment.layout().heap_offset(pe) + region.heap_offset as usize)
+    }
+
+    fn check_bytes(&self, operation: &str, region: Region, local_bytes: usize) -> Result<()> {
+        if region.bytes as usize == local_bytes {
+            return Ok(());
+        }
+        Err(self.error(
+            ErrorKind::InvalidArgument,
+            operation,
+            format!(
+                "byte-count mismatch: the local buffer has {local_bytes} bytes, the symmetric \
+                 target {}; pass a view of the same length",
+                region.bytes
+            ),
+        ))
+    }
+
+    /// Copies `source` into PE `pe`'s copy of `target` (lengths must match).
+    pub fn put<T: Element>(
+        &self,
+        target: &impl Symmetric<T>,
+        source: &[T],
+        pe: usize,
+    ) -> Result<()> {
+        let region = target.region();
+        let bytes: &[u8] = bytemuck::cast_slice(source);
+        self.check_bytes("put", region, bytes.len())?;
+        let offset = self.locate("put", region, pe)?;
+        self.segment.mapping().write(offset, bytes);
+        Ok(())
+    }
+
+    /// Copies PE `pe`'s copy of `source` into `target` (lengths must match).
+    pub fn get<T: Element>(
+        &self,
+        target: &mut [T],
+        source: &impl Symmetric<T>,
+        pe: usize,
+    ) -> Result<()> {
+        let region = source.region();
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(target);
+        self.check_bytes("get", region, bytes.len())?;
+        let offset = self.locate("get", region, pe)?;
+        self.segment.mapping().read(offset, bytes);
+        Ok(())
+    }
+
+    /// Non-blocking put: may return before the data is visible; [`Shmem::quiet`] completes it.
+    pub fn put_nbi<T: Element>(
+        &self,
+        target: &impl Symmetric<T>,
+        source: &[T],
+        pe: usize,
+    ) -> Result<()> {
+        self.put(target, source, pe)
+    }
+
+    /// Non-blocking get: `target` is only valid after [`Shmem::quiet`].
+    pub fn get_nbi<T: Element>(
+        &self,
+        target: &mut [T],
+        source: &impl Symmetric<T>,
+        pe: usize,
+    ) -> Result<()> {
+        self.get(target, source, pe)
+    }
+
+    /// Completes every outstanding operation of this PE (puts visible to everyone).
+    pub fn quiet(&self) {
+        fence(Ordering::SeqCst);
+    }
+
+    /// Orders this PE's earlier puts before its later ones, per target PE.
+    pub fn fence(&self) {
+        fence(Ordering::Release);
+    }
+
+    /// Performs `rmw` on the one-element `target` at PE `pe`; returns the previous value.
+    fn rmw<W: AtomicWord>(
+        &self,
+        operation: &str,
+        target: Region,
+        pe: usize,
+        rmw: Rmw,
+    ) -> Result<W> {
+        if target.bytes as usize != std::mem::size_of::<W>() {
+            return Err(self.error(
+                ErrorKind::InvalidArgument,
+                operation,
+                format!(
+                    "the target must be exactly one {}-byte word, got {} bytes; pass a one-element view",
+                    std::mem::size_of::<W>(),
+                    target.bytes
+                ),
+            ));
+        }
+        let offset = self.locate(operation, target, pe)?;
+        let mapping = self.segment.mapping();
+        let order = Ordering::SeqCst;
+        let previous = if std::mem::size_of::<W>() == 4 {
+            let word: &AtomicU32 = mapping.words(offset);
+            u64::from(match rmw {
+                Rmw::Load => word.load(order),
+                Rmw::Store(v) => {
+                    word.store(v as u32, order);
+                    0
+                }
+                Rmw::Swap(v) => word.swap(v as u32, order),
+                Rmw::CompareSwap { expected, desired } => {
+                    match word.compare_exchange(expected as u32, desired as u32, order, order) {
+                        Ok(previous) | Err(previous) => previous,
+                    }
+                }
+                Rmw::Add(v) => word.fetch_add(v as u32, order),
+            })
+        } else {
+            let word: &AtomicU64 = mapping.words(offset);
+            match rmw {
+                Rmw::Load => word.load(order),
+                Rmw::Store(v) => {
+                    word.store(v, order);
+                    0
+                }
+                Rmw::Swap(v) => word.swap(v, order),
+                Rmw::CompareSwap { expected, desired } => {
+                    match word.compare_exchange(expected, desired, order, order) {
+                        Ok(previous) | Err(previous) => previous,
+                    }
+                }
+                Rmw::Add(v) => word.fetch_add(v, order),
+            }
+        };
+        if !matches!(rmw, Rmw::Load) {
+            sync::ring(&self.segment.pe_words(pe).doorbell);
+        }
+        Ok(W::from_bits(previous))
+    }
+
+    /// Atomically reads PE `pe`'s copy of the one-element `source`.
+    pub fn atomic_fetch<W: AtomicWord>(&self, source: &impl Symmetric<W>, pe: usize) -> Result<W> {
+        self.rmw("atomic_fetch", source.region(), pe, Rmw::Load)
+    }
+
+    /// Atomically stores `value` into PE `pe`'s copy of `target`.
+    pub fn atomic_set<W: AtomicWord>(
+        &self,
+        target: &impl Symmetric<W>,
+        value: W,
+        pe: usize,
+    ) -> Result<()> {
+        self.rmw::<W>(
+            "atomic_set",
+            target.region(),
+            pe,
+            Rmw::Store(value.to_bits()),
+        )
+        .map(drop)
+    }
+
+    /// Atomically replaces PE `pe`'s copy of `target` with `value`; returns the previous value.
+    pub fn atomic_swap<W: AtomicWord>(
+        &self,
+        target: &impl Symmetric<W>,
+        value: W,
+        pe: usize,
+    ) -> Result<W> {
+        self.rmw(
+            "atomic_swap",
+            target.region(),
+            pe,
+            Rmw::Swap(value.to_bits()),
+        )
+    }
+
+    /// Atomically sets PE `pe`'s copy of `target` to `desired` if it equals `expected`; returns
+    /// the previous value (equal to `expected` on success).
+    pub fn atomic_compare_swap<W: AtomicWord>(
+        &self,
+        target: &impl Symmetric<W>,
+        expected: W,
+        desired: W,
+        pe: usize,
+    ) -> Result<W> {
+        let rmw = Rmw::CompareSwap {
+            expected: expected.to_bits(),
+            desired: desired.to_bits(),
+        };
+        self.rmw("atomic_compare_swap", target.region(), pe, rmw)
+    }
+
+    /// Atomically adds `value` (wrapping) to PE `pe`'s copy of `target`; returns the previous value.
+    pub fn atomic_fetch_add<W: AtomicWord>(
+        &self,
+        target: &impl Symmetric<W>,
+        value: W,
+        pe: usize,
+    ) -> Result<W> {
+        self.rmw(
+            "atomic_fetch_add",
+            target.region(),
+            pe,
+            Rmw::Add(value.to_bits()),
+        )
+    }
+
+    /// Atomically adds `value` (wrapping) to PE `pe`'s copy of `target`.
+    pub fn atomic_add<W: AtomicWord>(
+        &self,
+        target: &impl Symmetric<W>,
+        value: W,
+        pe: usize,
+    ) -> Result<()> {
+        self.atomic_fetch_add(target, value, pe).map(drop)
+    }
+
+    /// Updates PE `pe`'s copy of the one-element signal word `signal` (set or add) and wakes
+    /// its waiters.
+    pub fn signal<W: AtomicWord>(
+        &self,
+        signal: &impl Symmetric<W>,
+        value: W,
+        op: SignalOp,
+        pe: usize,
+    ) -> Result<()> {
+        let rmw = match op {
+            SignalOp::Set => Rmw::Store(value.to_bits()),
+            SignalOp::Add => Rmw::Add(value.to_bits()),
+        };
+        self.rmw::<W>("signal", signal.region(), pe, rmw).map(drop)
+    }
+
+    /// Puts `source` into PE `pe`'s `target`, then signals: a waiter that sees the signal sees
+    /// the data.
+    pub fn put_signal<T: Element, W: AtomicWord>(
+        &self,
+        target: &impl Symmetric<T>,
+        source: &[T],
+        signal: &impl Symmetric<W>,
+        value: W,
+        op: SignalOp,
+        pe: usize,
+    ) -> Result<()> {
+        self.put(target, source, pe)?;
+        self.signal(signal, value, op, pe)
+    }
+
+    /// Waits until this PE's copy of `signal` compares `comparison` to `value`; returns the
+    /// word's value then. `timeout` defaults to the configured timeout; a lost peer ends the
+    /// wait with a peer-lost error.
+    pub fn wait_signal<W: AtomicWord>(
+        &self,
+        signal: &impl Symmetric<W>,
+        value: W,
+        comparison: Comparison,
+        timeout: Option<Duration>,
+    ) -> Result<W> {
+        let deadline = Instant::now() + timeout.unwrap_or(self.config.timeout);
+        self.wait_signal_deadline(signal, value, comparison, deadline)
+    }
+
+    /// [`Shmem::wait_signal`] with a deadline.
+    pub fn wait_signal_deadline<W: AtomicWord>(
+        &self,
+        signal: &impl Symmetric<W>,
+        value: W,
+        comparison: Comparison,
+        deadline: Instant,
+    ) -> Result<W> {
+        const OP: &str = "wait_signal";
+        let region = signal.region();
+        let mut seen = self.rmw::<W>(OP, region, self.rank, Rmw::Load)?;
+        if comparison.holds(seen, value) {
+            return Ok(seen);
+        }
+        let offset = self.locate(OP, region, self.rank)?;
+        let mapping = self.segment.mapping();
+        let load = || -> W {
+            if std::mem::size_of::<W>() == 4 {
+                W::from_bits(u64::from(
+                    mapping.words::<AtomicU32>(offset).load(Ordering::SeqCst),
+                ))
+            } else {
+                W::from_bits(mapping.words::<AtomicU64>(offset).load(Ordering::SeqCst))
+            }
+        };
+        let started = Instant::now();
+        let policy = WaitPolicy {
+            spin: self.spin,
+            deadline,
+        };
+        let control = self.segment.control();
+        let bell = &self.segment.pe_words(self.rank).doorbell;
+        let outcome = sync::wait_until(
+            || {
+                seen = load();
+                comparison.holds(seen, value)
+            },
+            bell,
+            &control.abort,
+            &policy,
+        );
+        self.wait_outcome(
+            OP,
+            outcome,
+            started,
+            &format!("the signal is {seen:?}, waiting for {comparison:?} {value:?}"),
+        )?;
+        Ok(seen)
+    }
+
+    /// Turns a wait's outcome into this crate's errors.
+    pub(crate) fn wait_outcome(
+        &self,
+        operation: &str,
+        outcome: std::result::Result<(), WaitError>,
+        started: Instant,
+        waiting_for: &str,
+    ) -> Result<()> {
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(WaitError::Timeout) => {
+                Err(Error::timeout(operation, started.elapsed(), waiting_for).on_rank(self.rank))
+            }
+            Err(WaitError::Aborted { lost_rank }) => {
+                // The control plane's own report is the most precise; the shared abort word may
+                // have arrived first (another PE's router set it).
+                let error = match self.plane.broken() {
+                    Some(cause) => {
+                        let error = Error::new(cause.kind(), operation, cause.message());
+                        match cause.peer() {
+                            Some(peer) => error.with_peer(peer),
+                            None => error,
+                        }
+                    }
+                    None if (lost_rank as usize) < self.size => Error::peer_lost(
+                        operation,
+                        lost_rank as usize,
+                        "another PE of the root saw its connection close: the process exited or \
+                         was killed",
+                    ),
+                    None => Error::new(
+                        ErrorKind::PeerLost,
+                        operation,
+                        "the root's control plane broke; the root cannot continue",
+                    ),
+                };
+                Err(error.on_rank(self.rank))
+            }
+        }
+    }
+
+    /// A direct pointer to PE `pe`'s copy of `target` (every PE of a root is on this host).
+    ///
+    /// Reading or writing through it is `unsafe`: other processes may change the memory at any
+    /// time, so never turn it into a reference; the pointer is valid until this runtime is shut
+    /// down or dropped.
+    pub fn ptr<T: Element>(&self, target: &impl Symmetric<T>, pe: usize) -> Result<NonNull<T>> {
+        let offset = self.locate("ptr", target.region(), pe)?;
+        Ok(NonNull::new(self.segment.mapping().address(offset).cast())
+            .expect("mapping is non-null"))
+    }
+}

@@ -1,0 +1,259 @@
+//! The heap segment: one memfd per runtime lifetime holding a control block (header, barrier and
+//! abort words, one block of words per PE) followed by every PE's heap.
+//!
+//! ```text
+//! 0                 ControlBlock: SegmentHeader | BarrierWords | AbortWord
+//! size_of(Control)  PeWords × pes               (doorbell, allocation-argument slots)
+//! heaps_offset      heap of PE 0 | heap of PE 1 | …   (each `heap_stride` bytes, 2 MiB aligned)
+//! ```
+//!
+//! Root rank 0 creates the memfd (close-on-exec, sized with `ftruncate`, sealed against resizing),
+//! writes the header — layout version last — and hands the descriptor to its local peers (see
+//! `handoff`). Every PE maps the whole segment once, at a 2 MiB-aligned address, and checks
+//! magic, layout version, generation and sizes before use. The kernel frees the memory when the
+//! last process unmaps it, so a killed job leaves nothing behind.
+
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rustix::fs::{fcntl_add_seals, ftruncate, memfd_create, MemfdFlags, SealFlags};
+
+use super::sync::{AbortWord, BarrierWords, Doorbell};
+use crate::error::{Error, ErrorKind, Result};
+use crate::sys::mapping::{SharedMapping, SharedWords};
+
+/// `"HMSHMEM1"` as a little-endian word: the first word of every segment.
+pub(crate) const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"HMSHMEM1");
+/// Version of the layout described in the module docs.
+pub(crate) const LAYOUT_VERSION: u64 = 1;
+/// Alignment of the mapping and of every heap (so allocations aligned up to 2 MiB are aligned
+/// in every process's address space).
+pub(crate) const HEAP_ALIGNMENT: usize = 2 << 20;
+/// Largest alignment an allocation may ask for.
+pub(crate) const MAX_ALIGNMENT: u64 = HEAP_ALIGNMENT as u64;
+
+/// The first words of the segment, written once by root rank 0.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub(crate) struct SegmentHeader {
+    magic: AtomicU64,
+    layout_version: AtomicU64,
+    generation: AtomicU64,
+    pes: AtomicU64,
+    heap_size: AtomicU64,
+    heap_stride: AtomicU64,
+    heaps_offset: AtomicU64,
+}
+
+/// Header and job-wide synchronisation words.
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct ControlBlock {
+    pub(crate) header: SegmentHeader,
+    pub(crate) barrier: BarrierWords,
+    pub(crate) abort: AbortWord,
+}
+
+/// Words owned by one PE: the doorbell its waiters sleep on, and the two (double-buffered)
+/// slots where it publishes the arguments of its current collective allocate/free.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub(crate) struct PeWords {
+    pub(crate) doorbell: Doorbell,
+    pub(crate) arguments: [[AtomicU64; 4]; 2],
+}
+
+// SAFETY: repr(C), made only of atomics and padding; all-zero is the initial state.
+unsafe impl SharedWords for SegmentHeader {}
+// SAFETY: repr(C), made only of atomic-only repr(C) words.
+unsafe impl SharedWords for ControlBlock {}
+// SAFETY: repr(C), made only of atomic-only repr(C) words and atomic arrays.
+unsafe impl SharedWords for PeWords {}
+
+/// The sizes of one segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub(crate) pes: usize,
+    pub(crate) heap_size: u64,
+    pub(crate) heap_stride: usize,
+    pub(crate) heaps_offset: usize,
+    pub(crate) total: usize,
+}
+
+impl Layout {
+    /// The layout for `pes` heaps of `heap_size` bytes, or an error if it cannot be mapped.
+    pub(crate) fn new(pes: usize, heap_size: u64) -> Result<Layout> {
+        let too_large = || {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                "initialize",
+                format!(
+                    "a heap of {heap_size} bytes for each of {pes} PEs does not fit in this \
+                     process's address space; choose a smaller heap size"
+                ),
+            )
+        };
+        let control = std::mem::size_of::<ControlBlock>() + pes * std::mem::size_of::<PeWords>();
+        let heaps_offset = round_up(control, HEAP_ALIGNMENT).ok_or_else(too_large)?;
+        let heap_size_usize = usize::try_from(heap_size).map_err(|_| too_large())?;
+        let heap_stride = round_up(heap_size_usize, HEAP_ALIGNMENT).ok_or_else(too_large)?;
+        let total = heap_stride
+            .checked_mul(pes)
+            .and_then(|heaps| heaps.checked_add(heaps_offset))
+            .filter(|&t| t <= isize::MAX as usize)
+            .ok_or_else(too_large)?;
+        Ok(Layout {
+            pes,
+            heap_size,
+            heap_stride,
+            heaps_offset,
+            total,
+        })
+    }
+
+    /// Offset in the segment of PE `pe`'s heap.
+    pub(crate) fn heap_offset(&self, pe: usize) -> usize {
+        self.heaps_offset + pe * self.heap_stride
+    }
+}
+
+fn round_up(value: usize, multiple: usize) -> Option<usize> {
+    value.checked_add(multiple - 1).map(|v| v & !(multiple - 1))
+}
+
+/// One mapped segment.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    mapping: Arc<SharedMapping>,
+    layout: Layout,
+    generation: u64,
+}
+
+impl Segment {
+    /// Creates and maps a new segment (root rank 0); returns it with the memfd to hand out.
+    pub(crate) fn create(layout: Layout, generation: u64) -> Result<(Segment, OwnedFd)> {
+        const OP: &str = "initialize";
+        let fd = memfd_create(
+            "hyper_multicore-heap",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )
+        .map_err(|e| Error::backend(OP, "memfd_create failed", e.into()))?;
+        ftruncate(&fd, layout.total as u64).map_err(|e| {
+            Error::backend(
+                OP,
+                &format!("cannot size the heap segment to {} bytes", layout.total),
+                e.into(),
+            )
+        })?;
+        fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
+            .map_err(|e| Error::backend(OP, "cannot seal the heap segment", e.into()))?;
+        let mapping = map(&fd, layout)?;
+        let control: &ControlBlock = mapping.words(0);
+        let header = &control.header;
+        header.magic.store(SEGMENT_MAGIC, Ordering::Relaxed);
+        header.generation.store(generation, Ordering::Relaxed);
+        header.pes.store(layout.pes as u64, Ordering::Relaxed);
+        header.heap_size.store(layout.heap_size, Ordering::Relaxed);
+        header
+            .heap_stride
+            .store(layout.heap_stride as u64, Ordering::Relaxed);
+        header
+            .heaps_offset
+            .store(layout.heaps_offset as u64, Ordering::Relaxed);
+        // Stored last: a reader that sees the version sees everything above.
+        header
+            .layout_version
+            .store(LAYOUT_VERSION, Ordering::Release);
+        let segment = Segment {
+            mapping: Arc::new(mapping),
+            layout,
+            generation,
+        };
+        Ok((segment, fd))
+    }
+
+    /// Maps a segment received from root rank 0 and checks that it is the expected one.
+    pub(crate) fn attach(fd: impl AsFd, layout: Layout, generation: u64) -> Result<Segment> {
+        let mapping = map(&fd, layout)?;
+        let header = &mapping.words::<ControlBlock>(0).header;
+        let found = (
+            header.layout_version.load(Ordering::Acquire),
+            header.magic.load(Ordering::Relaxed),
+            header.generation.load(Ordering::Relaxed),
+            header.pes.load(Ordering::Relaxed),
+            header.heap_size.load(Ordering::Relaxed),
+            header.heap_stride.load(Ordering::Relaxed),
+            header.heaps_offset.load(Ordering::Relaxed),
+        );
+        let expected = (
+            LAYOUT_VERSION,
+            SEGMENT_MAGIC,
+            generation,
+            layout.pes as u64,
+            layout.heap_size,
+            layout.heap_stride as u64,
+            layout.heaps_offset as u64,
+        );
+        if found != expected {
+            return Err(Error::new(
+                ErrorKind::Protocol,
+                "initialize",
+                format!(
+                    "the heap segment from root rank 0 does not match (version, magic, \
+                     generation, pes, heap size, stride, heaps offset): found {found:?}, \
+                     expected {expected:?}; every rank must run the same build"
+                ),
+            ));
+        }
+        Ok(Segment {
+            mapping: Arc::new(mapping),
+            layout,
+            generation,
+        })
+    }
+
+    /// The mapping, shared with everything that must keep it alive (views, tensors).
+    pub(crate) fn mapping(&self) -> &Arc<SharedMapping> {
+        &self.mapping
+    }
+
+    /// The sizes.
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The runtime lifetime this segment belongs to.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Header and job-wide synchronisation words.
+    pub(crate) fn control(&self) -> &ControlBlock {
+        self.mapping.words(0)
+    }
+
+    /// PE `pe`'s own words.
+    pub(crate) fn pe_words(&self, pe: usize) -> &PeWords {
+        assert!(pe < self.layout.pes);
+        self.mapping
+            .words(std::mem::size_of::<ControlBlock>() + pe * std::mem::size_of::<PeWords>())
+    }
+
+    /// Every PE's doorbell, in rank order (for waking everyone on abort).
+    pub(crate) fn doorbells(&self) -> impl Iterator<Item = &Doorbell> {
+        (0..self.layout.pes).map(|pe| &self.pe_words(pe).doorbell)
+    }
+}
+
+fn map(fd: &impl AsFd, layout: Layout) -> Result<SharedMapping> {
+    SharedMapping::map(fd, layout.total, HEAP_ALIGNMENT).map_err(|e| {
+        Error::backend(
+            "initialize",
+            &format!("cannot map the {}-byte heap segment", layout.total),
+            e,
+        )
+    })
+}

@@ -1,0 +1,175 @@
+//! The shared mapping of a heap segment, and every raw access to it.
+//!
+//! # Safety contract (stated once, relied on by every method)
+//!
+//! A [`SharedMapping`] covers `len` bytes of a `MAP_SHARED` memfd mapping that stays mapped until
+//! the value is dropped. Other processes read and write the same pages at any time, so this
+//! module never hands out `&[u8]` or `&mut [u8]` into it: bytes are copied in and out with raw
+//! pointer copies (a concurrent writer can only make the copied bytes stale or torn — every type
+//! moved this way is plain old data, valid for any bit pattern), and words that several
+//! processes update are only ever accessed as atomics ([`SharedWords`]).
+
+use std::io;
+use std::os::fd::AsFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64};
+
+use rustix::mm::{mmap, mmap_anonymous, munmap, MapFlags, ProtFlags};
+
+/// Types made only of atomics (and padding), `#[repr(C)]`, that may be viewed in shared memory.
+///
+/// # Safety
+/// Implementors must be `#[repr(C)]` (or a primitive atomic), contain no pointers, and be valid
+/// for the all-zero bit pattern and every bit pattern other processes may store through the
+/// same type.
+pub(crate) unsafe trait SharedWords: Sync {}
+
+// SAFETY: primitive atomics are valid for every bit pattern and designed for shared mutation.
+unsafe impl SharedWords for AtomicU32 {}
+// SAFETY: as above.
+unsafe impl SharedWords for AtomicU64 {}
+// SAFETY: as above.
+unsafe impl SharedWords for AtomicI32 {}
+// SAFETY: as above.
+unsafe impl SharedWords for AtomicI64 {}
+
+/// A `MAP_SHARED` mapping of a memfd, aligned to `alignment` bytes.
+#[derive(Debug)]
+pub(crate) struct SharedMapping {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is process-wide memory; all access goes through raw copies or atomics as
+// the module contract says, so sharing the handle between threads adds no new hazard.
+unsafe impl Send for SharedMapping {}
+// SAFETY: as above.
+unsafe impl Sync for SharedMapping {}
+
+impl SharedMapping {
+    /// Maps `len` bytes of `fd` read-write and shared, at an address that is a multiple of
+    /// `alignment` (a power of two, at least the page size).
+    pub(crate) fn map(fd: impl AsFd, len: usize, alignment: usize) -> io::Result<SharedMapping> {
+        assert!(alignment.is_power_of_two() && len > 0);
+        let reserve = len
+            .checked_add(alignment)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "mapping size overflows"))?;
+        // SAFETY: a fresh anonymous PROT_NONE reservation at an address the kernel picks; it
+        // aliases nothing.
+        let reserved = unsafe {
+            mmap_anonymous(
+                std::ptr::null_mut(),
+                reserve,
+                ProtFlags::empty(),
+                MapFlags::PRIVATE | MapFlags::NORESERVE,
+            )
+        }?;
+        let start = reserved as usize;
+        let aligned = (start + alignment - 1) & !(alignment - 1);
+        // SAFETY: [aligned, aligned + len) lies inside the reservation made above, which this
+        // function owns, so MAP_FIXED replaces only our own PROT_NONE pages.
+        let mapped = unsafe {
+            mmap(
+                aligned as *mut _,
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED | MapFlags::FIXED,
+                fd,
+                0,
+            )
+        };
+        let head = aligned - start;
+        let tail = reserve - head - len;
+        // SAFETY: the head and tail slack are parts of our own reservation that nothing uses.
+        unsafe {
+            if head > 0 {
+                let _ = munmap(reserved, head);
+            }
+            if tail > 0 {
+                let _ = munmap((aligned + len) as *mut _, tail);
+            }
+        }
+        let mapped = match mapped {
+            Ok(pointer) => pointer,
+            Err(e) => {
+                // SAFETY: the middle of our reservation, still PROT_NONE and unused.
+                unsafe {
+                    let _ = munmap(aligned as *mut _, len);
+                }
+                return Err(e.into());
+            }
+        };
+        Ok(SharedMapping {
+            base: NonNull::new(mapped.cast()).expect("mmap never returns null on success"),
+            len,
+        })
+    }
+
+    /// The address of byte `offset` (for `ptr()` and diagnostics; no access is made).
+    pub(crate) fn address(&self, offset: usize) -> *mut u8 {
+        assert!(
+            offset <= self.len,
+            "offset {offset} outside a mapping of {}",
+            self.len
+        );
+        self.base.as_ptr().wrapping_add(offset)
+    }
+
+    fn check(&self, offset: usize, len: usize) {
+        let end = offset.checked_add(len).expect("range overflows");
+        assert!(
+            end <= self.len,
+            "range {offset}..{end} outside a mapping of {}",
+            self.len
+        );
+    }
+
+    /// Copies `source` into the mapping at `offset`.
+    pub(crate) fn write(&self, offset: usize, source: &[u8]) {
+        self.check(offset, source.len());
+        // SAFETY: in bounds (checked); `source` is ordinary memory of this process and cannot
+        // overlap the shared mapping's pages viewed as a slice (we never create such slices);
+        // see the module contract for concurrent writers.
+        unsafe {
+            std::ptr::copy_nonoverlapping(source.as_ptr(), self.address(offset), source.len());
+        }
+    }
+
+    /// Copies bytes at `offset` out of the mapping into `destination`.
+    pub(crate) fn read(&self, offset: usize, destination: &mut [u8]) {
+        self.check(offset, destination.len());
+        // SAFETY: in bounds (checked); see `write` and the module contract.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.address(offset),
+                destination.as_mut_ptr(),
+                destination.len(),
+            );
+        }
+    }
+
+    /// The shared words of type `W` at `offset`.
+    pub(crate) fn words<W: SharedWords>(&self, offset: usize) -> &W {
+        self.check(offset, std::mem::size_of::<W>());
+        let pointer = self.address(offset);
+        assert!(
+            pointer as usize % std::mem::align_of::<W>() == 0,
+            "offset {offset} is not aligned for {}",
+            std::any::type_name::<W>()
+        );
+        // SAFETY: in bounds and aligned (checked), valid for the mapping's lifetime which the
+        // returned borrow cannot outlive; `W: SharedWords` is valid for any bit pattern and only
+        // mutated atomically.
+        unsafe { &*pointer.cast::<W>() }
+    }
+}
+
+impl Drop for SharedMapping {
+    fn drop(&mut self) {
+        // SAFETY: we own this mapping; every borrow derived from it has ended (they borrow
+        // `self`).
+        unsafe {
+            let _ = munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! The data plane and collectives of the native runtime across real processes (2, 4 and 8 PEs).
+
+use hm_testkit::{is_pe, start_runtime, Job};
+use hyper_multicore::shmem::{Comparison, ReduceOp, Shmem, SignalOp, Symmetric};
+
+const HEAP: Option<u64> = Some(16 << 20);
+
+fn finish(shmem: Shmem) {
+    shmem.barrier().unwrap();
+    assert!(
+        shmem.allocations().is_empty(),
+        "the test leaked allocations"
+    );
+    shmem.shutdown().unwrap();
+}
+
+/// put/get on whole allocations, sub-range views, odd sizes and 0 bytes, to every PE.
+fn puts_and_gets() {
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let (rank, size) = (shmem.rank(), shmem.size());
+    for len in [0usize, 1, 13, 1000, 65_537] {
+        let buffer = shmem.allocate::<u8>(len * size, None).unwrap();
+        shmem.barrier().unwrap();
+        // Each PE writes its slot of every peer's buffer.
+        let mine: Vec<u8> = (0..len).map(|i| (i * 7 + rank) as u8).collect();
+        let slot = buffer.view(rank * len..(rank + 1) * len).unwrap();
+        for pe in 0..size {
+            shmem.put(&slot, &mine, pe).unwrap();
+        }
+        shmem.barrier().unwrap();
+        for pe in 0..size {
+            let mut back = vec![0u8; len * size];
+            shmem.get(&mut back, &buffer, pe).unwrap();
+            for writer in 0..size {
+                let expected: Vec<u8> = (0..len).map(|i| (i * 7 + writer) as u8).collect();
+                assert_eq!(
+                    &back[writer * len..(writer + 1) * len],
+                    &expected[..],
+                    "len {len}, PE {pe}, writer {writer}"
+                );
+            }
+        }
+        shmem.barrier().unwrap();
+        shmem.free(buffer).unwrap();
+    }
+    // Typed elements, non-blocking forms and a nested view.
+    let floats = shmem.allocate::<f64>(100, None).unwrap();
+    let next = (rank + 1) % size;
+    let middle = floats.view(10..90).unwrap().view(5..=6).unwrap();
+    assert_eq!(middle.len(), 2);
+    shmem.put_nbi(&middle, &[rank as f64, 0.5], next).unwrap();
+    shmem.quiet();
+    shmem.barrier().unwrap();
+    let mut two = [0.0f64; 2];
+    shmem.get_nbi(&mut two, &middle, rank).unwrap();
+    shmem.quiet();
+    assert_eq!(two, [((rank + size - 1) % size) as f64, 0.5]);
+    shmem.barrier().unwrap();
+    shmem.free(floats).unwrap();
+    finish(shmem);
+}
+
+/// The largest allocation that fits the heap, written at both ends.
+fn largest_allocation_that_fits() {
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let all = shmem.allocate::<u8>(16 << 20, Some(16)).unwrap();
+    let too_much = shmem.allocate::<u8>(1, None).unwrap_err();
+    assert!(too_much.to_string().contains("exhausted"), "{too_much}");
+    let next = (shmem.rank() + 1) % shmem.size();
+    shmem.put(&all.view(0..1).unwrap(), &[7], next).unwrap();
+    shmem
+        .put(&all.view((16 << 20) - 1..).unwrap(), &[9], next)
+        .unwrap();
+    shmem.barrier().unwrap();
+    let (mut first, mut last) = ([0u8], [0u8]);
+    shmem
+        .get(&mut first, &all.view(..1).unwrap(), shmem.rank())
+        .unwrap();
+    shmem
+        .get(
+            &mut last,
+            &all.view((16 << 20) - 1..).unwrap(),
+            shmem.rank(),
+        )
+        .unwrap();
+    assert_eq!((first, last), ([7], [9]));
+    shmem.barrier().unwrap();
+    shmem.free(all).unwrap();
+    finish(shmem);
+}
+
+/// A ring of put_signal; every comparison of wait_signal; 32- and 64-bit signal words.
+fn signals() {
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let (rank, size) = (shmem.rank(), shmem.size());
+    let next = (rank + 1) % size;
+    let previous = (rank + size - 1) % size;
+    let data = shmem.allocate::<u32>(64, None).unwrap();
+    let flag64 = shmem.allocate::<u64>(1, None).unwrap();
+    let flag32 = shmem.allocate::<u32>(1, None).unwrap();
+    shmem.barrier().unwrap();
+    for round in 1..=200u64 {
+        let payload = [round as u32 * 1000 + rank as u32; 64];
+        shmem
+            .put_signal(&data, &payload, &flag64, round, SignalOp::Set, next)
+            .unwrap();
+        assert_eq!(
+            shmem
+                .wait_signal(&flag64, round, Comparison::Eq, None)
+                .unwrap(),
+            round
+        );
+        let mut got = [0u32; 64];
+        shmem.get(&mut got, &data, rank).unwrap();
+        assert_eq!(
+            got,
+            [round as u32 * 1000 + previous as u32; 64],
+            "round {round}"
+        );
+        shmem.barrier().unwrap();
+    }
+    // Every PE adds 1 to every PE's 32-bit counter.
+    for pe in 0..size {
+        shmem.signal(&flag32, 1u32, SignalOp::Add, pe).unwrap();
+    }
+    let total = size as u32;
+    assert_eq!(
+        shmem
+            .wait_signal(&flag32, total, Comparison::Ge, None)
+            .unwrap(),
+        total
+    );
+    for (comparison, value) in [
+        (Comparison::Eq, total),
+        (Comparison::Ne, total + 1),
+        (Comparison::Gt, total - 1),
+        (Comparison::Ge, total),
+        (Comparison::Lt, total + 1),
+        (Comparison::Le, total),
+    ] {
+        assert_eq!(
+            shmem.wait_signal(&flag32, value, comparison, None).unwrap(),
+            total
+        );
+    }
+    let never = shmem
+        .wait_signal(
+            &flag32,
+            0,
+            Comparison::Eq,
+            Some(std::time::Duration::from_millis(50)),
+        )
+        .unwrap_err();
+    assert_eq!(never.kind(), hyper_multicore::ErrorKind::Timeout);
+    shmem.barrier().unwrap();
+    shmem.free(flag32).unwrap();
+    shmem.free(flag64).unwrap();
+    shmem.free(data).unwrap();
+    finish(shmem);
+}
+
+/// Atomics of every width and signedness, contended from every PE.
+fn atomics() {
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let (rank, size) = (shmem.rank(), shmem.size());
+    let c64 = shmem.allocate::<u64>(1, None).unwrap();
+    let c32 = shmem.allocate::<i32>(1, None).unwrap();
+    let s64 = shmem.allocate::<i64>(1, None).unwrap();
+    let lock = shmem.allocate::<u32>(1, None).unwrap();
+    shmem.barrier().unwrap();
+    for _ in 0..1000 {
+        shmem.atomic_add(&c64, 1u64, 0).unwrap();
+        shmem.atomic_fetch_add(&c32, -1i32, 0).unwrap();
+    }
+    // A spin lock made of compare-swap protecting a non-atomic increment on PE 0.
+    for _ in 0..100 {
+        while shmem
+            .atomic_compare_swap(&lock, 0u32, rank as u32 + 1, 0)
+            .unwrap()
+            != 0
+        {
+            std::thread::yield_now();
+        }
+        let v = shmem.atomic_fetch(&s64, 0).unwrap();
+        shmem.atomic_set(&s64, v + 1, 0).unwrap();
+        assert_eq!(shmem.atomic_swap(&lock, 0u32, 0).unwrap(), rank as u32 + 1);
+    }
+    shmem.barrier().unwrap();
+    assert_eq!(shmem.atomic_fetch(&c64, 0).unwrap(), 1000 * size as u64);
+    assert_eq!(shmem.atomic_fetch(&c32, 0).unwrap(), -1000 * size as i32);
+    assert_eq!(shmem.atomic_fetch(&s64, 0).unwrap(), 100 * size as i64);
+    let whole = shmem.allocate::<u64>(2, None).unwrap();
+    let error = shmem.atomic_fetch(&whole, 0).unwrap_err();
+    assert!(error.to_string().contains("exactly one"), "{error}");
+    shmem.barrier().unwrap();
+    shmem.free(c64).unwrap();
+    shmem.free(whole).unwrap();
+    shmem.free(lock).unwrap();
+    shmem.free(s64).unwrap();
+    shmem.free(c32).unwrap();
+    finish(shmem);
+}
+
+/// all_gather, broadcast, all_to_all, all_reduce (sum/min/max on four types), ptr.
+fn collectives() {
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let (rank, size) = (shmem.rank(), shmem.size());
+    let gathered = shmem.allocate::<u16>(3 * size, None).unwrap();
+    shmem.all_gather(&gathered, &[rank as u16; 3]).unwrap();
+    let mut all = vec![0u16; 3 * size];
+    shmem.get(&mut all, &gathered, rank).unwrap();
+    let expected: Vec<u16> = (0..size).flat_map(|r| [r as u16; 3]).collect();
+    assert_eq!(all, expected);
+    let empty = shmem.allocate::<u16>(0, None).unwrap();
+    shmem.all_gather(&empty, &[]).unwrap();
+    assert!(shmem.all_gather(&gathered, &[1u16; 2]).is_err());
+
+    let broadcast = shmem.allocate::<i64>(5, None).unwrap();
+    let root = size - 1;
+    shmem
+        .broadcast(&broadcast, &[rank as i64 * 10; 5], root)
+        .unwrap();
+    let mut got = [0i64; 5];
+    shmem.get(&mut got, &broadcast, rank).unwrap();
+    assert_eq!(got, [root as i64 * 10; 5]);
+
+    let exchanged = shmem.allocate::<u32>(2 * size, None).unwrap();
+    let source: Vec<u32> = (0..size)
+        .flat_map(|to| [(rank * 100 + to) as u32; 2])
+        .collect();
+    shmem.all_to_all(&exchanged, &source).unwrap();
+    let mut received = vec![0u32; 2 * size];
+    shmem.get(&mut received, &exchanged, rank).unwrap();
+    let expected: Vec<u32> = (0..size)
+        .flat_map(|from| [(from * 100 + rank) as u32; 2])
+        .collect();
+    assert_eq!(received, expected);
+
+    macro_rules! reduce_check {
+        ($ty:ty) => {{
+            let source = shmem.allocate::<$ty>(4, None).unwrap();
+            let target = shmem.allocate::<$ty>(4, None).unwrap();
+            shmem
+                .put(&source, &[rank as $ty + 1 as $ty; 4], rank)
+                .unwrap();
+            let n = size as $ty;
+            for (op, expected) in [
+                (ReduceOp::Sum, n * (n + 1 as $ty) / 2 as $ty),
+                (ReduceOp::Min, 1 as $ty),
+                (ReduceOp::Max, n),
+            ] {
+                shmem.all_reduce(&target, &source, op).unwrap();
+                let mut out = [0 as $ty; 4];
+                shmem.get(&mut out, &target, rank).unwrap();
+                assert_eq!(out, [expected; 4], "{} {:?}", stringify!($ty), op);
+            }
+            // In place.
+            shmem.all_reduce(&source, &source, ReduceOp::Max).unwrap();
+            let mut out = [0 as $ty; 4];
+            shmem.get(&mut out, &source, rank).unwrap();
+            assert_eq!(out, [n; 4]);
+            shmem.barrier().unwrap();
+            shmem.free(target).unwrap();
+            shmem.free(source).unwrap();
+        }};
+    }
+    reduce_check!(i32);
+    reduce_check!(i64);
+    reduce_check!(f32);
+    reduce_check!(f64);
+
+    // A direct pointer to the next PE's copy sees what a put wrote.
+    let next = (rank + 1) % size;
+    shmem
+        .put(&broadcast.view(0..1).unwrap(), &[42], next)
+        .unwrap();
+    shmem.quiet();
+    let pointer = shmem.ptr(&broadcast, next).unwrap();
+    // SAFETY: the pointer addresses a live allocation of this lifetime; the read is volatile
+    // and nothing else writes this word now.
+    let seen = unsafe { std::ptr::read_volatile(pointer.as_ptr()) };
+    assert_eq!(seen, 42);
+    shmem.barrier().unwrap();
+    shmem.free(exchanged).unwrap();
+    shmem.free(broadcast).unwrap();
+    shmem.free(empty).unwrap();
+    shmem.free(gathered).unwrap();
+    finish(shmem);
+}
+
+/// Barrier rounds where every PE checks it sees every peer's pre-barrier write.
+fn barriers() {
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let (rank, size) = (shmem.rank(), shmem.size());
+    let marks = shmem.allocate::<u64>(size, None).unwrap();
+    shmem.barrier().unwrap();
+    for round in 1..=300u64 {
+        for pe in 0..size {
+            shmem
+                .put(&marks.view(rank..=rank).unwrap(), &[round], pe)
+                .unwrap();
+        }
+        shmem.barrier().unwrap();
+        let mut seen = vec![0u64; size];
+        shmem.get(&mut seen, &marks, rank).unwrap();
+        assert!(seen.iter().all(|&m| m == round), "round {round}: {seen:?}");
+        shmem.barrier().unwrap();
+    }
+    shmem.free(marks).unwrap();
+    finish(shmem);
+}
+
+macro_rules! on_pes {
+    ($body:ident: $($name:ident = $pes:expr),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            if is_pe() {
+                return $body();
+            }
+            Job::launch(stringify!($name), $pes).wait().assert_all_succeeded();
+        }
+    )*};
+}
+
+on_pes!(puts_and_gets: puts_and_gets_2_pes = 2, puts_and_gets_4_pes = 4);
+on_pes!(largest_allocation_that_fits: largest_allocation_2_pes = 2);
+on_pes!(signals: signals_2_pes = 2, signals_4_pes = 4, signals_8_pes = 8);
+on_pes!(atomics: atomics_2_pes = 2, atomics_4_pes = 4);
+on_pes!(collectives: collectives_2_pes = 2, collectives_4_pes = 4);
+on_pes!(barriers: barriers_2_pes = 2, barriers_4_pes = 4, barriers_8_pes = 8);
