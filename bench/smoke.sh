@@ -1,36 +1,54 @@
 #!/usr/bin/env bash
 # Smoke test of the benchmark harness (CI): runs `hm-bench control` in quick mode on 2 and 4 PEs
-# and checks that every output line is a JSON object with the required keys. It checks that the
-# benchmarks work, never how fast they are.
+# and `hm-bench shmem` in quick mode on 2 PEs, and checks that every output line is a JSON object
+# with the required keys and that every expected row is there. It checks that the benchmarks
+# work, never how fast they are. Needs neither OSHMEM nor matplotlib.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out="$(mktemp)"
-trap 'rm -f "$out"' EXIT
-cargo run --quiet -p hm-bench -- control --quick --json --pes 2,4 >"$out"
+control="$(mktemp)"
+shmem="$(mktemp)"
+trap 'rm -f "$control" "$shmem"' EXIT
+cargo run --quiet -p hm-bench -- control --quick --json --pes 2,4 >"$control"
+cargo run --quiet -p hm-bench -- shmem --quick --json --pes 2 >"$shmem"
 python3 -c '
 import json, sys
 
 required = {"op", "bytes", "pes", "median_ns", "ref_ns"}
-expected = {(op, pes) for op in ("rendezvous", "barrier", "allgather", "broadcast") for pes in (2, 4)}
-seen = set()
-lines = open(sys.argv[1]).read().splitlines()
-if not lines:
-    sys.exit("hm-bench smoke: no output")
-for number, line in enumerate(lines, 1):
-    try:
-        row = json.loads(line)
-    except ValueError as error:
-        sys.exit(f"hm-bench smoke: line {number} is not JSON ({error}): {line!r}")
-    if not isinstance(row, dict):
-        sys.exit(f"hm-bench smoke: line {number} is not a JSON object: {line!r}")
-    missing = required - row.keys()
-    if missing:
-        sys.exit(f"hm-bench smoke: line {number} lacks {sorted(missing)}: {line!r}")
-    if not (isinstance(row["median_ns"], (int, float)) and row["median_ns"] > 0):
-        sys.exit(f"hm-bench smoke: line {number} has no positive median_ns: {line!r}")
-    seen.add((row["op"], row["pes"]))
-absent = expected - seen
-if absent:
-    sys.exit(f"hm-bench smoke: no row for {sorted(absent)}")
-print(f"hm-bench smoke OK: {len(lines)} JSON lines with the required keys")
-' "$out"
+
+def check(path, family, expected, with_reference=(), extra_keys=()):
+    seen = {}
+    lines = open(path).read().splitlines()
+    if not lines:
+        sys.exit(f"hm-bench smoke ({family}): no output")
+    for number, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+        except ValueError as error:
+            sys.exit(f"hm-bench smoke ({family}): line {number} is not JSON ({error}): {line!r}")
+        if not isinstance(row, dict):
+            sys.exit(f"hm-bench smoke ({family}): line {number} is not a JSON object: {line!r}")
+        missing = (required | set(extra_keys)) - row.keys()
+        if missing:
+            sys.exit(f"hm-bench smoke ({family}): line {number} lacks {sorted(missing)}: {line!r}")
+        if not (isinstance(row["median_ns"], (int, float)) and row["median_ns"] > 0):
+            sys.exit(f"hm-bench smoke ({family}): line {number} has no positive median_ns: {line!r}")
+        seen[(row["op"], row["pes"])] = row
+    absent = expected - seen.keys()
+    if absent:
+        sys.exit(f"hm-bench smoke ({family}): no row for {sorted(absent)}")
+    for key in with_reference:
+        ref = seen[key]["ref_ns"]
+        if not (isinstance(ref, (int, float)) and ref > 0):
+            sys.exit(f"hm-bench smoke ({family}): {key} has no same-run reference: {seen[key]}")
+    print(f"hm-bench smoke OK ({family}): {len(lines)} JSON lines with the required keys")
+
+check(sys.argv[1], "control",
+      {(op, pes) for op in ("rendezvous", "barrier", "allgather", "broadcast") for pes in (2, 4)})
+shmem_ops = ("init", "init_call", "shutdown", "barrier", "put_quiet", "get", "put_bandwidth",
+             "get_bandwidth", "pingpong_signal", "pingpong_put_signal", "fetch_add",
+             "malloc_free", "all_to_all")
+check(sys.argv[2], "shmem", {(op, 2) for op in shmem_ops},
+      with_reference=[(op, 2) for op in ("barrier", "put_bandwidth", "get_bandwidth",
+                                         "pingpong_signal", "all_to_all")],
+      extra_keys=("layer", "min_ns", "max_ns", "ratio", "ref"))
+' "$control" "$shmem"

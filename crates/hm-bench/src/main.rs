@@ -8,7 +8,11 @@
 //! ```text
 //! cargo run --release -p hm-bench -- control                # table
 //! cargo run --release -p hm-bench -- control --json --quick --pes 2,4
+//! cargo run --release -p hm-bench -- shmem --json --pes 2,4,8,16,32
 //! ```
+//!
+//! Unsafe code is denied except in `shared_word.rs` (raw atomics on the symmetric heap, the
+//! floor the data plane is compared with).
 
 #![deny(unsafe_code)]
 #![warn(clippy::missing_docs_in_private_items)]
@@ -17,6 +21,8 @@ mod control;
 mod launch;
 mod reference;
 mod report;
+mod shared_word;
+mod shmem;
 mod stats;
 
 use clap::{Parser, Subcommand};
@@ -42,11 +48,18 @@ enum Command {
     /// One PE of a control-plane job (started by `control`, not by hand).
     #[command(hide = true)]
     PeControl(control::PeArgs),
+    /// Data plane: init, barrier, put/get, signal ping-pong, fetch-add, malloc+free, all-to-all.
+    Shmem(shmem::DriverArgs),
+    /// One PE of a data-plane job (started by `shmem`, not by hand).
+    #[command(hide = true)]
+    PeShmem(shmem::PeArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Control(args) => control::drive(&args),
         Command::PeControl(args) => control::run_pe(&args),
+        Command::Shmem(args) => shmem::drive(&args),
+        Command::PeShmem(args) => shmem::run_pe(&args),
     }
 }

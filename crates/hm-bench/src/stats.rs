@@ -105,14 +105,16 @@ const MAX_BATCH_OPS: u64 = 1 << 40;
 
 /// Times an operation: `batch(ops)` makes `ops` calls and returns how long they took.
 ///
-/// Warm-up is the calibration: batches of 1, 2, 4, … calls until one takes at least
-/// [`Method::batch_target`]; then [`Method::trials`] batches of that size are timed.
+/// Warm-up is the calibration: batches of 1, 2, 4, … calls until two batches of one size in a
+/// row take at least [`Method::batch_target`] (one slow batch — a descheduled PE, a late
+/// wake-up — must not stop the calibration at a size that is far too small); then
+/// [`Method::trials`] batches of that size are timed.
 pub fn time_batches(
     method: &Method,
     mut batch: impl FnMut(u64) -> Result<Duration>,
 ) -> Result<Timing> {
     let mut ops: u64 = 1;
-    while batch(ops)? < method.batch_target {
+    while batch(ops)? < method.batch_target || batch(ops)? < method.batch_target {
         ops = ops
             .checked_mul(2)
             .filter(|&ops| ops <= MAX_BATCH_OPS)
@@ -154,15 +156,37 @@ mod tests {
             launches: 1,
         };
         let mut sizes = Vec::new();
-        // A fake operation of 10 µs per call: 10 calls reach the 100 µs target, so 16 is chosen.
+        // A fake operation of 10 µs per call: 10 calls reach the 100 µs target, so 16 is chosen
+        // (after a second batch of 16 confirms it).
         let timing = time_batches(&method, |ops| {
             sizes.push(ops);
             Ok(Duration::from_micros(10 * ops))
         })
         .unwrap();
-        assert_eq!(sizes, [1, 2, 4, 8, 16, 16, 16, 16]);
+        assert_eq!(sizes, [1, 2, 4, 8, 16, 16, 16, 16, 16]);
         assert_eq!(timing.batch_ops, 16);
         assert_eq!(timing.per_op.median_ns, 10_000.0);
+    }
+
+    #[test]
+    fn one_slow_batch_does_not_end_the_calibration() {
+        let method = Method {
+            batch_target: Duration::from_micros(100),
+            trials: 1,
+            launches: 1,
+        };
+        let mut sizes = Vec::new();
+        // 10 µs per call, but the first batch of 2 is held up for 1 ms.
+        let timing = time_batches(&method, |ops| {
+            let slow = sizes == [1];
+            sizes.push(ops);
+            Ok(Duration::from_micros(
+                10 * ops + if slow { 1000 } else { 0 },
+            ))
+        })
+        .unwrap();
+        assert_eq!(sizes, [1, 2, 2, 4, 8, 16, 16, 16]);
+        assert_eq!(timing.batch_ops, 16);
     }
 
     #[test]

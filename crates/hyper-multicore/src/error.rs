@@ -75,6 +75,31 @@ impl fmt::Display for ErrorKind {
     }
 }
 
+/// What a failed lifecycle operation (acquire, release, restart) leaves behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Recovery {
+    /// Nothing changed: fix the cause and call again; the runtime remains usable.
+    Retryable,
+    /// The runtime is gone and this process may not start another: restart the process.
+    Terminal,
+    /// The ranks could no longer agree (a peer died, an exchange timed out): the runtime cannot be
+    /// managed safely any more; restart the process.
+    ConvergenceFailure,
+}
+
+impl Recovery {
+    /// The hint that ends every lifecycle error of this class.
+    pub fn hint(self) -> &'static str {
+        match self {
+            Recovery::Retryable => "the runtime remains usable",
+            Recovery::Terminal => "restart the process",
+            Recovery::ConvergenceFailure => {
+                "the runtime cannot be managed safely any more; restart the process"
+            }
+        }
+    }
+}
+
 /// A failure of a hyper_multicore operation.
 ///
 /// Display form: `<operation> failed on rank <r>: <kind>: <message>`.
@@ -85,6 +110,8 @@ pub struct Error {
     rank: Option<usize>,
     message: String,
     peer: Option<usize>,
+    stage: Option<String>,
+    recovery: Option<Recovery>,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
@@ -97,8 +124,32 @@ impl Error {
             rank: None,
             message: message.into(),
             peer: None,
+            stage: None,
+            recovery: None,
             source: None,
         }
+    }
+
+    /// Records the stage of a multi-stage operation that failed (`restart failed during Quiesce`).
+    pub fn during(mut self, stage: impl Into<String>) -> Self {
+        self.stage = Some(stage.into());
+        self
+    }
+
+    /// The stage that failed, for multi-stage operations.
+    pub fn stage(&self) -> Option<&str> {
+        self.stage.as_deref()
+    }
+
+    /// Classifies a lifecycle failure (the message should end with [`Recovery::hint`]).
+    pub fn with_recovery(mut self, recovery: Recovery) -> Self {
+        self.recovery = Some(recovery);
+        self
+    }
+
+    /// How to recover, for failures of the managed lifecycle.
+    pub fn recovery(&self) -> Option<Recovery> {
+        self.recovery
     }
 
     /// Records the rank (in the group the operation ran over) that raised the error.
@@ -173,6 +224,9 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} failed", self.operation)?;
+        if let Some(stage) = &self.stage {
+            write!(f, " during {stage}")?;
+        }
         if let Some(rank) = self.rank {
             write!(f, " on rank {rank}")?;
         }

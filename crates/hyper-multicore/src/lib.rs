@@ -24,9 +24,10 @@ pub mod config;
 pub mod control;
 pub mod error;
 pub mod launch;
+pub mod lifecycle;
 mod primitive;
 pub mod shmem;
 mod sys;
 pub mod world;
 
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Recovery, Result};

@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::config::{self, Config};
 use crate::control::frame::WireError;
@@ -289,6 +289,105 @@ impl World {
                     self.rank()
                 ))
             })
+    }
+}
+
+/// The communication the managed lifecycle needs from a root group: its ordered membership and
+/// an allgather with deadlines and peer-loss detection. Implemented by [`World`], [`Group`] and
+/// [`ControlPlane`]; the Python front implements it over a torch `ProcessGroup`.
+pub trait GroupChannel: Send + Sync + std::fmt::Debug {
+    /// This process's rank in the group.
+    fn rank(&self) -> usize;
+    /// The number of members.
+    fn size(&self) -> usize;
+    /// The members' world ranks, in group-rank order.
+    fn members(&self) -> Vec<usize>;
+    /// True if the group belongs to a distributed world (false for a standalone process).
+    fn distributed(&self) -> bool;
+    /// Every member's `data`, in group-rank order (a collective call).
+    fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>>;
+    /// Returns once every member has called it.
+    fn barrier(&self) -> Result<()> {
+        self.allgather(&[]).map(drop)
+    }
+}
+
+impl GroupChannel for ControlPlane {
+    fn rank(&self) -> usize {
+        ControlPlane::rank(self)
+    }
+    fn size(&self) -> usize {
+        ControlPlane::size(self)
+    }
+    fn members(&self) -> Vec<usize> {
+        (0..ControlPlane::size(self)).collect()
+    }
+    fn distributed(&self) -> bool {
+        ControlPlane::size(self) > 1
+    }
+    fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        ControlPlane::allgather(self, data)
+    }
+    fn barrier(&self) -> Result<()> {
+        ControlPlane::barrier(self)
+    }
+}
+
+impl GroupChannel for World {
+    fn rank(&self) -> usize {
+        World::rank(self)
+    }
+    fn size(&self) -> usize {
+        World::size(self)
+    }
+    fn members(&self) -> Vec<usize> {
+        (0..World::size(self)).collect()
+    }
+    fn distributed(&self) -> bool {
+        self.launcher != Launcher::Standalone
+    }
+    fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.control.allgather(data)
+    }
+    fn barrier(&self) -> Result<()> {
+        self.control.barrier()
+    }
+}
+
+impl GroupChannel for Group {
+    fn rank(&self) -> usize {
+        Group::rank(self)
+    }
+    fn size(&self) -> usize {
+        Group::size(self)
+    }
+    fn members(&self) -> Vec<usize> {
+        self.members.clone()
+    }
+    fn distributed(&self) -> bool {
+        true
+    }
+    fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.control.allgather(data)
+    }
+    fn barrier(&self) -> Result<()> {
+        self.control.barrier()
+    }
+}
+
+static GLOBAL_WORLD: Mutex<Option<Arc<World>>> = Mutex::new(None);
+
+impl World {
+    /// The process-wide world, created from the environment by the first call (a collective
+    /// call then: every process of the job must make it). Later calls return the same world.
+    pub fn global() -> Result<Arc<World>> {
+        let mut global = crate::control::lock_unpoisoned(&GLOBAL_WORLD);
+        if let Some(world) = global.as_ref() {
+            return Ok(Arc::clone(world));
+        }
+        let world = Arc::new(World::from_env()?);
+        *global = Some(Arc::clone(&world));
+        Ok(world)
     }
 }
 

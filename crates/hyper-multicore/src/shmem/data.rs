@@ -121,6 +121,47 @@ impl Shmem {
         ))
     }
 
+    /// The byte range `offset..offset + bytes` of live allocation `id` (fails if the allocation
+    /// was freed, belongs to another lifetime, or the range is past its end). Fronts that track
+    /// allocations by id (Python) address the data plane with it.
+    pub fn region(&self, id: super::allocation::AllocationId, offset: u64, bytes: u64) -> Result<Region> {
+        let record = self.resolve(id)?;
+        let end = offset.checked_add(bytes).filter(|&end| end <= record.bytes);
+        if end.is_none() {
+            return Err(self.error(
+                ErrorKind::InvalidArgument,
+                "view",
+                format!(
+                    "bytes {offset}..{} are past the end of allocation {} ({} bytes)",
+                    offset.saturating_add(bytes),
+                    id.index,
+                    record.bytes
+                ),
+            ));
+        }
+        Ok(Region {
+            id,
+            heap_offset: record.offset + offset,
+            bytes,
+        })
+    }
+
+    /// [`Shmem::put`] of raw bytes into a [`Region`].
+    pub fn put_bytes(&self, target: Region, source: &[u8], pe: usize) -> Result<()> {
+        self.check_bytes("put", target, source.len())?;
+        let offset = self.locate("put", target, pe)?;
+        self.segment.mapping().write(offset, source);
+        Ok(())
+    }
+
+    /// [`Shmem::get`] of raw bytes out of a [`Region`].
+    pub fn get_bytes(&self, target: &mut [u8], source: Region, pe: usize) -> Result<()> {
+        self.check_bytes("get", source, target.len())?;
+        let offset = self.locate("get", source, pe)?;
+        self.segment.mapping().read(offset, target);
+        Ok(())
+    }
+
     /// Copies `source` into PE `pe`'s copy of `target` (lengths must match).
     pub fn put<T: Element>(
         &self,

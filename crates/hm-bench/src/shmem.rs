@@ -1,0 +1,903 @@
+//! Data-plane benchmarks of the native runtime ([`Shmem`]): start-up and shutdown, barrier,
+//! put/get latency and bandwidth, signal ping-pong, remote fetch-add, collective malloc+free
+//! and all-to-all — each next to a reference measured in the same run (memcpy of the same size
+//! in the same process, or a raw cache-line ping-pong between the same two processes).
+//!
+//! Driver ([`drive`]), for each PE count N:
+//! 1. launches [`Method::launches`] jobs of N PEs that only initialize a runtime, allocate once,
+//!    free and shut down (`pe-shmem --init-only`), timing job start → the last PE's "allocated"
+//!    line (driver clock), the slowest PE's own world + initialize + first allocation, and the
+//!    slowest PE's `Shmem::shutdown`; a PE that fails or exits non-zero fails the run;
+//! 2. launches one job of N PEs (`pe-shmem`) that times the operations; root rank 0 reports.
+//!    With N = 2 every operation is timed, otherwise only the barrier.
+//!
+//! PE ([`run_pe`]): joins the world, initializes a runtime over it, then (unless `--no-pin`)
+//! pins its main thread to CPU `rank % CPUs`. Pinning comes *after* `Shmem::initialize`: the
+//! runtime decides once, at initialize, whether waits may spin, from the CPUs the process may
+//! use, and a thread pinned to one CPU would make it believe it has a single core.
+//!
+//! Every batch starts after a barrier on the shared heap, and root rank 0's duration is then
+//! broadcast over the control plane, so every rank makes the same calibration decisions (see
+//! [`time_together`]). Point-to-point operations are run by rank 0 towards rank 1, timed by
+//! rank 0; rank 1 waits in the control-plane broadcast meanwhile (asleep in the kernel).
+//!
+//! ```text
+//! hm-bench shmem --pes 2,4,16 --quick --json
+//! perf record -g hm-bench shmem --pes 2 --only pingpong     # profile one pattern
+//! ```
+
+use std::hint::black_box;
+use std::sync::atomic::{fence, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::builder::RangedU64ValueParser;
+use clap::Args;
+use hyper_multicore::control::UniqueId;
+use hyper_multicore::shmem::{Allocation, Comparison, Shmem, SignalOp};
+use hyper_multicore::world::World;
+use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+use serde::{Deserialize, Serialize};
+
+use crate::launch::{self, emit};
+use crate::report::{Report, Row};
+use crate::shared_word::{shared_word, spin_until};
+use crate::stats::{time_batches, Method, Summary, Timing};
+
+/// The layer reported for the runtime's rows.
+const LAYER: &str = "shmem";
+/// The layer reported for same-run references.
+const REFERENCE: &str = "reference";
+
+/// Heap bytes per PE of the full method.
+const HEAP_BYTES: u64 = 256 << 20;
+/// Heap bytes per PE in `--quick` mode.
+const QUICK_HEAP_BYTES: u64 = 64 << 20;
+
+/// Transfer sizes of the bandwidth rows.
+const BANDWIDTH_BYTES: [usize; 3] = [64 << 10, 1 << 20, 16 << 20];
+/// Bytes each PE sends each other PE in the all-to-all row.
+const ALL_TO_ALL_BLOCK: usize = 1 << 20;
+/// Bytes of the collective allocation in the malloc+free row.
+const MALLOC_BYTES: usize = 4096;
+/// Bytes of one word (put/get latency, signals, atomics).
+const WORD_BYTES: usize = 8;
+
+/// Arguments of `hm-bench shmem`.
+#[derive(Debug, Args)]
+pub struct DriverArgs {
+    /// PE counts to run, comma-separated (every operation at 2 PEs, the barrier at others).
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8,16,32",
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    pes: Vec<usize>,
+    /// Smoke-test mode: ≈ 2 ms batches, 5 trials, a 64 MiB heap (checks it works, not how fast).
+    #[arg(long)]
+    quick: bool,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Leave the PEs unpinned (by default PE r runs on CPU r % CPUs once initialized).
+    #[arg(long)]
+    no_pin: bool,
+    /// Run only these groups (for profiling one pattern, e.g. under `perf record`).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    only: Vec<Group>,
+}
+
+/// Groups of rows, for `--only`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Group {
+    /// `init`, `init_call`, `shutdown` (the start-up launches).
+    Init,
+    /// `barrier` (and its raw round-trip reference).
+    Barrier,
+    /// `put_quiet` and `get` of 8 B.
+    Latency,
+    /// `put_bandwidth` and `get_bandwidth`.
+    Bandwidth,
+    /// `pingpong_signal` and `pingpong_put_signal`.
+    Pingpong,
+    /// `fetch_add`.
+    FetchAdd,
+    /// `malloc_free`.
+    MallocFree,
+    /// `all_to_all`.
+    AllToAll,
+}
+
+impl Group {
+    /// Its spelling on the command line.
+    fn name(self) -> &'static str {
+        match self {
+            Group::Init => "init",
+            Group::Barrier => "barrier",
+            Group::Latency => "latency",
+            Group::Bandwidth => "bandwidth",
+            Group::Pingpong => "pingpong",
+            Group::FetchAdd => "fetch-add",
+            Group::MallocFree => "malloc-free",
+            Group::AllToAll => "all-to-all",
+        }
+    }
+}
+
+/// Arguments of the hidden `hm-bench pe-shmem`.
+#[derive(Debug, Args)]
+pub struct PeArgs {
+    /// Use the smoke-test method.
+    #[arg(long)]
+    quick: bool,
+    /// Only initialize, allocate once, free and shut down (start-up timing).
+    #[arg(long)]
+    init_only: bool,
+    /// Heap bytes per PE.
+    #[arg(long)]
+    heap: u64,
+    /// Do not pin the main thread.
+    #[arg(long)]
+    no_pin: bool,
+    /// Run only these groups (all if empty).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    only: Vec<Group>,
+}
+
+/// What a PE prints, one JSON line each.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+enum PeMessage {
+    /// The first allocation returned on this PE (so every PE has initialized).
+    Allocated {
+        /// The PE's rank.
+        rank: usize,
+        /// `World::from_env` + `Shmem::initialize` + the first `allocate`, by the PE's clock.
+        init_call_ns: u64,
+    },
+    /// `Shmem::shutdown` returned on this PE.
+    ShutDown {
+        /// The PE's rank.
+        rank: usize,
+        /// Its duration.
+        shutdown_ns: u64,
+    },
+    /// Root rank 0's timing of one operation.
+    Timed {
+        /// The operation.
+        op: String,
+        /// `shmem` or `reference`.
+        layer: String,
+        /// Payload bytes.
+        bytes: usize,
+        /// The timing.
+        timing: Timing,
+        /// The same-run reference (name, median nanoseconds), if one applies.
+        reference: Option<(String, f64)>,
+    },
+}
+
+/// The driver side: every PE count in turn, rows printed as they are measured.
+pub fn drive(args: &DriverArgs) -> Result<()> {
+    let method = method(args.quick);
+    let heap = if args.quick {
+        QUICK_HEAP_BYTES
+    } else {
+        HEAP_BYTES
+    };
+    let heap_arg = heap.to_string();
+    let mut pe_args = vec!["pe-shmem", "--heap", heap_arg.as_str()];
+    if args.quick {
+        pe_args.push("--quick");
+    }
+    if args.no_pin {
+        pe_args.push("--no-pin");
+    }
+    let only: Vec<&str> = args.only.iter().map(|g| g.name()).collect();
+    let only = only.join(",");
+    if !args.only.is_empty() {
+        pe_args.extend(["--only", only.as_str()]);
+    }
+    let wants = |group| args.only.is_empty() || args.only.contains(&group);
+    let mut report = Report::new(args.json);
+    for &pes in &args.pes {
+        if wants(Group::Init) {
+            report_start_up(&mut report, pes, &method, &pe_args)?;
+        }
+        let timed_here = if pes == 2 {
+            args.only != [Group::Init]
+        } else {
+            wants(Group::Barrier)
+        };
+        if !timed_here {
+            continue;
+        }
+        let job = launch::run_job(pes, &pe_args)
+            .with_context(|| format!("data-plane job of {pes} PEs"))?;
+        let mut timed = 0;
+        for (rank, _, message) in job.messages::<PeMessage>()? {
+            let PeMessage::Timed {
+                op,
+                layer,
+                bytes,
+                timing,
+                reference,
+            } = message
+            else {
+                continue;
+            };
+            ensure!(rank == 0, "PE {rank} reported a timing; only rank 0 should");
+            let reference = reference.as_ref().map(|(name, ns)| (name.as_str(), *ns));
+            report.row(&Row::new(&op, &layer, bytes, pes, &timing, reference))?;
+            timed += 1;
+        }
+        ensure!(timed > 0, "the job of {pes} PEs reported no timing");
+    }
+    Ok(())
+}
+
+/// Launches the start-up jobs of `pes` PEs and reports `init`, `init_call` and `shutdown`.
+fn report_start_up(
+    report: &mut Report,
+    pes: usize,
+    method: &Method,
+    pe_args: &[&str],
+) -> Result<()> {
+    let start_up = time_start_up(pes, method, pe_args)?;
+    report.row(&Row::new("init", LAYER, 0, pes, &start_up.init, None))?;
+    report.row(&Row::new(
+        "init_call",
+        LAYER,
+        0,
+        pes,
+        &start_up.init_call,
+        None,
+    ))?;
+    report.row(&Row::new(
+        "shutdown",
+        LAYER,
+        0,
+        pes,
+        &start_up.shutdown,
+        None,
+    ))?;
+    Ok(())
+}
+
+/// The method: [`Method::new`], but ≈ 2 ms batches in quick mode.
+fn method(quick: bool) -> Method {
+    let mut method = Method::new(quick);
+    if quick {
+        method.batch_target = Duration::from_millis(2);
+    }
+    method
+}
+
+/// How long a job of N PEs takes to become usable and to shut down, over the launches.
+struct StartUp {
+    /// Job start → the last PE's "allocated" line read by the driver.
+    init: Timing,
+    /// The slowest PE's own world + initialize + first allocation.
+    init_call: Timing,
+    /// The slowest PE's `Shmem::shutdown`.
+    shutdown: Timing,
+}
+
+/// Launches [`Method::launches`] start-up-only jobs of `pes` PEs and times them.
+fn time_start_up(pes: usize, method: &Method, pe_args: &[&str]) -> Result<StartUp> {
+    let mut args = pe_args.to_vec();
+    args.push("--init-only");
+    let mut init = Vec::with_capacity(method.launches);
+    let mut init_call = Vec::with_capacity(method.launches);
+    let mut shutdown = Vec::with_capacity(method.launches);
+    for launch in 0..method.launches {
+        // `run_job` fails unless every PE exits with status 0: a clean exit is checked here.
+        let job = launch::run_job(pes, &args)
+            .with_context(|| format!("start-up job {launch} of {pes} PEs"))?;
+        let (mut allocated, mut shut_down) = (0, 0);
+        let (mut last_allocated, mut slowest_call, mut slowest_shutdown) = (None, 0, 0);
+        for (rank, at, message) in job.messages::<PeMessage>()? {
+            match message {
+                PeMessage::Allocated {
+                    rank: said,
+                    init_call_ns,
+                } => {
+                    ensure!(said == rank, "PE {rank} reported itself as rank {said}");
+                    allocated += 1;
+                    last_allocated = last_allocated.max(Some(at));
+                    slowest_call = slowest_call.max(init_call_ns);
+                }
+                PeMessage::ShutDown { shutdown_ns, .. } => {
+                    shut_down += 1;
+                    slowest_shutdown = slowest_shutdown.max(shutdown_ns);
+                }
+                PeMessage::Timed { .. } => bail!("PE {rank} timed something in a start-up job"),
+            }
+        }
+        ensure!(
+            allocated == pes && shut_down == pes,
+            "{allocated} of {pes} PEs allocated and {shut_down} shut down"
+        );
+        let last = last_allocated.context("no PE allocated")?;
+        init.push(nanos(last.duration_since(job.started)) as f64);
+        init_call.push(slowest_call as f64);
+        shutdown.push(slowest_shutdown as f64);
+    }
+    let per_launch = |samples: &[f64]| -> Result<Timing> {
+        Ok(Timing {
+            per_op: Summary::of(samples)?,
+            batch_ops: 1,
+        })
+    };
+    Ok(StartUp {
+        init: per_launch(&init)?,
+        init_call: per_launch(&init_call)?,
+        shutdown: per_launch(&shutdown)?,
+    })
+}
+
+/// The PE side.
+pub fn run_pe(args: &PeArgs) -> Result<()> {
+    let started = Instant::now();
+    let world = World::from_env().context("join the world")?;
+    let shmem = initialize_over(&world, args.heap).context("initialize the runtime")?;
+    let first = shmem
+        .allocate::<u8>(MALLOC_BYTES, None)
+        .context("the first allocation")?;
+    let init_call_ns = nanos(started.elapsed());
+    if args.init_only {
+        emit(&PeMessage::Allocated {
+            rank: shmem.rank(),
+            init_call_ns,
+        })?;
+        shmem.free(first).context("free the first allocation")?;
+        let rank = shmem.rank();
+        let shutdown_started = Instant::now();
+        shmem
+            .shutdown()
+            .map_err(|e| anyhow::anyhow!("shutdown: {e}"))?;
+        let shutdown_ns = nanos(shutdown_started.elapsed());
+        return emit(&PeMessage::ShutDown { rank, shutdown_ns });
+    }
+    shmem.free(first).context("free the first allocation")?;
+    if !args.no_pin {
+        pin_main_thread(shmem.rank())?;
+    }
+    let bench = Bench {
+        shmem: &shmem,
+        method: method(args.quick),
+        only: args.only.clone(),
+    };
+    bench
+        .run()
+        .with_context(|| format!("benchmarks on rank {}", shmem.rank()))?;
+    shmem
+        .shutdown()
+        .map_err(|e| anyhow::anyhow!("shutdown: {e}"))?;
+    world.control().barrier().context("leave the job")
+}
+
+/// Initializes a runtime over every rank of `world` (collective): root rank 0 creates the
+/// unique ID and the world's control plane carries it to the others.
+fn initialize_over(world: &World, heap: u64) -> Result<Shmem> {
+    let (bytes, listener) = if world.rank() == 0 {
+        let (id, listener) = Shmem::get_unique_id(world.config())?;
+        (world.control().broadcast(&id.to_bytes())?, Some(listener))
+    } else {
+        (world.control().broadcast(&[])?, None)
+    };
+    let id = UniqueId::from_bytes(&bytes)?;
+    Ok(Shmem::initialize(
+        world.rank(),
+        world.size(),
+        &id,
+        listener,
+        Some(heap),
+    )?)
+}
+
+/// Pins the calling thread to CPU `rank % n` of the `n` CPUs this process may use.
+fn pin_main_thread(rank: usize) -> Result<()> {
+    let allowed = sched_getaffinity(None).context("read the CPU affinity")?;
+    let cpus: Vec<usize> = (0..CpuSet::MAX_CPU)
+        .filter(|&cpu| allowed.is_set(cpu))
+        .collect();
+    ensure!(!cpus.is_empty(), "this process may run on no CPU");
+    let cpu = cpus[rank % cpus.len()];
+    let mut set = CpuSet::new();
+    set.set(cpu);
+    sched_setaffinity(None, &set).with_context(|| format!("pin rank {rank} to cpu {cpu}"))
+}
+
+/// One PE's benchmarks.
+struct Bench<'a> {
+    /// The runtime.
+    shmem: &'a Shmem,
+    /// How long and how often.
+    method: Method,
+    /// The groups to run (all if empty).
+    only: Vec<Group>,
+}
+
+/// The other PE of a 2-PE job.
+const PEER: usize = 1;
+
+impl Bench<'_> {
+    /// Runs every benchmark for this job's size, root rank 0 reporting.
+    fn run(&self) -> Result<()> {
+        let shmem = self.shmem;
+        let raw = shmem.allocate::<u64>(1, None)?;
+        shmem.atomic_set(&raw, 0, shmem.rank())?;
+        shmem.barrier()?;
+        if shmem.size() != 2 {
+            if self.wants(Group::Barrier) {
+                let barrier =
+                    self.time_together(|ops| self.repeat(ops, || Ok(shmem.barrier()?)))?;
+                self.report("barrier", LAYER, 0, barrier, None)?;
+            }
+            shmem.barrier()?;
+            shmem.free(raw)?;
+            return Ok(());
+        }
+
+        if self.wants(Group::Barrier) {
+            // Against a raw cache-line round trip between the same two processes.
+            let round_trip = self.raw_round_trip(&raw)?;
+            self.report("raw_round_trip", REFERENCE, WORD_BYTES, round_trip, None)?;
+            let barrier = self.time_together(|ops| self.repeat(ops, || Ok(shmem.barrier()?)))?;
+            self.report(
+                "barrier",
+                LAYER,
+                0,
+                barrier,
+                Some(("raw cache-line round trip", round_trip)),
+            )?;
+        }
+        if self.wants(Group::Latency) {
+            self.word_latency()?;
+        }
+        if self.wants(Group::Bandwidth) {
+            self.bandwidth()?;
+        }
+        if self.wants(Group::Pingpong) {
+            self.ping_pong(&raw)?;
+        }
+        if self.wants(Group::FetchAdd) {
+            self.fetch_add()?;
+        }
+        if self.wants(Group::MallocFree) {
+            let malloc_free = self.time_together(|ops| {
+                self.repeat(ops, || {
+                    let block = shmem.allocate::<u8>(MALLOC_BYTES, None)?;
+                    Ok(shmem.free(block)?)
+                })
+            })?;
+            self.report("malloc_free", LAYER, MALLOC_BYTES, malloc_free, None)?;
+        }
+        if self.wants(Group::AllToAll) {
+            self.all_to_all()?;
+        }
+        shmem.barrier()?;
+        shmem.free(raw)?;
+        Ok(())
+    }
+
+    /// Whether `group` is to run.
+    fn wants(&self, group: Group) -> bool {
+        self.only.is_empty() || self.only.contains(&group)
+    }
+
+    /// Put 8 B + quiet and get 8 B towards the peer, and the raw store+fence / load floors.
+    fn word_latency(&self) -> Result<()> {
+        let shmem = self.shmem;
+        let word = shmem.allocate::<u64>(1, None)?;
+        shmem.put(&word, &[0], shmem.rank())?;
+        shmem.barrier()?;
+        // Check the path before timing it.
+        if shmem.rank() == 0 {
+            shmem.put(&word, &[0x5eed], PEER)?;
+            shmem.quiet();
+        }
+        shmem.barrier()?;
+        let mut seen = [0u64];
+        if shmem.rank() == 1 {
+            shmem.get(&mut seen, &word, shmem.rank())?;
+            ensure!(
+                seen == [0x5eed],
+                "put 8 B delivered {seen:?}, expected [0x5eed]"
+            );
+        }
+        shmem.barrier()?;
+        {
+            let theirs = shared_word(shmem, &word, PEER)?;
+            let store_fence = self.time_on_root(|ops| {
+                let start = Instant::now();
+                for i in 0..ops {
+                    theirs.store(black_box(i), Ordering::Relaxed);
+                    fence(Ordering::SeqCst);
+                }
+                Ok(start.elapsed())
+            })?;
+            self.report("raw_store_fence", REFERENCE, WORD_BYTES, store_fence, None)?;
+            let load = self.time_on_root(|ops| {
+                let start = Instant::now();
+                for _ in 0..ops {
+                    black_box(theirs.load(Ordering::Relaxed));
+                }
+                Ok(start.elapsed())
+            })?;
+            self.report("raw_load", REFERENCE, WORD_BYTES, load, None)?;
+        }
+        let put = self.time_on_root(|ops| {
+            let start = Instant::now();
+            for i in 0..ops {
+                shmem.put(&word, &[black_box(i)], PEER)?;
+                shmem.quiet();
+            }
+            Ok(start.elapsed())
+        })?;
+        self.report("put_quiet", LAYER, WORD_BYTES, put, None)?;
+        let get = self.time_on_root(|ops| {
+            let mut value = [0u64];
+            let start = Instant::now();
+            for _ in 0..ops {
+                shmem.get(&mut value, &word, PEER)?;
+                black_box(&mut value);
+            }
+            Ok(start.elapsed())
+        })?;
+        self.report("get", LAYER, WORD_BYTES, get, None)?;
+        shmem.barrier()?;
+        shmem.free(word)?;
+        Ok(())
+    }
+
+    /// Put and get bandwidth per size, each against memcpy between two private buffers of the
+    /// same size (the same working set: source + destination of that size). The private
+    /// buffers start on a cache line, like every heap allocation, so memcpy sees the same
+    /// relative alignment in the reference and in the put/get (a source 16 bytes off a line,
+    /// as `malloc` gives, makes a 64 KiB `rep movsb` copy up to ≈ 30 % slower on this CPU).
+    fn bandwidth(&self) -> Result<()> {
+        let shmem = self.shmem;
+        let largest = BANDWIDTH_BYTES[BANDWIDTH_BYTES.len() - 1];
+        let remote = shmem.allocate::<u8>(largest, None)?;
+        // Touch every page of every copy (a fresh memfd page is faulted in on first write) and
+        // of the private buffers (an untouched private page reads as the shared zero page).
+        let mut source = LineAligned::new(largest, 0);
+        for (i, byte) in source.bytes_mut().iter_mut().enumerate() {
+            *byte = (i % 251) as u8;
+        }
+        let source = source.bytes();
+        let mut destination = LineAligned::new(largest, 0x5a);
+        let destination = destination.bytes_mut();
+        shmem.put(&remote, source, shmem.rank())?;
+        shmem.barrier()?;
+        for bytes in BANDWIDTH_BYTES {
+            let target = remote.view(..bytes)?;
+            let memcpy = self.time_on_root(|ops| {
+                let start = Instant::now();
+                for _ in 0..ops {
+                    destination[..bytes].copy_from_slice(black_box(&source[..bytes]));
+                    black_box(&mut *destination);
+                }
+                Ok(start.elapsed())
+            })?;
+            self.report("memcpy", REFERENCE, bytes, memcpy, None)?;
+            let same_size = Some(("memcpy of the same size", memcpy));
+            let put = self.time_on_root(|ops| {
+                let start = Instant::now();
+                for _ in 0..ops {
+                    shmem.put(&target, black_box(&source[..bytes]), PEER)?;
+                    shmem.quiet();
+                }
+                Ok(start.elapsed())
+            })?;
+            self.report("put_bandwidth", LAYER, bytes, put, same_size)?;
+            let get = self.time_on_root(|ops| {
+                let start = Instant::now();
+                for _ in 0..ops {
+                    shmem.get(&mut destination[..bytes], &target, PEER)?;
+                    black_box(&mut *destination);
+                }
+                Ok(start.elapsed())
+            })?;
+            self.report("get_bandwidth", LAYER, bytes, get, same_size)?;
+        }
+        if shmem.rank() == 0 {
+            shmem.get(destination, &remote, PEER)?;
+            ensure!(
+                destination[..] == source[..],
+                "get of {largest} bytes from PE {PEER} returned other bytes than were put"
+            );
+        }
+        shmem.barrier()?;
+        shmem.free(remote)?;
+        Ok(())
+    }
+
+    /// One-way signal ping-pong (signal, and put_signal of 8 B) between PEs 0 and 1, each right
+    /// after a raw cache-line ping-pong between the same two processes.
+    fn ping_pong(&self, raw: &Allocation<u64>) -> Result<()> {
+        let shmem = self.shmem;
+        let flag = shmem.allocate::<u64>(1, None)?;
+        let data = shmem.allocate::<u64>(1, None)?;
+        shmem.atomic_set(&flag, 0, shmem.rank())?;
+        shmem.barrier()?;
+        let peer = 1 - shmem.rank();
+        let mut sequence = 0u64;
+        for (op, with_data) in [("pingpong_signal", false), ("pingpong_put_signal", true)] {
+            let raw_one_way = half(self.raw_round_trip(raw)?);
+            self.report("raw_one_way", REFERENCE, WORD_BYTES, raw_one_way, None)?;
+            let timing = self.time_together(|ops| {
+                let start = Instant::now();
+                for _ in 0..ops {
+                    sequence += 1;
+                    let send = |sequence: u64| -> Result<()> {
+                        if with_data {
+                            shmem.put_signal(
+                                &data,
+                                &[sequence],
+                                &flag,
+                                sequence,
+                                SignalOp::Set,
+                                peer,
+                            )?;
+                        } else {
+                            shmem.signal(&flag, sequence, SignalOp::Set, peer)?;
+                        }
+                        Ok(())
+                    };
+                    if shmem.rank() == 0 {
+                        send(sequence)?;
+                        shmem.wait_signal(&flag, sequence, Comparison::Eq, None)?;
+                    } else {
+                        shmem.wait_signal(&flag, sequence, Comparison::Eq, None)?;
+                        send(sequence)?;
+                    }
+                }
+                Ok(start.elapsed())
+            })?;
+            self.report(
+                op,
+                LAYER,
+                WORD_BYTES,
+                half(timing),
+                Some(("raw cache-line ping-pong, one way", raw_one_way)),
+            )?;
+        }
+        let mut last = [0u64];
+        shmem.get(&mut last, &data, shmem.rank())?;
+        ensure!(
+            last == [sequence],
+            "put_signal delivered {last:?}, expected [{sequence}]"
+        );
+        shmem.barrier()?;
+        shmem.free(data)?;
+        shmem.free(flag)?;
+        Ok(())
+    }
+
+    /// Remote fetch-add on the peer's word, and the raw `lock xadd` on the same word.
+    fn fetch_add(&self) -> Result<()> {
+        let shmem = self.shmem;
+        let counter = shmem.allocate::<u64>(1, None)?;
+        shmem.atomic_set(&counter, 0, shmem.rank())?;
+        shmem.barrier()?;
+        {
+            let theirs = shared_word(shmem, &counter, PEER)?;
+            let raw = self.time_on_root(|ops| {
+                let start = Instant::now();
+                for _ in 0..ops {
+                    black_box(theirs.fetch_add(1, Ordering::SeqCst));
+                }
+                Ok(start.elapsed())
+            })?;
+            self.report("raw_fetch_add", REFERENCE, WORD_BYTES, raw, None)?;
+        }
+        let mut previous = None;
+        let fetch_add = self.time_on_root(|ops| {
+            let start = Instant::now();
+            for _ in 0..ops {
+                previous = Some(black_box(shmem.atomic_fetch_add(&counter, 1u64, PEER)?));
+            }
+            Ok(start.elapsed())
+        })?;
+        if shmem.rank() == 0 {
+            let now = shmem.atomic_fetch(&counter, PEER)?;
+            ensure!(
+                previous.is_some_and(|p| p + 1 == now),
+                "fetch-add returned {previous:?} but the word now holds {now}"
+            );
+        }
+        self.report("fetch_add", LAYER, WORD_BYTES, fetch_add, None)?;
+        shmem.barrier()?;
+        shmem.free(counter)?;
+        Ok(())
+    }
+
+    /// All-to-all of [`ALL_TO_ALL_BLOCK`] per pair, against two memcpys of a block (what each
+    /// PE copies), same working set.
+    fn all_to_all(&self) -> Result<()> {
+        let shmem = self.shmem;
+        let total = ALL_TO_ALL_BLOCK * shmem.size();
+        let target = shmem.allocate::<u8>(total, None)?;
+        let mut source = LineAligned::new(total, 0);
+        for (i, byte) in source.bytes_mut().iter_mut().enumerate() {
+            *byte = (i % 241) as u8 ^ shmem.rank() as u8;
+        }
+        let source = source.bytes();
+        let mut destination = LineAligned::new(total, 0x5a);
+        let destination = destination.bytes_mut();
+        shmem.put(&target, destination, shmem.rank())?;
+        shmem.barrier()?;
+        let memcpy = self.time_on_root(|ops| {
+            let start = Instant::now();
+            for _ in 0..ops {
+                for block in 0..shmem.size() {
+                    let range = block * ALL_TO_ALL_BLOCK..(block + 1) * ALL_TO_ALL_BLOCK;
+                    destination[range.clone()].copy_from_slice(black_box(&source[range]));
+                }
+                black_box(&mut *destination);
+            }
+            Ok(start.elapsed())
+        })?;
+        self.report("memcpy_x2", REFERENCE, ALL_TO_ALL_BLOCK, memcpy, None)?;
+        let all_to_all =
+            self.time_together(|ops| self.repeat(ops, || Ok(shmem.all_to_all(&target, source)?)))?;
+        self.report(
+            "all_to_all",
+            LAYER,
+            ALL_TO_ALL_BLOCK,
+            all_to_all,
+            Some(("memcpy of 1 MiB x2", memcpy)),
+        )?;
+        // Block `peer` of this PE's target came from `peer`'s block `rank`.
+        let mut received = vec![0u8; total];
+        shmem.get(&mut received, &target, shmem.rank())?;
+        for peer in 0..shmem.size() {
+            let expected = (shmem.rank() * ALL_TO_ALL_BLOCK..(shmem.rank() + 1) * ALL_TO_ALL_BLOCK)
+                .map(|i| (i % 241) as u8 ^ peer as u8);
+            let got = &received[peer * ALL_TO_ALL_BLOCK..(peer + 1) * ALL_TO_ALL_BLOCK];
+            ensure!(
+                got.iter().copied().eq(expected),
+                "all_to_all: block {peer} is not what PE {peer} sent"
+            );
+        }
+        shmem.barrier()?;
+        shmem.free(target)?;
+        Ok(())
+    }
+
+    /// Round trip of a raw cache-line ping-pong between PEs 0 and 1 on `raw` (each PE spins on
+    /// its own copy and stores into the peer's), timed by rank 0.
+    fn raw_round_trip(&self, raw: &Allocation<u64>) -> Result<Timing> {
+        let shmem = self.shmem;
+        let mine = shared_word(shmem, raw, shmem.rank())?;
+        let theirs = shared_word(shmem, raw, 1 - shmem.rank())?;
+        // Both copies hold the last value this PE received (the peer's sequence is the same).
+        let mut sequence = mine.load(Ordering::Acquire);
+        self.time_together(|ops| {
+            let start = Instant::now();
+            for _ in 0..ops {
+                sequence += 1;
+                if shmem.rank() == 0 {
+                    theirs.store(sequence, Ordering::Release);
+                    spin_until(mine, sequence)?;
+                } else {
+                    spin_until(mine, sequence)?;
+                    theirs.store(sequence, Ordering::Release);
+                }
+            }
+            Ok(start.elapsed())
+        })
+    }
+
+    /// Calls `op` `ops` times on this PE; the batch's duration.
+    fn repeat(&self, ops: u64, mut op: impl FnMut() -> Result<()>) -> Result<Duration> {
+        let start = Instant::now();
+        for _ in 0..ops {
+            op()?;
+        }
+        Ok(start.elapsed())
+    }
+
+    /// [`Bench::time_together`] where only root rank 0 runs `batch` (the others wait).
+    fn time_on_root(&self, mut batch: impl FnMut(u64) -> Result<Duration>) -> Result<Timing> {
+        let root = self.shmem.rank() == 0;
+        self.time_together(|ops| if root { batch(ops) } else { Ok(Duration::ZERO) })
+    }
+
+    /// See [`time_together`].
+    fn time_together(&self, batch: impl FnMut(u64) -> Result<Duration>) -> Result<Timing> {
+        time_together(self.shmem, &self.method, batch)
+    }
+
+    /// Root rank 0 prints a row (the other ranks measured along but print nothing).
+    fn report(
+        &self,
+        op: &str,
+        layer: &str,
+        bytes: usize,
+        timing: Timing,
+        reference: Option<(&str, Timing)>,
+    ) -> Result<()> {
+        if self.shmem.rank() != 0 {
+            return Ok(());
+        }
+        emit(&PeMessage::Timed {
+            op: op.to_string(),
+            layer: layer.to_string(),
+            bytes,
+            timing,
+            reference: reference.map(|(name, t)| (name.to_string(), t.per_op.median_ns)),
+        })
+    }
+}
+
+/// Times `batch` on every rank alike: each batch starts right after a barrier on the shared
+/// heap, and root rank 0's duration is broadcast over the control plane (after the clock
+/// stops), so every rank calibrates the same way and makes the same calls.
+fn time_together(
+    shmem: &Shmem,
+    method: &Method,
+    mut batch: impl FnMut(u64) -> Result<Duration>,
+) -> Result<Timing> {
+    time_batches(method, |ops| {
+        shmem.barrier()?;
+        let took = nanos(batch(ops)?);
+        let root_took = shmem.control().broadcast(&took.to_le_bytes())?;
+        let root_took: [u8; 8] = root_took.try_into().map_err(|bytes| {
+            anyhow::anyhow!("root rank 0 broadcast a malformed duration {bytes:?}")
+        })?;
+        Ok(Duration::from_nanos(u64::from_le_bytes(root_took)))
+    })
+}
+
+/// A private byte buffer that starts on a cache line (64 bytes), every byte written.
+struct LineAligned {
+    /// The storage, 63 bytes longer than the buffer.
+    storage: Vec<u8>,
+    /// Where the buffer starts in `storage`.
+    start: usize,
+    /// The buffer's length.
+    len: usize,
+}
+
+impl LineAligned {
+    /// `len` bytes of `fill`.
+    fn new(len: usize, fill: u8) -> LineAligned {
+        let storage = vec![fill; len + 63];
+        let start = storage.as_ptr().align_offset(64);
+        LineAligned {
+            storage,
+            start,
+            len,
+        }
+    }
+
+    /// The buffer.
+    fn bytes(&self) -> &[u8] {
+        &self.storage[self.start..self.start + self.len]
+    }
+
+    /// The buffer, writable.
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.start..self.start + self.len]
+    }
+}
+
+/// Half of each trial: one way of a round trip.
+fn half(timing: Timing) -> Timing {
+    let per_op = timing.per_op;
+    Timing {
+        per_op: Summary {
+            min_ns: per_op.min_ns / 2.0,
+            median_ns: per_op.median_ns / 2.0,
+            max_ns: per_op.max_ns / 2.0,
+            trials: per_op.trials,
+        },
+        batch_ops: timing.batch_ops,
+    }
+}
+
+/// A duration in whole nanoseconds (saturating).
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,649 @@
+//! The managed lifecycle: one process-wide runtime, shared by independent consumers through
+//! reference counting, that is started, resized ("restarted") and shut down *collectively*:
+//! every rank of the root group either succeeds at each stage, or all fail with the same
+//! diagnosis naming the failing ranks, classified by what recovery is possible
+//! ([`Recovery`]).
+//!
+//! ```no_run
+//! use hyper_multicore::lifecycle::{self, Replacement};
+//! use hyper_multicore::shmem::{AllocationSpec, Dtype, Symmetric};
+//!
+//! lifecycle::acquire(None, Some(64 << 20))?;           // the whole world is the root
+//! let buffer = lifecycle::guarded("allocate", |shmem| shmem.allocate::<f32>(1024, None))?;
+//! // Grow the heap and turn the buffer into 4096 bf16 values, on every rank at once.
+//! let result = lifecycle::restart(
+//!     128 << 20,
+//!     &[Replacement {
+//!         current: buffer.region(),
+//!         target: AllocationSpec { shape: vec![4096], dtype: Dtype::BF16, alignment: None },
+//!     }],
+//!     None,
+//! )?;
+//! println!("restart stages: {:?}", result.timings);
+//! lifecycle::guarded("free", |shmem| shmem.free_id(result.allocations[0].id))?;
+//! lifecycle::release()?;
+//! # Ok::<(), hyper_multicore::Error>(())
+//! ```
+//!
+//! Every data-plane and allocation call made through [`guarded`] is refused when the lifecycle is
+//! invalidated or holds no reference, and cannot interleave with a restart's teardown (a
+//! readers/writer lock: calls share it, the teardown takes it alone).
+
+mod fault;
+mod stage;
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use parking_lot::{const_reentrant_mutex, const_rwlock, ReentrantMutex, RwLock};
+use serde::{Deserialize, Serialize};
+
+pub use fault::FAULT_VARIABLE;
+pub use stage::{Stage, StageTimings};
+
+use crate::config::Config;
+use crate::control::{lock_unpoisoned, BootstrapListener, UniqueId};
+use crate::error::{Error, ErrorKind, Recovery, Result};
+use crate::shmem::allocator::Allocator;
+use crate::shmem::converge::LocalFailure;
+use crate::shmem::{
+    debug_state_inactive, AllocationRecord, AllocationSpec, DebugState, Region, Shmem, ShutdownError,
+};
+use crate::world::{GroupChannel, World};
+use stage::StageFailure;
+
+/// The device the heap lives on (host memory; GPUs come later).
+pub const DEVICE: &str = "cpu";
+
+/// One allocation to replace in a [`restart`]: a complete active allocation and what to
+/// allocate in its place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replacement {
+    /// The allocation as it is now (its whole region; a view is refused).
+    pub current: Region,
+    /// What replaces it.
+    pub target: AllocationSpec,
+}
+
+/// What a [`restart`] returns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RestartResult {
+    /// The new allocations, in request order.
+    pub allocations: Vec<AllocationRecord>,
+    /// How long each stage took.
+    pub timings: StageTimings,
+}
+
+struct ActiveRoot {
+    channel: Arc<dyn GroupChannel>,
+    members: Vec<usize>,
+    distributed: bool,
+    heap_size: u64,
+}
+
+struct Lifecycle {
+    references: usize,
+    root: Option<ActiveRoot>,
+}
+
+static LIFECYCLE: ReentrantMutex<RefCell<Lifecycle>> = const_reentrant_mutex(RefCell::new(Lifecycle {
+    references: 0,
+    root: None,
+}));
+static RUNTIME: RwLock<Option<Shmem>> = const_rwlock(None);
+static INVALIDATED: AtomicBool = AtomicBool::new(false);
+static INVALIDATION: Mutex<Option<(Recovery, String)>> = Mutex::new(None);
+
+/// Takes a reference to the process-wide runtime over `root` (`None` = the whole world),
+/// starting it if this is the first reference (a collective call over the root then).
+///
+/// `heap_size_bytes`: per-PE heap; `None` = `HYPER_MULTICORE_SHMEM_HEAP_SIZE`, else 1 GiB. A
+/// later reference must name the same ordered membership and may not ask for a larger heap.
+pub fn acquire(root: Option<Arc<dyn GroupChannel>>, heap_size_bytes: Option<u64>) -> Result<()> {
+    const OP: &str = "acquire";
+    if heap_size_bytes == Some(0) {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            OP,
+            "heap_size_bytes must be a positive integer (or None for the configured default)",
+        ));
+    }
+    let guard = LIFECYCLE.lock();
+    check_valid(OP)?;
+    let named = root.is_some();
+    let channel: Arc<dyn GroupChannel> = match root {
+        Some(channel) => channel,
+        None => World::global()?,
+    };
+    if named && !channel.distributed() {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            OP,
+            "a root group was named, but this process has no distributed world (standalone); \
+             call acquire without a group, or start the job with hmrun or torchrun",
+        ));
+    }
+    let members = channel.members();
+    let distributed = channel.distributed();
+    {
+        let mut state = guard.borrow_mut();
+        if let Some(active) = state.root.as_ref() {
+            if active.members != members {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    OP,
+                    format!(
+                        "the active root has members {:?} but this call names {members:?}; pass \
+                         the same ordered group, or release every reference first",
+                        active.members
+                    ),
+                ));
+            }
+            if let Some(heap) = heap_size_bytes.filter(|&h| h > active.heap_size) {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    OP,
+                    format!(
+                        "a heap of {heap} bytes was requested but the active runtime has {} \
+                         bytes; release every reference and acquire again, or restart with the \
+                         larger heap",
+                        active.heap_size
+                    ),
+                ));
+            }
+            if active.distributed != distributed {
+                return Err(Error::new(
+                    ErrorKind::InvalidState,
+                    OP,
+                    "the distributed/standalone mode changed since the runtime started; release \
+                     every reference first",
+                ));
+            }
+            state.references += 1;
+            return Ok(());
+        }
+    }
+    let shmem = start_runtime(channel.as_ref(), heap_size_bytes).map_err(|e| retryable(e, None))?;
+    let heap_size = shmem.heap_size();
+    *RUNTIME.write() = Some(shmem);
+    let mut state = guard.borrow_mut();
+    state.references = 1;
+    state.root = Some(ActiveRoot {
+        channel,
+        members,
+        distributed,
+        heap_size,
+    });
+    Ok(())
+}
+
+/// The first reference's collective work: barrier, unique ID from root rank 0 (or its failure),
+/// initialize.
+fn start_runtime(channel: &dyn GroupChannel, heap_size: Option<u64>) -> Result<Shmem> {
+    const OP: &str = "acquire";
+    channel.barrier()?;
+    let (config, id, listener) = distribute_unique_id(channel, OP)?;
+    Shmem::initialize_with(config, channel.rank(), channel.size(), &id, listener, heap_size)
+}
+
+/// Root rank 0 creates a unique ID and every rank gets it — or every rank gets root rank 0's
+/// failure to create one (so nobody waits for an ID that will never come).
+fn distribute_unique_id(
+    channel: &dyn GroupChannel,
+    operation: &str,
+) -> Result<(Config, UniqueId, Option<BootstrapListener>)> {
+    let rank = channel.rank();
+    let mut listener = None;
+    let local = Config::from_env().and_then(|config| {
+        if rank != 0 {
+            return Ok((config, None));
+        }
+        let (id, bound) = Shmem::get_unique_id(&config)?;
+        listener = Some(bound);
+        Ok((config, Some(id.to_bytes())))
+    });
+    let (config, local) = match local {
+        Ok((config, id)) => (Some(config), Ok(id)),
+        Err(error) => (None, Err(error.on_rank(rank))),
+    };
+    let ids = crate::shmem::converge::converge(channel, operation, local)?;
+    let id_bytes = ids[0].as_deref().unwrap_or_default();
+    let id = UniqueId::from_bytes(id_bytes)?;
+    Ok((config.expect("a rank that failed its local step has returned"), id, listener))
+}
+
+/// Drops a reference; the last one shuts the runtime down collectively (stages Preflight,
+/// Quiesce, Shutdown).
+pub fn release() -> Result<()> {
+    const OP: &str = "release";
+    let guard = LIFECYCLE.lock();
+    check_valid(OP)?;
+    let channel = {
+        let mut state = guard.borrow_mut();
+        match state.references {
+            0 => {
+                return Err(Error::new(
+                    ErrorKind::InvalidState,
+                    OP,
+                    "no reference is active; call acquire first",
+                ))
+            }
+            1 => {}
+            _ => {
+                state.references -= 1;
+                return Ok(());
+            }
+        }
+        let active = state.root.as_ref().expect("a reference has a root");
+        Arc::clone(&active.channel)
+    };
+    let distributed = guard.borrow().root.as_ref().map(|r| r.distributed);
+    let channel = channel.as_ref();
+
+    let preflight = stage::run(channel, OP, Stage::Preflight, false, || {
+        if Some(channel.distributed()) != distributed {
+            return Err(LocalFailure::from(Error::new(
+                ErrorKind::InvalidState,
+                OP,
+                "the distributed/standalone mode changed since the runtime started",
+            )));
+        }
+        let runtime = RUNTIME.read_recursive();
+        let shmem = usable(runtime.as_ref(), OP)?;
+        shmem.validate_shutdown().map_err(LocalFailure::from)
+    }, |_| {});
+    preflight.map_err(|f| classify(OP, Stage::Preflight, f, false))?;
+
+    let mut runtime = RUNTIME.write();
+    let quiesce = stage::run(channel, OP, Stage::Quiesce, false, || quiesce(runtime.as_ref(), OP), |_| {});
+    quiesce.map_err(|f| settle(&mut runtime, classify(OP, Stage::Quiesce, f, false)))?;
+    let shmem = runtime.take();
+    let shutdown = stage::run(channel, OP, Stage::Shutdown, false, || shut_down(shmem, OP), |_| {});
+    shutdown.map_err(|f| classify(OP, Stage::Shutdown, f, true))?;
+    let mut state = guard.borrow_mut();
+    state.references = 0;
+    state.root = None;
+    Ok(())
+}
+
+/// The preflight value every rank must agree on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct PreflightValue {
+    hook: Option<Vec<u8>>,
+    heap_size: u64,
+    current: Vec<(u64, u64)>,
+    target: Vec<AllocationSpec>,
+}
+
+/// Replaces the runtime by one with a new heap size, replacing every active allocation by a new
+/// one (`replacements` must cover each exactly once). Only with exactly one reference; a
+/// collective call over the root. `preflight_hook` returns a snapshot of the caller's own state
+/// that must be equal on every rank.
+///
+/// Failures before ReleaseAllocations are retryable (unless the runtime is unusable or the ranks
+/// could not exchange outcomes: then the lifecycle is invalidated); from ReleaseAllocations on
+/// they are terminal.
+pub fn restart(
+    heap_size_bytes: u64,
+    replacements: &[Replacement],
+    preflight_hook: Option<&mut dyn FnMut() -> Result<Vec<u8>>>,
+) -> Result<RestartResult> {
+    const OP: &str = "restart";
+    let guard = LIFECYCLE.lock();
+    check_valid(OP)?;
+    let (channel, references) = {
+        let state = guard.borrow();
+        let Some(active) = state.root.as_ref() else {
+            return Err(Error::new(ErrorKind::InvalidState, OP, "no reference is active; call acquire first"));
+        };
+        (Arc::clone(&active.channel), state.references)
+    };
+    let channel = channel.as_ref();
+    let mut timings = StageTimings::default();
+
+    let started = Instant::now();
+    let preflight = stage::run(
+        channel,
+        OP,
+        Stage::Preflight,
+        true,
+        || {
+            // The hook runs first, with no lifecycle borrow held (it may call debug_state).
+            let hook = match preflight_hook {
+                Some(hook) => Some(hook().map_err(LocalFailure::from)?),
+                None => None,
+            };
+            check_restart(references, heap_size_bytes, replacements, hook)
+        },
+        |value| value.hook.get_or_insert_with(Vec::new).push(0xff),
+    );
+    preflight.map_err(|f| classify(OP, Stage::Preflight, f, false))?;
+    timings.record(Stage::Preflight, started);
+
+    let mut runtime = RUNTIME.write();
+    let started = Instant::now();
+    let quiesced = stage::run(channel, OP, Stage::Quiesce, false, || quiesce(runtime.as_ref(), OP), |_| {});
+    quiesced.map_err(|f| settle(&mut runtime, classify(OP, Stage::Quiesce, f, false)))?;
+    timings.record(Stage::Quiesce, started);
+
+    let started = Instant::now();
+    let released = stage::run(channel, OP, Stage::ReleaseAllocations, false, || {
+        let shmem = usable(runtime.as_ref(), OP)?;
+        for record in shmem.allocations() {
+            shmem.free_id(record.id)?;
+        }
+        match shmem.allocations().len() {
+            0 => Ok(()),
+            left => Err(LocalFailure::from(Error::new(
+                ErrorKind::InvalidState,
+                OP,
+                format!("{left} allocations are still registered after releasing them all"),
+            ))),
+        }
+    }, |_| {});
+    released.map_err(|f| settle(&mut runtime, classify(OP, Stage::ReleaseAllocations, f, true)))?;
+    timings.record(Stage::ReleaseAllocations, started);
+
+    let started = Instant::now();
+    let validated = stage::run(channel, OP, Stage::ValidateShutdown, false, || {
+        usable(runtime.as_ref(), OP)?.validate_shutdown().map_err(LocalFailure::from)
+    }, |_| {});
+    validated.map_err(|f| settle(&mut runtime, classify(OP, Stage::ValidateShutdown, f, true)))?;
+    let shmem = runtime.take();
+    let shut = stage::run(channel, OP, Stage::Shutdown, false, || shut_down(shmem, OP), |_| {});
+    shut.map_err(|f| settle(&mut runtime, classify(OP, Stage::Shutdown, f, true)))?;
+    timings.record(Stage::Shutdown, started);
+
+    let started = Instant::now();
+    let mut bootstrap = None;
+    let ids = stage::run(channel, OP, Stage::Bootstrap, false, || {
+        let (config, id, listener) = if channel.rank() == 0 {
+            let config = Config::from_env()?;
+            let (id, listener) = Shmem::get_unique_id(&config)?;
+            (config, Some(id.to_bytes()), Some(listener))
+        } else {
+            (Config::from_env()?, None, None)
+        };
+        bootstrap = Some((config, listener));
+        Ok(id)
+    }, |_| {});
+    let ids = ids.map_err(|f| settle(&mut runtime, classify(OP, Stage::Bootstrap, f, true)))?;
+    timings.record(Stage::Bootstrap, started);
+
+    let started = Instant::now();
+    let (config, listener) = bootstrap.expect("every rank bootstrapped");
+    let mut fresh = None;
+    let initialized = stage::run(channel, OP, Stage::Initialize, false, || {
+        let id = UniqueId::from_bytes(ids[0].as_deref().unwrap_or_default())?;
+        let shmem = Shmem::initialize_with(config, channel.rank(), channel.size(), &id, listener, Some(heap_size_bytes))?;
+        fresh = Some(shmem);
+        Ok(())
+    }, |_| {});
+    initialized.map_err(|f| settle(&mut runtime, classify(OP, Stage::Initialize, f, true)))?;
+    timings.record(Stage::Initialize, started);
+
+    let started = Instant::now();
+    *runtime = fresh;
+    let restored = stage::run(channel, OP, Stage::RestoreAllocations, false, || {
+        let shmem = usable(runtime.as_ref(), OP)?;
+        replacements
+            .iter()
+            .map(|r| shmem.allocate_spec(&r.target).map(|record| record.offset))
+            .collect::<Result<Vec<u64>>>()
+            .map_err(LocalFailure::from)
+    }, |_| {});
+    restored.map_err(|f| settle(&mut runtime, classify(OP, Stage::RestoreAllocations, f, true)))?;
+    timings.record(Stage::RestoreAllocations, started);
+
+    let allocations = usable(runtime.as_ref(), OP).map_err(|f| f.error)?.allocations();
+    drop(runtime);
+    if let Some(active) = guard.borrow_mut().root.as_mut() {
+        active.heap_size = heap_size_bytes;
+    }
+    Ok(RestartResult { allocations, timings })
+}
+
+/// Preflight's local checks; returns the value every rank must agree on.
+fn check_restart(
+    references: usize,
+    heap_size: u64,
+    replacements: &[Replacement],
+    hook: Option<Vec<u8>>,
+) -> std::result::Result<PreflightValue, LocalFailure> {
+    const OP: &str = "restart";
+    let invalid = |message: String| LocalFailure::from(Error::new(ErrorKind::InvalidArgument, OP, message));
+    if references != 1 {
+        return Err(LocalFailure::from(Error::new(
+            ErrorKind::InvalidState,
+            OP,
+            format!("restart needs exactly one reference, but {references} are held; release the others first"),
+        )));
+    }
+    if heap_size == 0 {
+        return Err(invalid("heap_size_bytes must be a positive integer".into()));
+    }
+    let runtime = RUNTIME.read_recursive();
+    let shmem = usable(runtime.as_ref(), OP)?;
+    let active = shmem.allocations();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut footprint: u64 = 0;
+    for (index, replacement) in replacements.iter().enumerate() {
+        let current = replacement.current;
+        let record = shmem.resolve(current.id).map_err(|e| {
+            invalid(format!("replacement {index} is not an active allocation: {}", e.message()))
+        })?;
+        if current.heap_offset != record.offset || current.bytes != record.bytes {
+            return Err(invalid(format!(
+                "replacement {index} is a view (bytes {}..{} of allocation {}), not a complete \
+                 allocation; pass the whole allocation",
+                current.heap_offset - record.offset.min(current.heap_offset),
+                current.heap_offset - record.offset.min(current.heap_offset) + current.bytes,
+                current.id.index
+            )));
+        }
+        if !seen.insert(current.id.index) {
+            return Err(invalid(format!("allocation {} is replaced twice", current.id.index)));
+        }
+        let target = &replacement.target;
+        if target.shape.is_empty() || target.shape.contains(&0) {
+            return Err(invalid(format!(
+                "replacement {index}: the target shape {:?} must be non-empty with positive sizes",
+                target.shape
+            )));
+        }
+        let alignment = target.alignment.unwrap_or(crate::shmem::DEFAULT_ALIGNMENT);
+        if !alignment.is_power_of_two() {
+            return Err(invalid(format!("replacement {index}: alignment {alignment} is not a power of two")));
+        }
+        let bytes = target.bytes().map_err(LocalFailure::from)?;
+        footprint = footprint.saturating_add(Allocator::footprint(bytes, alignment));
+    }
+    let uncovered: Vec<u64> = active.iter().map(|r| r.id.index).filter(|i| !seen.contains(i)).collect();
+    if !uncovered.is_empty() {
+        return Err(invalid(format!(
+            "active allocations {uncovered:?} have no replacement; every active allocation must \
+             be replaced exactly once"
+        )));
+    }
+    if footprint > heap_size {
+        return Err(invalid(format!(
+            "the targets need up to {footprint} bytes (sizes plus alignment slack) but the new \
+             heap has {heap_size}; raise heap_size_bytes"
+        )));
+    }
+    Ok(PreflightValue {
+        hook,
+        heap_size,
+        current: replacements.iter().map(|r| (r.current.id.index, r.current.bytes)).collect(),
+        target: replacements.iter().map(|r| r.target.clone()).collect(),
+    })
+}
+
+/// The runtime, if present and its control plane intact; else an "unavailable" failure.
+fn usable<'a>(runtime: Option<&'a Shmem>, operation: &str) -> std::result::Result<&'a Shmem, LocalFailure> {
+    let unavailable = |message: String| LocalFailure {
+        error: Error::new(ErrorKind::InvalidState, operation, message),
+        unavailable: true,
+    };
+    let shmem = runtime.ok_or_else(|| unavailable("the runtime is not running".into()))?;
+    match shmem.control().broken() {
+        Some(cause) => Err(unavailable(format!("the runtime is unusable: {}", cause.message()))),
+        None => Ok(shmem),
+    }
+}
+
+fn quiesce(runtime: Option<&Shmem>, operation: &str) -> std::result::Result<(), LocalFailure> {
+    let shmem = usable(runtime, operation)?;
+    shmem.quiet();
+    shmem.barrier().map_err(|error| LocalFailure { error, unavailable: true })
+}
+
+fn shut_down(shmem: Option<Shmem>, operation: &str) -> std::result::Result<(), LocalFailure> {
+    usable(shmem.as_ref(), operation)?;
+    let failed = |error| LocalFailure { error, unavailable: true };
+    match shmem.expect("usable checked it").shutdown() {
+        Ok(()) => Ok(()),
+        Err(ShutdownError::Refused { runtime, error }) => {
+            drop(runtime);
+            Err(failed(error))
+        }
+        Err(ShutdownError::Failed(error)) => Err(failed(error)),
+    }
+}
+
+/// Releases what is left of the runtime locally if `error` invalidated the lifecycle.
+fn settle(runtime: &mut Option<Shmem>, error: Error) -> Error {
+    if error.recovery() != Some(Recovery::Retryable) {
+        runtime.take();
+    }
+    error
+}
+
+/// Turns a stage failure into the caller's error: retryable, or invalidating (terminal /
+/// convergence failure) as the lifecycle rules say.
+fn classify(operation: &str, stage: Stage, failure: StageFailure, terminal_stage: bool) -> Error {
+    let (error, recovery) = match failure {
+        StageFailure::Convergence(error) => (error, Recovery::ConvergenceFailure),
+        StageFailure::Failed { error, .. } if terminal_stage => (error, Recovery::Terminal),
+        StageFailure::Failed { error, unavailable: true } => (error, Recovery::Terminal),
+        StageFailure::Failed { error, unavailable: false } => (error, Recovery::Retryable),
+    };
+    let message = format!("{}; {}", error.message(), recovery.hint());
+    let mut classified = Error::new(error.kind(), operation, message).during(stage.name()).with_recovery(recovery);
+    if let Some(rank) = error.rank() {
+        classified = classified.on_rank(rank);
+    }
+    if let Some(peer) = error.peer() {
+        classified = classified.with_peer(peer);
+    }
+    let classified = classified.caused_by(error);
+    if recovery != Recovery::Retryable {
+        invalidate(recovery, &classified);
+    }
+    classified
+}
+
+fn retryable(error: Error, stage: Option<Stage>) -> Error {
+    let message = format!("{}; {}", error.message(), Recovery::Retryable.hint());
+    let mut classified = Error::new(error.kind(), error.operation().to_string(), message).with_recovery(Recovery::Retryable);
+    if let Some(stage) = stage {
+        classified = classified.during(stage.name());
+    }
+    if let Some(rank) = error.rank() {
+        classified = classified.on_rank(rank);
+    }
+    if let Some(peer) = error.peer() {
+        classified = classified.with_peer(peer);
+    }
+    classified.caused_by(error)
+}
+
+/// Marks the lifecycle unusable: every later call fails with `recovery`'s hint.
+fn invalidate(recovery: Recovery, cause: &Error) {
+    let mut invalidation = lock_unpoisoned(&INVALIDATION);
+    if invalidation.is_none() {
+        *invalidation = Some((recovery, cause.to_string()));
+    }
+    INVALIDATED.store(true, Ordering::Release);
+    // The runtime, if any is left, is released locally: nothing may use it any more.
+    if let Some(mut runtime) = RUNTIME.try_write() {
+        runtime.take();
+    }
+}
+
+fn check_valid(operation: &str) -> Result<()> {
+    if !INVALIDATED.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    Err(invalidated_error(operation))
+}
+
+fn invalidated_error(operation: &str) -> Error {
+    let invalidation = lock_unpoisoned(&INVALIDATION).clone();
+    let (recovery, cause) = invalidation.unwrap_or((Recovery::Terminal, "unknown cause".into()));
+    Error::new(
+        ErrorKind::InvalidState,
+        operation,
+        format!("the runtime was invalidated by an earlier failure ({cause}); {}", recovery.hint()),
+    )
+    .with_recovery(recovery)
+}
+
+/// Runs `f` on the active runtime: refused if the lifecycle is invalidated or holds no
+/// reference; never concurrent with a restart's or release's teardown.
+pub fn guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Result<R> {
+    if INVALIDATED.load(Ordering::Acquire) {
+        return Err(invalidated_error(operation));
+    }
+    let runtime = RUNTIME.read_recursive();
+    match runtime.as_ref() {
+        Some(shmem) => f(shmem),
+        None => Err(Error::new(
+            ErrorKind::InvalidState,
+            operation,
+            "no reference to the runtime is active; call acquire first",
+        )),
+    }
+}
+
+/// The ordered membership of `group` (world ranks), or of the world for `None` (`[0]` for a
+/// standalone process).
+pub fn root_members(group: Option<&dyn GroupChannel>) -> Result<Vec<usize>> {
+    match group {
+        Some(group) => Ok(group.members()),
+        None => Ok(World::global()?.members()),
+    }
+}
+
+/// Barrier of the active root over its group channel (the control plane, not shared memory).
+pub fn host_barrier() -> Result<()> {
+    const OP: &str = "host_barrier";
+    let guard = LIFECYCLE.lock();
+    check_valid(OP)?;
+    let channel = guard.borrow().root.as_ref().map(|r| Arc::clone(&r.channel));
+    match channel {
+        Some(channel) => channel.barrier(),
+        None => Err(Error::new(ErrorKind::InvalidState, OP, "no reference is active; call acquire first")),
+    }
+}
+
+/// References currently held in this process.
+pub fn reference_count() -> usize {
+    LIFECYCLE.lock().borrow().references
+}
+
+/// A snapshot of the runtime and the lifecycle, safe to call in any state (also from a
+/// preflight hook).
+pub fn debug_state() -> DebugState {
+    let guard = LIFECYCLE.lock();
+    let references = guard.borrow().references;
+    let runtime = RUNTIME.try_read_recursive();
+    let mut state = match runtime.as_ref().and_then(|r| r.as_ref()) {
+        Some(shmem) => shmem.debug_state(),
+        None => debug_state_inactive(),
+    };
+    state.reference_count = Some(references);
+    state
+}

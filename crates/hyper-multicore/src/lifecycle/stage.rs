@@ -1,0 +1,151 @@
+//! The stages of release and restart, their converged execution and their timings.
+
+use std::time::Instant;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::fault::{self, Fault};
+use crate::error::{Error, ErrorKind};
+use crate::shmem::converge::{converge_step, Diverged, LocalFailure};
+use crate::world::GroupChannel;
+
+/// One step of a collective state change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Stage {
+    /// Checks before anything changes (arguments, state, equal values on every rank).
+    Preflight,
+    /// Every outstanding operation completes; every PE arrives.
+    Quiesce,
+    /// Every allocation is freed.
+    ReleaseAllocations,
+    /// The runtime is ready to shut down.
+    ValidateShutdown,
+    /// The runtime shuts down.
+    Shutdown,
+    /// Root rank 0 creates and distributes a new unique ID.
+    Bootstrap,
+    /// The new runtime initializes.
+    Initialize,
+    /// The replacement allocations are made, in request order.
+    RestoreAllocations,
+}
+
+impl Stage {
+    /// Every stage of a restart, in order.
+    pub const RESTART: [Stage; 8] = [
+        Stage::Preflight,
+        Stage::Quiesce,
+        Stage::ReleaseAllocations,
+        Stage::ValidateShutdown,
+        Stage::Shutdown,
+        Stage::Bootstrap,
+        Stage::Initialize,
+        Stage::RestoreAllocations,
+    ];
+
+    /// Every stage of the last release, in order.
+    pub const RELEASE: [Stage; 3] = [Stage::Preflight, Stage::Quiesce, Stage::Shutdown];
+
+    /// The stage's name as written in errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Preflight => "Preflight",
+            Stage::Quiesce => "Quiesce",
+            Stage::ReleaseAllocations => "ReleaseAllocations",
+            Stage::ValidateShutdown => "ValidateShutdown",
+            Stage::Shutdown => "Shutdown",
+            Stage::Bootstrap => "Bootstrap",
+            Stage::Initialize => "Initialize",
+            Stage::RestoreAllocations => "RestoreAllocations",
+        }
+    }
+}
+
+/// How long each stage of a restart took, in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageTimings {
+    /// Preflight.
+    pub preflight_ms: f64,
+    /// Quiesce.
+    pub quiesce_ms: f64,
+    /// ReleaseAllocations.
+    pub release_ms: f64,
+    /// ValidateShutdown and Shutdown.
+    pub finalize_ms: f64,
+    /// Bootstrap.
+    pub bootstrap_ms: f64,
+    /// Initialize.
+    pub initialize_ms: f64,
+    /// RestoreAllocations.
+    pub restore_ms: f64,
+}
+
+impl StageTimings {
+    pub(crate) fn record(&mut self, stage: Stage, started: Instant) {
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let slot = match stage {
+            Stage::Preflight => &mut self.preflight_ms,
+            Stage::Quiesce => &mut self.quiesce_ms,
+            Stage::ReleaseAllocations => &mut self.release_ms,
+            Stage::ValidateShutdown | Stage::Shutdown => &mut self.finalize_ms,
+            Stage::Bootstrap => &mut self.bootstrap_ms,
+            Stage::Initialize => &mut self.initialize_ms,
+            Stage::RestoreAllocations => &mut self.restore_ms,
+        };
+        *slot += ms;
+    }
+}
+
+/// How a stage failed, before the caller classifies it.
+#[derive(Debug)]
+pub(crate) enum StageFailure {
+    /// Some rank failed (or values differed); `unavailable` if any said the runtime is unusable.
+    Failed { error: Error, unavailable: bool },
+    /// The exchange failed: the ranks can no longer agree.
+    Convergence(Error),
+}
+
+/// Runs `local` (unless a fault is injected) and converges its outcome over `channel`.
+pub(crate) fn run<T: Serialize + DeserializeOwned + std::fmt::Debug + PartialEq>(
+    channel: &dyn GroupChannel,
+    operation: &str,
+    stage: Stage,
+    require_equal: bool,
+    local: impl FnOnce() -> Result<T, LocalFailure>,
+    differ: impl FnOnce(&mut T),
+) -> Result<Vec<T>, StageFailure> {
+    let rank = channel.rank();
+    // An injected fault replaces the outcome after the local work ran, so the stage's own
+    // collective steps (barriers, frees) still happen on every rank — as a real failure found
+    // at the end of a stage would.
+    let fault = fault::injected(operation, stage, rank);
+    let outcome = local();
+    let outcome = match fault {
+        Some(Fault::Retryable) => Err(LocalFailure {
+            error: injected_error(operation, stage, rank),
+            unavailable: false,
+        }),
+        Some(Fault::Unavailable) => Err(LocalFailure {
+            error: injected_error(operation, stage, rank),
+            unavailable: true,
+        }),
+        Some(Fault::Differ) => outcome.map(|mut value| {
+            differ(&mut value);
+            value
+        }),
+        None => outcome,
+    };
+    converge_step(channel, operation, outcome, require_equal).map_err(|diverged| match diverged {
+        Diverged::Failed { error, unavailable } => StageFailure::Failed { error, unavailable },
+        Diverged::Exchange(error) => StageFailure::Convergence(error),
+    })
+}
+
+fn injected_error(operation: &str, stage: Stage, rank: usize) -> Error {
+    Error::new(
+        ErrorKind::Backend,
+        operation,
+        format!("injected failure at {} on root rank {rank}", stage.name()),
+    )
+}
