@@ -24,6 +24,8 @@ pub mod config;
 pub mod control;
 pub mod error;
 pub mod launch;
+mod primitive;
+pub mod shmem;
 mod sys;
 pub mod world;
 

@@ -5,5 +5,6 @@
 
 #![allow(unsafe_code)]
 
+pub(crate) mod futex;
 pub(crate) mod inherited_fd;
 pub(crate) mod spawn;

@@ -1,0 +1,3 @@
+//! Symmetric memory.
+
+pub(crate) mod sync;
