@@ -22,7 +22,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         (world.control().broadcast(&[])?, None)
     };
-    let shmem = Shmem::initialize(rank, size, &UniqueId::from_bytes(&id)?, listener, Some(64 << 20))?;
+    let shmem = Shmem::initialize(
+        rank,
+        size,
+        &UniqueId::from_bytes(&id)?,
+        listener,
+        Some(64 << 20),
+    )?;
     println!(
         "runtime ready after {:.1} ms: {} MiB symmetric heap per PE",
         started.elapsed().as_secs_f64() * 1e3,
@@ -32,7 +38,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tokens = shmem.allocate::<u64>(4, None)?;
     let arrived = shmem.allocate::<u64>(1, None)?;
     shmem.barrier()?;
-    println!("allocated {} + {} bytes at the same offset on every PE", tokens.record().bytes, arrived.record().bytes);
+    println!(
+        "allocated {} + {} bytes at the same offset on every PE",
+        tokens.record().bytes,
+        arrived.record().bytes
+    );
 
     // A ring: rank 0 starts a token; each PE adds its rank and passes it on.
     let next = (rank + 1) % size;
@@ -42,13 +52,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     shmem.wait_signal(&arrived, 1, Comparison::Eq, None)?;
     let mut token = [0u64; 4];
     shmem.get(&mut token, &tokens, rank)?;
-    println!("ring: token {token:?} arrived from PE {}", (rank + size - 1) % size);
+    println!(
+        "ring: token {token:?} arrived from PE {}",
+        (rank + size - 1) % size
+    );
     if rank != 0 {
         token[0] += rank as u64;
         token[1] += 1;
         shmem.put_signal(&tokens, &token, &arrived, 1, SignalOp::Set, next)?;
     } else {
-        println!("ring: the token went round all {size} PEs: sum of ranks {}, {} hops", token[0] - 1, token[1] + 1);
+        println!(
+            "ring: the token went round all {size} PEs: sum of ranks {}, {} hops",
+            token[0] - 1,
+            token[1] + 1
+        );
     }
     shmem.barrier()?;
 
@@ -63,13 +80,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     shmem.all_reduce(&values, &values, ReduceOp::Sum)?;
     let mut sums = [0.0; 2];
     shmem.get(&mut sums, &values, rank)?;
-    println!("all_reduce(sum): ranks add up to {}, PEs counted {}", sums[0], sums[1]);
+    println!(
+        "all_reduce(sum): ranks add up to {}, PEs counted {}",
+        sums[0], sums[1]
+    );
 
     let state = shmem.debug_state();
     let heap = state.heap.expect("a ready runtime reports its heap");
     println!(
         "debug_state: {:?}, root rank {:?}/{:?}, {} allocations, {} bytes allocated, {} free",
-        state.state, state.root_rank, state.root_size, heap.allocation_count, heap.allocated_bytes, heap.remaining_bytes
+        state.state,
+        state.root_rank,
+        state.root_size,
+        heap.allocation_count,
+        heap.allocated_bytes,
+        heap.remaining_bytes
     );
 
     shmem.barrier()?;
@@ -78,6 +103,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     shmem.free(arrived)?;
     shmem.free(tokens)?;
     shmem.shutdown()?;
-    println!("freed everything and shut down after {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "freed everything and shut down after {:.1} ms",
+        started.elapsed().as_secs_f64() * 1e3
+    );
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use hm_testkit::{is_pe, open_fds, Job, Options};
-use hyper_multicore::config::{Config, BOOTSTRAP_ENDPOINT, TIMEOUT_SEC, WORLD_SIZE};
+use hyper_multicore::config::{Config, BOOTSTRAP_ENDPOINT, TIMEOUT_SEC};
 use hyper_multicore::control::frame::{encode_header, write_frame, Kind};
 use hyper_multicore::control::{ControlPlane, UniqueId};
 use hyper_multicore::launch::JobPlan;

@@ -13,7 +13,11 @@ use hyper_multicore::{ErrorKind, Recovery};
 const MIB: u64 = 1 << 20;
 
 fn report(label: &str, error: &hyper_multicore::Error) {
-    println!("{label} {:?} {:?} | {error}", error.kind(), error.recovery());
+    println!(
+        "{label} {:?} {:?} | {error}",
+        error.kind(),
+        error.recovery()
+    );
 }
 
 #[test]
@@ -29,7 +33,10 @@ fn references_are_counted_and_the_last_release_shuts_down() {
         lifecycle::release().unwrap();
         lifecycle::release().unwrap();
         assert_eq!(lifecycle::reference_count(), 1);
-        assert!(lifecycle::debug_state().heap.is_some(), "one reference keeps the runtime");
+        assert!(
+            lifecycle::debug_state().heap.is_some(),
+            "one reference keeps the runtime"
+        );
         lifecycle::release().unwrap();
         assert_eq!(lifecycle::reference_count(), 0);
         let state = lifecycle::debug_state();
@@ -40,31 +47,49 @@ fn references_are_counted_and_the_last_release_shuts_down() {
         assert_eq!(error.kind(), ErrorKind::InvalidState);
         // A new lifetime with another heap size.
         lifecycle::acquire(None, Some(12 * MIB)).unwrap();
-        assert_eq!(lifecycle::guarded("heap", |s| Ok(s.heap_size())).unwrap(), 12 * MIB);
+        assert_eq!(
+            lifecycle::guarded("heap", |s| Ok(s.heap_size())).unwrap(),
+            12 * MIB
+        );
         lifecycle::host_barrier().unwrap();
         lifecycle::release().unwrap();
         return;
     }
-    Job::launch("references_are_counted_and_the_last_release_shuts_down", 3).wait().assert_all_succeeded();
+    Job::launch("references_are_counted_and_the_last_release_shuts_down", 3)
+        .wait()
+        .assert_all_succeeded();
 }
 
 #[test]
 fn a_second_acquire_must_name_the_same_ordered_group() {
     if is_pe() {
         let world = World::global().unwrap();
-        let members: Vec<usize> = if world.rank() < 2 { vec![1, 0] } else { vec![2, 3] };
+        let members: Vec<usize> = if world.rank() < 2 {
+            vec![1, 0]
+        } else {
+            vec![2, 3]
+        };
         let group: Arc<dyn GroupChannel> = Arc::new(world.new_group(&members).unwrap());
         lifecycle::acquire(Some(Arc::clone(&group)), Some(4 * MIB)).unwrap();
-        assert_eq!(lifecycle::root_members(Some(group.as_ref())).unwrap(), members);
+        assert_eq!(
+            lifecycle::root_members(Some(group.as_ref())).unwrap(),
+            members
+        );
         let state = lifecycle::debug_state();
         assert_eq!(state.root_size, Some(2));
         let error = lifecycle::acquire(None, None).unwrap_err();
         report("MEMBERSHIP", &error);
-        assert!(error.to_string().contains(&format!("{members:?}")) && error.to_string().contains("[0, 1, 2, 3]"), "{error}");
+        assert!(
+            error.to_string().contains(&format!("{members:?}"))
+                && error.to_string().contains("[0, 1, 2, 3]"),
+            "{error}"
+        );
         lifecycle::release().unwrap();
         return;
     }
-    Job::launch("a_second_acquire_must_name_the_same_ordered_group", 4).wait().assert_all_succeeded();
+    Job::launch("a_second_acquire_must_name_the_same_ordered_group", 4)
+        .wait()
+        .assert_all_succeeded();
 }
 
 #[test]
@@ -74,11 +99,22 @@ fn a_standalone_process_is_a_one_pe_root() {
     }
     // This test process itself has no launcher environment: it is standalone.
     let run = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["standalone_body", "--exact", "--nocapture", "--ignored", "-q"])
+        .args([
+            "standalone_body",
+            "--exact",
+            "--nocapture",
+            "--ignored",
+            "-q",
+        ])
         .env("HM_TEST_STANDALONE", "1")
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}\n{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
     assert!(String::from_utf8_lossy(&run.stdout).contains("STANDALONE OK"));
 }
 
@@ -94,10 +130,16 @@ fn standalone_body() {
     let world = World::global().unwrap();
     let named: Arc<dyn GroupChannel> = world;
     let error = lifecycle::acquire(Some(named), None).unwrap_err();
-    assert!(error.to_string().contains("no distributed world"), "{error}");
+    assert!(
+        error.to_string().contains("no distributed world"),
+        "{error}"
+    );
     let counter = lifecycle::guarded("allocate", |s| s.allocate::<u64>(1, None)).unwrap();
     lifecycle::guarded("atomic", |s| s.atomic_add(&counter, 5u64, 0)).unwrap();
-    assert_eq!(lifecycle::guarded("atomic", |s| s.atomic_fetch(&counter, 0)).unwrap(), 5);
+    assert_eq!(
+        lifecycle::guarded("atomic", |s| s.atomic_fetch(&counter, 0)).unwrap(),
+        5
+    );
     lifecycle::guarded("free", |s| s.free(counter)).unwrap();
     lifecycle::release().unwrap();
     println!("STANDALONE OK");
@@ -112,8 +154,14 @@ fn release_with_live_allocations_is_retryable_and_keeps_the_reference() {
         report("RELEASE", &error);
         assert_eq!(error.recovery(), Some(Recovery::Retryable));
         assert_eq!(error.stage(), Some("Preflight"));
-        assert!(error.to_string().contains("the runtime remains usable"), "{error}");
-        assert!(error.to_string().contains("root_ranks=[0, 1, 2]"), "{error}");
+        assert!(
+            error.to_string().contains("the runtime remains usable"),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains("root_ranks=[0, 1, 2]"),
+            "{error}"
+        );
         assert_eq!(lifecycle::reference_count(), 1);
         lifecycle::guarded("put", |s| s.put(&buffer, &[1u8; 100], 0)).unwrap();
         lifecycle::guarded("free", |s| s.free(buffer)).unwrap();
@@ -121,15 +169,32 @@ fn release_with_live_allocations_is_retryable_and_keeps_the_reference() {
         assert_eq!(lifecycle::reference_count(), 0);
         return;
     }
-    Job::launch("release_with_live_allocations_is_retryable_and_keeps_the_reference", 3).wait().assert_all_succeeded();
+    Job::launch(
+        "release_with_live_allocations_is_retryable_and_keeps_the_reference",
+        3,
+    )
+    .wait()
+    .assert_all_succeeded();
 }
 
 /// Three allocations replaced by new shapes, dtypes and alignments on a doubled heap.
 fn restart_targets() -> Vec<AllocationSpec> {
     vec![
-        AllocationSpec { shape: vec![2, 512], dtype: Dtype::F32, alignment: None },
-        AllocationSpec { shape: vec![4096], dtype: Dtype::BF16, alignment: Some(4096) },
-        AllocationSpec { shape: vec![3, 3, 3], dtype: Dtype::I64, alignment: Some(128) },
+        AllocationSpec {
+            shape: vec![2, 512],
+            dtype: Dtype::F32,
+            alignment: None,
+        },
+        AllocationSpec {
+            shape: vec![4096],
+            dtype: Dtype::BF16,
+            alignment: Some(4096),
+        },
+        AllocationSpec {
+            shape: vec![3, 3, 3],
+            dtype: Dtype::I64,
+            alignment: Some(128),
+        },
     ]
 }
 
@@ -138,25 +203,47 @@ fn restart_replaces_every_allocation_in_request_order() {
     if is_pe() {
         lifecycle::acquire(None, Some(8 * MIB)).unwrap();
         let (a, b, c) = lifecycle::guarded("allocate", |s| {
-            Ok((s.allocate::<u8>(1000, None)?, s.allocate::<u64>(10, Some(256))?, s.allocate::<i32>(7, None)?))
+            Ok((
+                s.allocate::<u8>(1000, None)?,
+                s.allocate::<u64>(10, Some(256))?,
+                s.allocate::<i32>(7, None)?,
+            ))
         })
         .unwrap();
         let old_id = a.id();
         // Request order differs from allocation order.
         let replacements = vec![
-            Replacement { current: c.region(), target: restart_targets()[0].clone() },
-            Replacement { current: a.region(), target: restart_targets()[1].clone() },
-            Replacement { current: b.region(), target: restart_targets()[2].clone() },
+            Replacement {
+                current: c.region(),
+                target: restart_targets()[0].clone(),
+            },
+            Replacement {
+                current: a.region(),
+                target: restart_targets()[1].clone(),
+            },
+            Replacement {
+                current: b.region(),
+                target: restart_targets()[2].clone(),
+            },
         ];
         let mut snapshot = || Ok(b"same everywhere".to_vec());
         let result = lifecycle::restart(16 * MIB, &replacements, Some(&mut snapshot)).unwrap();
-        let specs: Vec<AllocationSpec> = result.allocations.iter().map(|r| r.spec.clone()).collect();
+        let specs: Vec<AllocationSpec> =
+            result.allocations.iter().map(|r| r.spec.clone()).collect();
         assert_eq!(specs, restart_targets());
         assert_eq!(result.allocations[1].offset % 4096, 0);
         assert_eq!(result.allocations[2].offset % 128, 0);
         let t = result.timings;
         println!("TIMINGS {t:?}");
-        for ms in [t.preflight_ms, t.quiesce_ms, t.release_ms, t.finalize_ms, t.bootstrap_ms, t.initialize_ms, t.restore_ms] {
+        for ms in [
+            t.preflight_ms,
+            t.quiesce_ms,
+            t.release_ms,
+            t.finalize_ms,
+            t.bootstrap_ms,
+            t.initialize_ms,
+            t.restore_ms,
+        ] {
             assert!(ms > 0.0, "{t:?}");
         }
         // The data plane works on the new allocations; old handles are rejected.
@@ -166,9 +253,15 @@ fn restart_replaces_every_allocation_in_request_order() {
             let record = s.resolve(id)?;
             assert_eq!(record.bytes, 27 * 8);
             let error = s.resolve(old_id).unwrap_err();
-            assert!(error.to_string().contains("another runtime lifetime"), "{error}");
+            assert!(
+                error.to_string().contains("another runtime lifetime"),
+                "{error}"
+            );
             let error = s.put(&a, &[0u8; 1000], 0).unwrap_err();
-            assert!(error.to_string().contains("another runtime lifetime"), "{error}");
+            assert!(
+                error.to_string().contains("another runtime lifetime"),
+                "{error}"
+            );
             s.barrier()?;
             for record in &result.allocations {
                 s.free_id(record.id)?;
@@ -180,7 +273,9 @@ fn restart_replaces_every_allocation_in_request_order() {
         lifecycle::release().unwrap();
         return;
     }
-    Job::launch("restart_replaces_every_allocation_in_request_order", 2).wait().assert_all_succeeded();
+    Job::launch("restart_replaces_every_allocation_in_request_order", 2)
+        .wait()
+        .assert_all_succeeded();
 }
 
 #[test]
@@ -188,39 +283,142 @@ fn restart_arguments_are_checked_and_stay_retryable() {
     if is_pe() {
         let rank = World::global().unwrap().rank();
         lifecycle::acquire(None, Some(8 * MIB)).unwrap();
-        let (a, b) = lifecycle::guarded("allocate", |s| Ok((s.allocate::<u8>(64, None)?, s.allocate::<u8>(64, None)?))).unwrap();
-        let spec = AllocationSpec { shape: vec![8], dtype: Dtype::U8, alignment: None };
-        let whole = |r| Replacement { current: r, target: spec.clone() };
+        let (a, b) = lifecycle::guarded("allocate", |s| {
+            Ok((s.allocate::<u8>(64, None)?, s.allocate::<u8>(64, None)?))
+        })
+        .unwrap();
+        let spec = AllocationSpec {
+            shape: vec![8],
+            dtype: Dtype::U8,
+            alignment: None,
+        };
+        let whole = |r| Replacement {
+            current: r,
+            target: spec.clone(),
+        };
         let view = a.view(0..32).unwrap().region();
-        let foreign = hyper_multicore::shmem::Region { id: hyper_multicore::shmem::AllocationId { index: 0, generation: 12345 }, heap_offset: 0, bytes: 64 };
+        let foreign = hyper_multicore::shmem::Region {
+            id: hyper_multicore::shmem::AllocationId {
+                index: 0,
+                generation: 12345,
+            },
+            heap_offset: 0,
+            bytes: 64,
+        };
         let cases: Vec<(&str, Vec<Replacement>, u64)> = vec![
             ("have no replacement", vec![whole(a.region())], 8 * MIB),
-            ("replaced twice", vec![whole(a.region()), whole(a.region()), whole(b.region())], 8 * MIB),
+            (
+                "replaced twice",
+                vec![whole(a.region()), whole(a.region()), whole(b.region())],
+                8 * MIB,
+            ),
             ("is a view", vec![whole(view), whole(b.region())], 8 * MIB),
-            ("another runtime lifetime", vec![whole(foreign), whole(b.region())], 8 * MIB),
-            ("raise heap_size_bytes", vec![whole(a.region()), Replacement { current: b.region(), target: AllocationSpec { shape: vec![8 << 20], dtype: Dtype::U8, alignment: None } }], 8 * MIB),
-            ("must be non-empty with positive sizes", vec![whole(a.region()), Replacement { current: b.region(), target: AllocationSpec { shape: vec![], dtype: Dtype::U8, alignment: None } }], 8 * MIB),
-            ("not a power of two", vec![whole(a.region()), Replacement { current: b.region(), target: AllocationSpec { shape: vec![1], dtype: Dtype::U8, alignment: Some(24) } }], 8 * MIB),
+            (
+                "another runtime lifetime",
+                vec![whole(foreign), whole(b.region())],
+                8 * MIB,
+            ),
+            (
+                "raise heap_size_bytes",
+                vec![
+                    whole(a.region()),
+                    Replacement {
+                        current: b.region(),
+                        target: AllocationSpec {
+                            shape: vec![8 << 20],
+                            dtype: Dtype::U8,
+                            alignment: None,
+                        },
+                    },
+                ],
+                8 * MIB,
+            ),
+            (
+                "must be non-empty with positive sizes",
+                vec![
+                    whole(a.region()),
+                    Replacement {
+                        current: b.region(),
+                        target: AllocationSpec {
+                            shape: vec![],
+                            dtype: Dtype::U8,
+                            alignment: None,
+                        },
+                    },
+                ],
+                8 * MIB,
+            ),
+            (
+                "not a power of two",
+                vec![
+                    whole(a.region()),
+                    Replacement {
+                        current: b.region(),
+                        target: AllocationSpec {
+                            shape: vec![1],
+                            dtype: Dtype::U8,
+                            alignment: Some(24),
+                        },
+                    },
+                ],
+                8 * MIB,
+            ),
         ];
         for (needle, replacements, heap) in cases {
             let error = lifecycle::restart(heap, &replacements, None).unwrap_err();
             assert_eq!(error.recovery(), Some(Recovery::Retryable), "{error}");
             assert!(error.to_string().contains(needle), "{needle}: {error}");
-            assert!(error.to_string().contains("restart failed during Preflight"), "{error}");
+            assert!(
+                error
+                    .to_string()
+                    .contains("restart failed during Preflight"),
+                "{error}"
+            );
         }
         // A target manifest that differs on one rank.
-        let mine = AllocationSpec { shape: vec![8 + rank % 2], dtype: Dtype::U8, alignment: None };
-        let error = lifecycle::restart(8 * MIB, &[whole(a.region()), Replacement { current: b.region(), target: mine }], None).unwrap_err();
+        let mine = AllocationSpec {
+            shape: vec![8 + rank % 2],
+            dtype: Dtype::U8,
+            alignment: None,
+        };
+        let error = lifecycle::restart(
+            8 * MIB,
+            &[
+                whole(a.region()),
+                Replacement {
+                    current: b.region(),
+                    target: mine,
+                },
+            ],
+            None,
+        )
+        .unwrap_err();
         report("MANIFEST", &error);
-        assert!(error.to_string().contains("values differ across root ranks"), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("values differ across root ranks"),
+            "{error}"
+        );
         // A preflight hook whose snapshot differs on one rank.
         let mut hook = || Ok(vec![rank as u8 / 2]);
-        let error = lifecycle::restart(8 * MIB, &[whole(a.region()), whole(b.region())], Some(&mut hook)).unwrap_err();
-        assert!(error.to_string().contains("values differ across root ranks"), "{error}");
+        let error = lifecycle::restart(
+            8 * MIB,
+            &[whole(a.region()), whole(b.region())],
+            Some(&mut hook),
+        )
+        .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("values differ across root ranks"),
+            "{error}"
+        );
         assert_eq!(error.recovery(), Some(Recovery::Retryable));
         // Still usable: the data plane works and a correct restart succeeds.
         lifecycle::guarded("put", |s| s.put(&a, &[3u8; 64], 0)).unwrap();
-        let result = lifecycle::restart(8 * MIB, &[whole(a.region()), whole(b.region())], None).unwrap();
+        let result =
+            lifecycle::restart(8 * MIB, &[whole(a.region()), whole(b.region())], None).unwrap();
         lifecycle::guarded("free", |s| {
             for record in &result.allocations {
                 s.free_id(record.id)?;
@@ -231,7 +429,9 @@ fn restart_arguments_are_checked_and_stay_retryable() {
         lifecycle::release().unwrap();
         return;
     }
-    Job::launch("restart_arguments_are_checked_and_stay_retryable", 3).wait().assert_all_succeeded();
+    Job::launch("restart_arguments_are_checked_and_stay_retryable", 3)
+        .wait()
+        .assert_all_succeeded();
 }
 
 /// Restarts with one allocation under the fault named in the environment; prints what every
@@ -239,7 +439,14 @@ fn restart_arguments_are_checked_and_stay_retryable() {
 fn restart_under_fault() {
     lifecycle::acquire(None, Some(4 * MIB)).unwrap();
     let a = lifecycle::guarded("allocate", |s| s.allocate::<u32>(16, None)).unwrap();
-    let replacement = Replacement { current: a.region(), target: AllocationSpec { shape: vec![32], dtype: Dtype::U32, alignment: None } };
+    let replacement = Replacement {
+        current: a.region(),
+        target: AllocationSpec {
+            shape: vec![32],
+            dtype: Dtype::U32,
+            alignment: None,
+        },
+    };
     let error = lifecycle::restart(8 * MIB, &[replacement], None).unwrap_err();
     report("ERROR", &error);
     println!("STAGE {}", error.stage().unwrap_or("none"));
@@ -268,7 +475,8 @@ fn an_injected_failure_at_every_restart_stage_is_reported_on_every_rank() {
     for (index, stage) in Stage::RESTART.iter().enumerate() {
         for action in ["retryable", "unavailable"] {
             let fault = format!("restart:{}:1:{action}", stage.name());
-            let result = Job::launch_with(name, 3, Options::default().env(FAULT_VARIABLE, &fault)).wait();
+            let result =
+                Job::launch_with(name, 3, Options::default().env(FAULT_VARIABLE, &fault)).wait();
             result.assert_all_succeeded();
             let before_release = index < 2;
             let expected = match (before_release, action) {
@@ -276,11 +484,31 @@ fn an_injected_failure_at_every_restart_stage_is_reported_on_every_rank() {
                 _ => "Some(Terminal)",
             };
             for pe in &result.pes {
-                assert_eq!(pe.lines_with("STAGE "), [stage.name()], "{fault}\n{}", result.describe());
-                assert_eq!(pe.lines_with("RECOVERY "), [expected], "{fault}\n{}", result.describe());
+                assert_eq!(
+                    pe.lines_with("STAGE "),
+                    [stage.name()],
+                    "{fault}\n{}",
+                    result.describe()
+                );
+                assert_eq!(
+                    pe.lines_with("RECOVERY "),
+                    [expected],
+                    "{fault}\n{}",
+                    result.describe()
+                );
                 let message = &pe.lines_with("ERROR ")[0];
-                assert!(message.contains("root_ranks=[1]") && message.contains("injected failure"), "{fault}: {message}");
-                assert!(message.contains(&format!("restart failed during {} on rank {}", stage.name(), pe.rank)), "{message}");
+                assert!(
+                    message.contains("root_ranks=[1]") && message.contains("injected failure"),
+                    "{fault}: {message}"
+                );
+                assert!(
+                    message.contains(&format!(
+                        "restart failed during {} on rank {}",
+                        stage.name(),
+                        pe.rank
+                    )),
+                    "{message}"
+                );
             }
         }
     }
@@ -299,7 +527,11 @@ fn a_differing_preflight_value_fails_every_rank_and_stays_retryable() {
     .wait();
     result.assert_all_succeeded();
     for pe in &result.pes {
-        assert!(pe.lines_with("ERROR ")[0].contains("values differ across root ranks"), "{}", result.describe());
+        assert!(
+            pe.lines_with("ERROR ")[0].contains("values differ across root ranks"),
+            "{}",
+            result.describe()
+        );
         assert_eq!(pe.lines_with("AFTER "), ["released"]);
     }
 }
@@ -311,7 +543,14 @@ fn lifecycle_while_a_rank_dies() {
         "release" => lifecycle::release().unwrap_err(),
         _ => {
             let a = lifecycle::guarded("allocate", |s| s.allocate::<u8>(64, None)).unwrap();
-            let replacement = Replacement { current: a.region(), target: AllocationSpec { shape: vec![128], dtype: Dtype::U8, alignment: None } };
+            let replacement = Replacement {
+                current: a.region(),
+                target: AllocationSpec {
+                    shape: vec![128],
+                    dtype: Dtype::U8,
+                    alignment: None,
+                },
+            };
             lifecycle::restart(8 * MIB, &[replacement], None).unwrap_err()
         }
     };
@@ -328,18 +567,40 @@ fn a_rank_killed_at_any_lifecycle_stage_invalidates_the_survivors() {
         return lifecycle_while_a_rank_dies();
     }
     let name = "a_rank_killed_at_any_lifecycle_stage_invalidates_the_survivors";
-    let cases = Stage::RELEASE.iter().map(|s| ("release", *s)).chain(Stage::RESTART.iter().map(|s| ("restart", *s)));
+    let cases = Stage::RELEASE
+        .iter()
+        .map(|s| ("release", *s))
+        .chain(Stage::RESTART.iter().map(|s| ("restart", *s)));
     for (operation, stage) in cases {
         let fault = format!("{operation}:{}:1:abort", stage.name());
-        let options = Options::default().env(FAULT_VARIABLE, &fault).env("HM_TEST_OPERATION", operation);
+        let options = Options::default()
+            .env(FAULT_VARIABLE, &fault)
+            .env("HM_TEST_OPERATION", operation);
         let result = Job::launch_with(name, 3, options).wait();
         for pe in result.pes.iter().filter(|p| p.rank != 1) {
             assert!(pe.status.success(), "{fault}\n{}", result.describe());
-            assert_eq!(pe.lines_with("RECOVERY "), ["Some(ConvergenceFailure)"], "{fault}\n{}", result.describe());
-            assert_eq!(pe.lines_with("KIND "), ["PeerLost"], "{fault}\n{}", result.describe());
+            assert_eq!(
+                pe.lines_with("RECOVERY "),
+                ["Some(ConvergenceFailure)"],
+                "{fault}\n{}",
+                result.describe()
+            );
+            assert_eq!(
+                pe.lines_with("KIND "),
+                ["PeerLost"],
+                "{fault}\n{}",
+                result.describe()
+            );
             let message = &pe.lines_with("ERROR ")[0];
-            assert!(message.contains("cannot be managed safely any more; restart the process"), "{message}");
-            assert!(pe.lines_with("AFTER ")[0].contains("invalidated"), "{}", result.describe());
+            assert!(
+                message.contains("cannot be managed safely any more; restart the process"),
+                "{message}"
+            );
+            assert!(
+                pe.lines_with("AFTER ")[0].contains("invalidated"),
+                "{}",
+                result.describe()
+            );
         }
     }
 }
@@ -357,10 +618,8 @@ fn threads_racing_a_restart_never_touch_a_torn_down_heap() {
             for worker in 0..8u64 {
                 scope.spawn(move || {
                     while !stop.load(std::sync::atomic::Ordering::Acquire) {
-                        // Count-only references, and puts into whatever allocation is live now.
-                        if worker % 2 == 0 && lifecycle::acquire(None, None).is_ok() {
-                            lifecycle::release().unwrap();
-                        }
+                        // Half the workers take a reference of their own around the put.
+                        let counted = worker % 2 == 0 && lifecycle::acquire(None, None).is_ok();
                         lifecycle::guarded("put", |s| {
                             let live = s.allocations();
                             let record = live.first().expect("one allocation is always live");
@@ -372,22 +631,41 @@ fn threads_racing_a_restart_never_touch_a_torn_down_heap() {
                             Ok(())
                         })
                         .unwrap();
+                        if counted {
+                            lifecycle::release().unwrap();
+                        }
+                        // Two cores, sixteen threads: leave room for the restarting thread.
+                        std::thread::yield_now();
                     }
                 });
             }
             for size in [8 * MIB, 4 * MIB, 8 * MIB, 4 * MIB] {
-                let replacement = Replacement { current, target: AllocationSpec { shape: vec![64], dtype: Dtype::U64, alignment: None } };
+                let replacement = Replacement {
+                    current,
+                    target: AllocationSpec {
+                        shape: vec![64],
+                        dtype: Dtype::U64,
+                        alignment: None,
+                    },
+                };
                 // Another thread may hold a second reference at this moment: then the restart is
                 // refused (retryable) on some rank and every rank says so.
                 loop {
                     match lifecycle::restart(size, std::slice::from_ref(&replacement), None) {
                         Ok(result) => {
-                            current = hyper_multicore::shmem::Region { id: result.allocations[0].id, heap_offset: result.allocations[0].offset, bytes: result.allocations[0].bytes };
+                            current = hyper_multicore::shmem::Region {
+                                id: result.allocations[0].id,
+                                heap_offset: result.allocations[0].offset,
+                                bytes: result.allocations[0].bytes,
+                            };
                             break;
                         }
                         Err(error) => {
                             assert_eq!(error.recovery(), Some(Recovery::Retryable), "{error}");
-                            assert!(error.to_string().contains("exactly one reference"), "{error}");
+                            assert!(
+                                error.to_string().contains("exactly one reference"),
+                                "{error}"
+                            );
                         }
                     }
                 }
@@ -399,5 +677,7 @@ fn threads_racing_a_restart_never_touch_a_torn_down_heap() {
         lifecycle::release().unwrap();
         return;
     }
-    Job::launch("threads_racing_a_restart_never_touch_a_torn_down_heap", 2).wait().assert_all_succeeded();
+    Job::launch("threads_racing_a_restart_never_touch_a_torn_down_heap", 2)
+        .wait()
+        .assert_all_succeeded();
 }

@@ -25,7 +25,8 @@ pub(crate) enum Fault {
 pub(crate) fn injected(operation: &str, stage: Stage, rank: usize) -> Option<Fault> {
     let spec = std::env::var(FAULT_VARIABLE).ok()?;
     let mut parts = spec.split(':');
-    let (op, stage_name, target, action) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let (op, stage_name, target, action) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     if op != operation || stage_name != stage.name() || target.parse::<usize>().ok()? != rank {
         return None;
     }

@@ -49,7 +49,8 @@ use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::Allocator;
 use crate::shmem::converge::LocalFailure;
 use crate::shmem::{
-    debug_state_inactive, AllocationRecord, AllocationSpec, DebugState, Region, Shmem, ShutdownError,
+    debug_state_inactive, AllocationRecord, AllocationSpec, DebugState, Region, Shmem,
+    ShutdownError,
 };
 use crate::world::{GroupChannel, World};
 use stage::StageFailure;
@@ -88,10 +89,11 @@ struct Lifecycle {
     root: Option<ActiveRoot>,
 }
 
-static LIFECYCLE: ReentrantMutex<RefCell<Lifecycle>> = const_reentrant_mutex(RefCell::new(Lifecycle {
-    references: 0,
-    root: None,
-}));
+static LIFECYCLE: ReentrantMutex<RefCell<Lifecycle>> =
+    const_reentrant_mutex(RefCell::new(Lifecycle {
+        references: 0,
+        root: None,
+    }));
 static RUNTIME: RwLock<Option<Shmem>> = const_rwlock(None);
 static INVALIDATED: AtomicBool = AtomicBool::new(false);
 static INVALIDATION: Mutex<Option<(Recovery, String)>> = Mutex::new(None);
@@ -185,7 +187,14 @@ fn start_runtime(channel: &dyn GroupChannel, heap_size: Option<u64>) -> Result<S
     const OP: &str = "acquire";
     channel.barrier()?;
     let (config, id, listener) = distribute_unique_id(channel, OP)?;
-    Shmem::initialize_with(config, channel.rank(), channel.size(), &id, listener, heap_size)
+    Shmem::initialize_with(
+        config,
+        channel.rank(),
+        channel.size(),
+        &id,
+        listener,
+        heap_size,
+    )
 }
 
 /// Root rank 0 creates a unique ID and every rank gets it — or every rank gets root rank 0's
@@ -211,7 +220,11 @@ fn distribute_unique_id(
     let ids = crate::shmem::converge::converge(channel, operation, local)?;
     let id_bytes = ids[0].as_deref().unwrap_or_default();
     let id = UniqueId::from_bytes(id_bytes)?;
-    Ok((config.expect("a rank that failed its local step has returned"), id, listener))
+    Ok((
+        config.expect("a rank that failed its local step has returned"),
+        id,
+        listener,
+    ))
 }
 
 /// Drops a reference; the last one shuts the runtime down collectively (stages Preflight,
@@ -242,25 +255,46 @@ pub fn release() -> Result<()> {
     let distributed = guard.borrow().root.as_ref().map(|r| r.distributed);
     let channel = channel.as_ref();
 
-    let preflight = stage::run(channel, OP, Stage::Preflight, false, || {
-        if Some(channel.distributed()) != distributed {
-            return Err(LocalFailure::from(Error::new(
-                ErrorKind::InvalidState,
-                OP,
-                "the distributed/standalone mode changed since the runtime started",
-            )));
-        }
-        let runtime = RUNTIME.read_recursive();
-        let shmem = usable(runtime.as_ref(), OP)?;
-        shmem.validate_shutdown().map_err(LocalFailure::from)
-    }, |_| {});
+    let preflight = stage::run(
+        channel,
+        OP,
+        Stage::Preflight,
+        false,
+        || {
+            if Some(channel.distributed()) != distributed {
+                return Err(LocalFailure::from(Error::new(
+                    ErrorKind::InvalidState,
+                    OP,
+                    "the distributed/standalone mode changed since the runtime started",
+                )));
+            }
+            let runtime = RUNTIME.read_recursive();
+            let shmem = usable(runtime.as_ref(), OP)?;
+            shmem.validate_shutdown().map_err(LocalFailure::from)
+        },
+        |_| {},
+    );
     preflight.map_err(|f| classify(OP, Stage::Preflight, f, false))?;
 
     let mut runtime = RUNTIME.write();
-    let quiesce = stage::run(channel, OP, Stage::Quiesce, false, || quiesce(runtime.as_ref(), OP), |_| {});
+    let quiesce = stage::run(
+        channel,
+        OP,
+        Stage::Quiesce,
+        false,
+        || quiesce(runtime.as_ref(), OP),
+        |_| {},
+    );
     quiesce.map_err(|f| settle(&mut runtime, classify(OP, Stage::Quiesce, f, false)))?;
     let shmem = runtime.take();
-    let shutdown = stage::run(channel, OP, Stage::Shutdown, false, || shut_down(shmem, OP), |_| {});
+    let shutdown = stage::run(
+        channel,
+        OP,
+        Stage::Shutdown,
+        false,
+        || shut_down(shmem, OP),
+        |_| {},
+    );
     shutdown.map_err(|f| classify(OP, Stage::Shutdown, f, true))?;
     let mut state = guard.borrow_mut();
     state.references = 0;
@@ -296,7 +330,11 @@ pub fn restart(
     let (channel, references) = {
         let state = guard.borrow();
         let Some(active) = state.root.as_ref() else {
-            return Err(Error::new(ErrorKind::InvalidState, OP, "no reference is active; call acquire first"));
+            return Err(Error::new(
+                ErrorKind::InvalidState,
+                OP,
+                "no reference is active; call acquire first",
+            ));
         };
         (Arc::clone(&active.channel), state.references)
     };
@@ -324,85 +362,158 @@ pub fn restart(
 
     let mut runtime = RUNTIME.write();
     let started = Instant::now();
-    let quiesced = stage::run(channel, OP, Stage::Quiesce, false, || quiesce(runtime.as_ref(), OP), |_| {});
+    let quiesced = stage::run(
+        channel,
+        OP,
+        Stage::Quiesce,
+        false,
+        || quiesce(runtime.as_ref(), OP),
+        |_| {},
+    );
     quiesced.map_err(|f| settle(&mut runtime, classify(OP, Stage::Quiesce, f, false)))?;
     timings.record(Stage::Quiesce, started);
 
     let started = Instant::now();
-    let released = stage::run(channel, OP, Stage::ReleaseAllocations, false, || {
-        let shmem = usable(runtime.as_ref(), OP)?;
-        for record in shmem.allocations() {
-            shmem.free_id(record.id)?;
-        }
-        match shmem.allocations().len() {
-            0 => Ok(()),
-            left => Err(LocalFailure::from(Error::new(
-                ErrorKind::InvalidState,
-                OP,
-                format!("{left} allocations are still registered after releasing them all"),
-            ))),
-        }
-    }, |_| {});
-    released.map_err(|f| settle(&mut runtime, classify(OP, Stage::ReleaseAllocations, f, true)))?;
+    let released = stage::run(
+        channel,
+        OP,
+        Stage::ReleaseAllocations,
+        false,
+        || {
+            let shmem = usable(runtime.as_ref(), OP)?;
+            for record in shmem.allocations() {
+                shmem.free_id(record.id)?;
+            }
+            match shmem.allocations().len() {
+                0 => Ok(()),
+                left => Err(LocalFailure::from(Error::new(
+                    ErrorKind::InvalidState,
+                    OP,
+                    format!("{left} allocations are still registered after releasing them all"),
+                ))),
+            }
+        },
+        |_| {},
+    );
+    released.map_err(|f| {
+        settle(
+            &mut runtime,
+            classify(OP, Stage::ReleaseAllocations, f, true),
+        )
+    })?;
     timings.record(Stage::ReleaseAllocations, started);
 
     let started = Instant::now();
-    let validated = stage::run(channel, OP, Stage::ValidateShutdown, false, || {
-        usable(runtime.as_ref(), OP)?.validate_shutdown().map_err(LocalFailure::from)
-    }, |_| {});
+    let validated = stage::run(
+        channel,
+        OP,
+        Stage::ValidateShutdown,
+        false,
+        || {
+            usable(runtime.as_ref(), OP)?
+                .validate_shutdown()
+                .map_err(LocalFailure::from)
+        },
+        |_| {},
+    );
     validated.map_err(|f| settle(&mut runtime, classify(OP, Stage::ValidateShutdown, f, true)))?;
     let shmem = runtime.take();
-    let shut = stage::run(channel, OP, Stage::Shutdown, false, || shut_down(shmem, OP), |_| {});
+    let shut = stage::run(
+        channel,
+        OP,
+        Stage::Shutdown,
+        false,
+        || shut_down(shmem, OP),
+        |_| {},
+    );
     shut.map_err(|f| settle(&mut runtime, classify(OP, Stage::Shutdown, f, true)))?;
     timings.record(Stage::Shutdown, started);
 
     let started = Instant::now();
     let mut bootstrap = None;
-    let ids = stage::run(channel, OP, Stage::Bootstrap, false, || {
-        let (config, id, listener) = if channel.rank() == 0 {
-            let config = Config::from_env()?;
-            let (id, listener) = Shmem::get_unique_id(&config)?;
-            (config, Some(id.to_bytes()), Some(listener))
-        } else {
-            (Config::from_env()?, None, None)
-        };
-        bootstrap = Some((config, listener));
-        Ok(id)
-    }, |_| {});
+    let ids = stage::run(
+        channel,
+        OP,
+        Stage::Bootstrap,
+        false,
+        || {
+            let (config, id, listener) = if channel.rank() == 0 {
+                let config = Config::from_env()?;
+                let (id, listener) = Shmem::get_unique_id(&config)?;
+                (config, Some(id.to_bytes()), Some(listener))
+            } else {
+                (Config::from_env()?, None, None)
+            };
+            bootstrap = Some((config, listener));
+            Ok(id)
+        },
+        |_| {},
+    );
     let ids = ids.map_err(|f| settle(&mut runtime, classify(OP, Stage::Bootstrap, f, true)))?;
     timings.record(Stage::Bootstrap, started);
 
     let started = Instant::now();
     let (config, listener) = bootstrap.expect("every rank bootstrapped");
     let mut fresh = None;
-    let initialized = stage::run(channel, OP, Stage::Initialize, false, || {
-        let id = UniqueId::from_bytes(ids[0].as_deref().unwrap_or_default())?;
-        let shmem = Shmem::initialize_with(config, channel.rank(), channel.size(), &id, listener, Some(heap_size_bytes))?;
-        fresh = Some(shmem);
-        Ok(())
-    }, |_| {});
+    let initialized = stage::run(
+        channel,
+        OP,
+        Stage::Initialize,
+        false,
+        || {
+            let id = UniqueId::from_bytes(ids[0].as_deref().unwrap_or_default())?;
+            let shmem = Shmem::initialize_with(
+                config,
+                channel.rank(),
+                channel.size(),
+                &id,
+                listener,
+                Some(heap_size_bytes),
+            )?;
+            fresh = Some(shmem);
+            Ok(())
+        },
+        |_| {},
+    );
     initialized.map_err(|f| settle(&mut runtime, classify(OP, Stage::Initialize, f, true)))?;
     timings.record(Stage::Initialize, started);
 
     let started = Instant::now();
     *runtime = fresh;
-    let restored = stage::run(channel, OP, Stage::RestoreAllocations, false, || {
-        let shmem = usable(runtime.as_ref(), OP)?;
-        replacements
-            .iter()
-            .map(|r| shmem.allocate_spec(&r.target).map(|record| record.offset))
-            .collect::<Result<Vec<u64>>>()
-            .map_err(LocalFailure::from)
-    }, |_| {});
-    restored.map_err(|f| settle(&mut runtime, classify(OP, Stage::RestoreAllocations, f, true)))?;
+    let restored = stage::run(
+        channel,
+        OP,
+        Stage::RestoreAllocations,
+        false,
+        || {
+            let shmem = usable(runtime.as_ref(), OP)?;
+            replacements
+                .iter()
+                .map(|r| shmem.allocate_spec(&r.target).map(|record| record.offset))
+                .collect::<Result<Vec<u64>>>()
+                .map_err(LocalFailure::from)
+        },
+        |_| {},
+    );
+    restored.map_err(|f| {
+        settle(
+            &mut runtime,
+            classify(OP, Stage::RestoreAllocations, f, true),
+        )
+    })?;
     timings.record(Stage::RestoreAllocations, started);
 
-    let allocations = usable(runtime.as_ref(), OP).map_err(|f| f.error)?.allocations();
+    let allocations = usable(runtime.as_ref(), OP)
+        .map_err(|f| f.error)?
+        .allocations();
     drop(runtime);
     if let Some(active) = guard.borrow_mut().root.as_mut() {
         active.heap_size = heap_size_bytes;
     }
-    Ok(RestartResult { allocations, timings })
+    Ok(RestartResult {
+        allocations,
+        timings,
+    })
 }
 
 /// Preflight's local checks; returns the value every rank must agree on.
@@ -413,7 +524,8 @@ fn check_restart(
     hook: Option<Vec<u8>>,
 ) -> std::result::Result<PreflightValue, LocalFailure> {
     const OP: &str = "restart";
-    let invalid = |message: String| LocalFailure::from(Error::new(ErrorKind::InvalidArgument, OP, message));
+    let invalid =
+        |message: String| LocalFailure::from(Error::new(ErrorKind::InvalidArgument, OP, message));
     if references != 1 {
         return Err(LocalFailure::from(Error::new(
             ErrorKind::InvalidState,
@@ -432,7 +544,10 @@ fn check_restart(
     for (index, replacement) in replacements.iter().enumerate() {
         let current = replacement.current;
         let record = shmem.resolve(current.id).map_err(|e| {
-            invalid(format!("replacement {index} is not an active allocation: {}", e.message()))
+            invalid(format!(
+                "replacement {index} is not an active allocation: {}",
+                e.message()
+            ))
         })?;
         if current.heap_offset != record.offset || current.bytes != record.bytes {
             return Err(invalid(format!(
@@ -444,7 +559,10 @@ fn check_restart(
             )));
         }
         if !seen.insert(current.id.index) {
-            return Err(invalid(format!("allocation {} is replaced twice", current.id.index)));
+            return Err(invalid(format!(
+                "allocation {} is replaced twice",
+                current.id.index
+            )));
         }
         let target = &replacement.target;
         if target.shape.is_empty() || target.shape.contains(&0) {
@@ -455,12 +573,18 @@ fn check_restart(
         }
         let alignment = target.alignment.unwrap_or(crate::shmem::DEFAULT_ALIGNMENT);
         if !alignment.is_power_of_two() {
-            return Err(invalid(format!("replacement {index}: alignment {alignment} is not a power of two")));
+            return Err(invalid(format!(
+                "replacement {index}: alignment {alignment} is not a power of two"
+            )));
         }
         let bytes = target.bytes().map_err(LocalFailure::from)?;
         footprint = footprint.saturating_add(Allocator::footprint(bytes, alignment));
     }
-    let uncovered: Vec<u64> = active.iter().map(|r| r.id.index).filter(|i| !seen.contains(i)).collect();
+    let uncovered: Vec<u64> = active
+        .iter()
+        .map(|r| r.id.index)
+        .filter(|i| !seen.contains(i))
+        .collect();
     if !uncovered.is_empty() {
         return Err(invalid(format!(
             "active allocations {uncovered:?} have no replacement; every active allocation must \
@@ -476,20 +600,29 @@ fn check_restart(
     Ok(PreflightValue {
         hook,
         heap_size,
-        current: replacements.iter().map(|r| (r.current.id.index, r.current.bytes)).collect(),
+        current: replacements
+            .iter()
+            .map(|r| (r.current.id.index, r.current.bytes))
+            .collect(),
         target: replacements.iter().map(|r| r.target.clone()).collect(),
     })
 }
 
 /// The runtime, if present and its control plane intact; else an "unavailable" failure.
-fn usable<'a>(runtime: Option<&'a Shmem>, operation: &str) -> std::result::Result<&'a Shmem, LocalFailure> {
+fn usable<'a>(
+    runtime: Option<&'a Shmem>,
+    operation: &str,
+) -> std::result::Result<&'a Shmem, LocalFailure> {
     let unavailable = |message: String| LocalFailure {
         error: Error::new(ErrorKind::InvalidState, operation, message),
         unavailable: true,
     };
     let shmem = runtime.ok_or_else(|| unavailable("the runtime is not running".into()))?;
     match shmem.control().broken() {
-        Some(cause) => Err(unavailable(format!("the runtime is unusable: {}", cause.message()))),
+        Some(cause) => Err(unavailable(format!(
+            "the runtime is unusable: {}",
+            cause.message()
+        ))),
         None => Ok(shmem),
     }
 }
@@ -497,12 +630,18 @@ fn usable<'a>(runtime: Option<&'a Shmem>, operation: &str) -> std::result::Resul
 fn quiesce(runtime: Option<&Shmem>, operation: &str) -> std::result::Result<(), LocalFailure> {
     let shmem = usable(runtime, operation)?;
     shmem.quiet();
-    shmem.barrier().map_err(|error| LocalFailure { error, unavailable: true })
+    shmem.barrier().map_err(|error| LocalFailure {
+        error,
+        unavailable: true,
+    })
 }
 
 fn shut_down(shmem: Option<Shmem>, operation: &str) -> std::result::Result<(), LocalFailure> {
     usable(shmem.as_ref(), operation)?;
-    let failed = |error| LocalFailure { error, unavailable: true };
+    let failed = |error| LocalFailure {
+        error,
+        unavailable: true,
+    };
     match shmem.expect("usable checked it").shutdown() {
         Ok(()) => Ok(()),
         Err(ShutdownError::Refused { runtime, error }) => {
@@ -527,11 +666,19 @@ fn classify(operation: &str, stage: Stage, failure: StageFailure, terminal_stage
     let (error, recovery) = match failure {
         StageFailure::Convergence(error) => (error, Recovery::ConvergenceFailure),
         StageFailure::Failed { error, .. } if terminal_stage => (error, Recovery::Terminal),
-        StageFailure::Failed { error, unavailable: true } => (error, Recovery::Terminal),
-        StageFailure::Failed { error, unavailable: false } => (error, Recovery::Retryable),
+        StageFailure::Failed {
+            error,
+            unavailable: true,
+        } => (error, Recovery::Terminal),
+        StageFailure::Failed {
+            error,
+            unavailable: false,
+        } => (error, Recovery::Retryable),
     };
     let message = format!("{}; {}", error.message(), recovery.hint());
-    let mut classified = Error::new(error.kind(), operation, message).during(stage.name()).with_recovery(recovery);
+    let mut classified = Error::new(error.kind(), operation, message)
+        .during(stage.name())
+        .with_recovery(recovery);
     if let Some(rank) = error.rank() {
         classified = classified.on_rank(rank);
     }
@@ -547,7 +694,8 @@ fn classify(operation: &str, stage: Stage, failure: StageFailure, terminal_stage
 
 fn retryable(error: Error, stage: Option<Stage>) -> Error {
     let message = format!("{}; {}", error.message(), Recovery::Retryable.hint());
-    let mut classified = Error::new(error.kind(), error.operation().to_string(), message).with_recovery(Recovery::Retryable);
+    let mut classified = Error::new(error.kind(), error.operation().to_string(), message)
+        .with_recovery(Recovery::Retryable);
     if let Some(stage) = stage {
         classified = classified.during(stage.name());
     }
@@ -586,7 +734,10 @@ fn invalidated_error(operation: &str) -> Error {
     Error::new(
         ErrorKind::InvalidState,
         operation,
-        format!("the runtime was invalidated by an earlier failure ({cause}); {}", recovery.hint()),
+        format!(
+            "the runtime was invalidated by an earlier failure ({cause}); {}",
+            recovery.hint()
+        ),
     )
     .with_recovery(recovery)
 }
@@ -625,7 +776,11 @@ pub fn host_barrier() -> Result<()> {
     let channel = guard.borrow().root.as_ref().map(|r| Arc::clone(&r.channel));
     match channel {
         Some(channel) => channel.barrier(),
-        None => Err(Error::new(ErrorKind::InvalidState, OP, "no reference is active; call acquire first")),
+        None => Err(Error::new(
+            ErrorKind::InvalidState,
+            OP,
+            "no reference is active; call acquire first",
+        )),
     }
 }
 

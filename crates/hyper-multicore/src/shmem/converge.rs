@@ -96,8 +96,12 @@ pub(crate) fn converge_step<T: Serialize + DeserializeOwned + std::fmt::Debug + 
     };
     let bytes = postcard::to_stdvec(&outcome).map_err(|e| {
         Diverged::Exchange(
-            Error::new(ErrorKind::Protocol, operation, format!("cannot encode this rank's outcome: {e}"))
-                .on_rank(rank),
+            Error::new(
+                ErrorKind::Protocol,
+                operation,
+                format!("cannot encode this rank's outcome: {e}"),
+            )
+            .on_rank(rank),
         )
     })?;
     let gathered = channel.allgather(&bytes).map_err(|e| {
@@ -134,16 +138,24 @@ pub(crate) fn converge_step<T: Serialize + DeserializeOwned + std::fmt::Debug + 
     }
     if !failures.is_empty() {
         let kind = failures[0].1.kind;
-        let mut error = Error::new(kind, operation, describe_failures(&failures)).on_rank(rank).with_peer(failures[0].0);
+        let mut error = Error::new(kind, operation, describe_failures(&failures))
+            .on_rank(rank)
+            .with_peer(failures[0].0);
         if let Some(cause) = local_error {
             error = error.caused_by(cause);
         }
         return Err(Diverged::Failed { error, unavailable });
     }
     if require_equal && values.iter().any(|v| *v != values[0]) {
-        let message = format!("values differ across root ranks: {}", describe_values(&values));
+        let message = format!(
+            "values differ across root ranks: {}",
+            describe_values(&values)
+        );
         let error = Error::new(ErrorKind::InvalidArgument, operation, message).on_rank(rank);
-        return Err(Diverged::Failed { error, unavailable: false });
+        return Err(Diverged::Failed {
+            error,
+            unavailable: false,
+        });
     }
     Ok(values)
 }
@@ -182,7 +194,10 @@ fn describe_values<T: std::fmt::Debug + PartialEq>(values: &[T]) -> String {
         .map(|(ranks, value)| {
             let mut shown = format!("{value:?}");
             if shown.len() > 200 {
-                let cut = (0..=200).rev().find(|&i| shown.is_char_boundary(i)).unwrap_or(0);
+                let cut = (0..=200)
+                    .rev()
+                    .find(|&i| shown.is_char_boundary(i))
+                    .unwrap_or(0);
                 shown.truncate(cut);
                 shown.push('…');
             }

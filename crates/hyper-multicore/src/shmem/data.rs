@@ -124,7 +124,12 @@ impl Shmem {
     /// The byte range `offset..offset + bytes` of live allocation `id` (fails if the allocation
     /// was freed, belongs to another lifetime, or the range is past its end). Fronts that track
     /// allocations by id (Python) address the data plane with it.
-    pub fn region(&self, id: super::allocation::AllocationId, offset: u64, bytes: u64) -> Result<Region> {
+    pub fn region(
+        &self,
+        id: super::allocation::AllocationId,
+        offset: u64,
+        bytes: u64,
+    ) -> Result<Region> {
         let record = self.resolve(id)?;
         let end = offset.checked_add(bytes).filter(|&end| end <= record.bytes);
         if end.is_none() {

@@ -477,7 +477,10 @@ impl Shmem {
     pub fn debug_state(&self) -> DebugState {
         let heap = lock_unpoisoned(&self.heap);
         let usage = heap.allocator.usage();
-        debug_assert_eq!(usage.allocated_bytes + usage.free_bytes, heap.allocator.capacity());
+        debug_assert_eq!(
+            usage.allocated_bytes + usage.free_bytes,
+            heap.allocator.capacity()
+        );
         let own_heap = self.segment.layout().heap_offset(self.rank);
         DebugState {
             state: RuntimeState::Ready,

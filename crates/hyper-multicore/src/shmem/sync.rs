@@ -38,8 +38,9 @@ use std::time::{Duration, Instant};
 use crate::primitive::{fence, spin_loop, yield_now, AtomicU32, Ordering};
 use crate::sys::futex;
 
-/// `PAUSE` iterations before yielding (when spinning is allowed at all).
-const SPIN_LIMIT: u32 = if cfg!(loom) { 0 } else { 4096 };
+/// `PAUSE` iterations before yielding (when spinning is allowed at all). Loom explores every
+/// interleaving, so there one step of each phase is enough.
+const SPIN_LIMIT: u32 = if cfg!(loom) { 1 } else { 4096 };
 /// How many spins pass between two looks at the clock.
 const SPINS_PER_CLOCK_CHECK: u32 = 256;
 /// `sched_yield` calls before going to sleep.
@@ -48,10 +49,16 @@ const YIELD_LIMIT: u32 = if cfg!(loom) { 1 } else { 64 };
 /// one ever happen (for example a waker process killed between its store and its wake).
 pub(crate) const SLEEP_SLICE: Duration = Duration::from_millis(20);
 
+/// Bit 0 of the barrier's `generation`: set by [`abort`] so that the futex word changes under a
+/// sleeping barrier waiter without releasing the barrier.
+const GENERATION_ABORT_FLAG: u32 = 1;
+/// What a completed round adds to `generation` (the round number lives in bits 1..).
+const GENERATION_STEP: u32 = 2;
+
 /// Declares `new()` (all words zero): `const` normally, plain under loom (whose atomics are not
 /// const-constructible).
 macro_rules! zeroed_words {
-    ($name:ident { $($field:ident),+ $(,)? }) => {
+    ($name:ident: $($field:ident),+) => {
         impl $name {
             /// All words zero: the state of a freshly created (zero-filled) segment.
             #[cfg(not(loom))]
@@ -74,16 +81,13 @@ macro_rules! zeroed_words {
 pub(crate) struct BarrierWords {
     /// PEs that arrived in the current round.
     count: AtomicU32,
-    /// Round number; the last arriver of a round bumps it, which releases the others.
+    /// Round number times [`GENERATION_STEP`]; the last arriver of a round bumps it, which
+    /// releases the others. Bit 0 is [`GENERATION_ABORT_FLAG`].
     generation: AtomicU32,
     /// PEs asleep (or about to sleep) on `generation`.
     sleepers: AtomicU32,
 }
-zeroed_words!(BarrierWords {
-    count,
-    generation,
-    sleepers
-});
+zeroed_words!(BarrierWords: count, generation, sleepers);
 
 /// A PE's doorbell: writers ring it after updating a word that PE may be waiting on.
 /// One per PE, on its own cache line.
@@ -95,7 +99,7 @@ pub(crate) struct Doorbell {
     /// Waits of this PE asleep (or about to sleep) on `ring`.
     sleepers: AtomicU32,
 }
-zeroed_words!(Doorbell { ring, sleepers });
+zeroed_words!(Doorbell: ring, sleepers);
 
 /// The job's abort word: 0 while healthy, `r + 1` once rank `r` was lost. One per segment, on
 /// its own cache line.
@@ -104,7 +108,7 @@ zeroed_words!(Doorbell { ring, sleepers });
 pub(crate) struct AbortWord {
     word: AtomicU32,
 }
-zeroed_words!(AbortWord { word });
+zeroed_words!(AbortWord: word);
 
 #[cfg(not(loom))]
 const _: () = {
@@ -168,7 +172,9 @@ pub(crate) fn barrier(
         // Last arriver: reset for the next round *before* releasing it (the next round's
         // arrivals acquire the new generation first, so they see the zero).
         words.count.store(0, Ordering::Relaxed);
-        words.generation.fetch_add(1, Ordering::Release);
+        words
+            .generation
+            .fetch_add(GENERATION_STEP, Ordering::Release);
         // Pairs with the fence a sleeper puts between counting itself and re-reading
         // `generation`: either it sees the new generation, or this load sees it counted.
         fence(Ordering::SeqCst);
@@ -177,8 +183,13 @@ pub(crate) fn barrier(
         }
         return Ok(());
     }
-    let released = || words.generation.load(Ordering::Acquire) != gen;
+    let released = || round_of(words.generation.load(Ordering::Acquire)) != round_of(gen);
     wait(released, &words.generation, &words.sleepers, abort, policy)
+}
+
+/// The round number in a `generation` value (without the abort flag).
+fn round_of(generation: u32) -> u32 {
+    generation & !GENERATION_ABORT_FLAG
 }
 
 /// Waits until `ready()` is true; `bell` is the waiting PE's own doorbell.
@@ -209,8 +220,11 @@ pub(crate) fn ring(bell: &Doorbell) {
 
 /// Marks rank `lost` as lost and wakes every sleeper (on the barrier and on every doorbell).
 ///
-/// Idempotent, and the first lost rank wins. The barrier's generation is not bumped (that would
-/// release a barrier the lost rank never reached): waiters see the abort word instead.
+/// Idempotent, and the first lost rank wins. The barrier's round number is not bumped (that
+/// would release a barrier the lost rank never reached); instead the abort flag bit of its
+/// `generation` is set, so that a barrier waiter that checked the abort word just before this
+/// call and is about to sleep on `generation` finds the word changed and does not sleep — the
+/// same way the doorbells' `ring` words are bumped.
 pub(crate) fn abort<'a>(
     abort: &AbortWord,
     lost: u32,
@@ -225,6 +239,9 @@ pub(crate) fn abort<'a>(
         Ordering::SeqCst,
         Ordering::SeqCst,
     );
+    barrier
+        .generation
+        .fetch_or(GENERATION_ABORT_FLAG, Ordering::SeqCst);
     futex::wake_all(&barrier.generation);
     for bell in bells {
         bell.ring.fetch_add(1, Ordering::SeqCst);
@@ -260,11 +277,13 @@ fn wait(
     policy: &WaitPolicy,
 ) -> Result<(), WaitError> {
     if policy.spin {
-        for spin in 1..=SPIN_LIMIT {
+        for spin in 0..SPIN_LIMIT {
             if let Some(outcome) = settled(&mut done, abort) {
                 return outcome;
             }
-            if spin % SPINS_PER_CLOCK_CHECK == 0 && Instant::now() >= policy.deadline {
+            if spin % SPINS_PER_CLOCK_CHECK == SPINS_PER_CLOCK_CHECK - 1
+                && Instant::now() >= policy.deadline
+            {
                 return Err(WaitError::Timeout);
             }
             spin_loop();
@@ -718,12 +737,12 @@ mod loom_tests {
         }
     }
 
-    /// Explores `f` (with at most 3 preemptions unless `LOOM_MAX_PREEMPTIONS` says otherwise)
-    /// and prints how many executions that took.
-    fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
+    /// Explores `f` with at most `preemptions` preemptions (`None`: every interleaving) unless
+    /// `LOOM_MAX_PREEMPTIONS` says otherwise, and prints how many executions that took.
+    fn model(name: &str, preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
         let mut builder = loom::model::Builder::new();
         if builder.preemption_bound.is_none() {
-            builder.preemption_bound = Some(3);
+            builder.preemption_bound = preemptions;
         }
         // A plain std counter: it lives outside the model.
         let executions = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -733,14 +752,16 @@ mod loom_tests {
             f();
         });
         let executions = executions.load(std::sync::atomic::Ordering::Relaxed);
-        let bound = builder.preemption_bound.unwrap_or(usize::MAX);
-        println!("{name}: {executions} executions explored (preemption bound {bound})");
+        match builder.preemption_bound {
+            Some(bound) => println!("{name}: {executions} executions (preemption bound {bound})"),
+            None => println!("{name}: {executions} executions (complete)"),
+        }
     }
 
     /// Both PEs pass 2 rounds, and past round r each sees the other's write from before it.
     #[test]
     fn loom_barrier_two_pes_two_rounds() {
-        model("loom_barrier_two_pes_two_rounds", || {
+        model("loom_barrier_two_pes_two_rounds", None, || {
             let h = header();
             let peer = {
                 let h = h.clone();
@@ -765,7 +786,14 @@ mod loom_tests {
     /// One waiter, one writer: the waiter always wakes (no lost wake-up).
     #[test]
     fn loom_signal_wait_and_ring() {
-        model("loom_signal_wait_and_ring", || {
+        model("loom_signal_wait_and_ring", None, || {
+            signal_wait_and_ring(false)
+        });
+        model("loom_signal_wait_and_ring (spin)", None, || {
+            signal_wait_and_ring(true)
+        });
+
+        fn signal_wait_and_ring(spin: bool) {
             let h = header();
             let writer = {
                 let h = h.clone();
@@ -776,15 +804,16 @@ mod loom_tests {
                 })
             };
             let ready = || h.data[0].load(Ordering::Acquire) == 1;
-            assert_eq!(wait_until(ready, &h.bells[0], &h.abort, &policy()), Ok(()));
+            let policy = WaitPolicy { spin, ..policy() };
+            assert_eq!(wait_until(ready, &h.bells[0], &h.abort, &policy), Ok(()));
             writer.join().unwrap();
-        });
+        }
     }
 
     /// An abort reaches a signal waiter whose condition never comes true.
     #[test]
     fn loom_abort_wakes_signal_waiter() {
-        model("loom_abort_wakes_signal_waiter", || {
+        model("loom_abort_wakes_signal_waiter", None, || {
             let h = header();
             let aborter = {
                 let h = h.clone();
@@ -800,7 +829,7 @@ mod loom_tests {
     /// An abort reaches a barrier waiter whose peer never arrives.
     #[test]
     fn loom_abort_wakes_barrier_waiter() {
-        model("loom_abort_wakes_barrier_waiter", || {
+        model("loom_abort_wakes_barrier_waiter", None, || {
             let h = header();
             let aborter = {
                 let h = h.clone();
@@ -813,10 +842,11 @@ mod loom_tests {
     }
 
     /// An abort racing a barrier that completes: both PEs leave (released, or aborted only if
-    /// not yet released), and nobody sleeps forever.
+    /// not yet released), and nobody sleeps forever. Three threads: every interleaving takes
+    /// 15 million executions (13 minutes), so the default bound is 3 preemptions.
     #[test]
     fn loom_abort_races_a_completing_barrier() {
-        model("loom_abort_races_a_completing_barrier", || {
+        model("loom_abort_races_a_completing_barrier", Some(3), || {
             let h = header();
             let peer = {
                 let h = h.clone();
