@@ -51,10 +51,10 @@ fn exercise_collectives() {
             round.to_le_bytes()
         );
     }
-    assert_eq!(
-        open_fds(),
-        fds_before,
-        "open descriptors grew over 1000 rounds"
+    let fds_after = open_fds();
+    assert!(
+        fds_after <= fds_before,
+        "open descriptors grew over 1000 rounds: {fds_before} -> {fds_after}"
     );
 }
 
