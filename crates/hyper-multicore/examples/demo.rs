@@ -1,111 +1,135 @@
-//! The README demo: run it under `hmrun -n 4` (`./scripts/demo.sh`). Every PE joins the world,
-//! starts a runtime with a symmetric heap, passes a token around a ring with put + signal,
-//! all-gathers and all-reduces, prints its debug state, frees everything and shuts down —
-//! printing what it did.
+//! The README demo: run it under `hmrun -n 4` (`./scripts/demo.sh`). Every PE takes a reference
+//! to the managed runtime, passes a token around a ring with put + signal, all-gathers and
+//! all-reduces, restarts the runtime with a larger heap (the data moves to new allocations),
+//! prints its debug state, frees everything and releases — printing what it did.
 
 use std::time::Instant;
 
-use hyper_multicore::control::UniqueId;
-use hyper_multicore::shmem::{Comparison, ReduceOp, Shmem, SignalOp};
+use hyper_multicore::lifecycle::{self, Replacement};
+use hyper_multicore::shmem::{AllocationSpec, Comparison, Dtype, ReduceOp, SignalOp, Symmetric};
 use hyper_multicore::world::World;
+
+const MIB: u64 = 1 << 20;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
-    let world = World::from_env()?;
+    let world = World::global()?;
     let (rank, size) = (world.rank(), world.size());
     println!("joined a world of {size} via {:?}", world.launcher());
 
-    // Root rank 0 creates the runtime's unique ID; the world's control plane carries it.
-    let (id, listener) = if rank == 0 {
-        let (id, listener) = Shmem::get_unique_id(world.config())?;
-        (world.control().broadcast(&id.to_bytes())?, Some(listener))
-    } else {
-        (world.control().broadcast(&[])?, None)
-    };
-    let shmem = Shmem::initialize(
-        rank,
-        size,
-        &UniqueId::from_bytes(&id)?,
-        listener,
-        Some(64 << 20),
-    )?;
+    lifecycle::acquire(None, Some(32 * MIB))?;
     println!(
-        "runtime ready after {:.1} ms: {} MiB symmetric heap per PE",
-        started.elapsed().as_secs_f64() * 1e3,
-        shmem.heap_size() >> 20
+        "acquired the runtime after {:.1} ms: 32 MiB symmetric heap per PE",
+        ms(started)
     );
 
-    let tokens = shmem.allocate::<u64>(4, None)?;
-    let arrived = shmem.allocate::<u64>(1, None)?;
-    shmem.barrier()?;
-    println!(
-        "allocated {} + {} bytes at the same offset on every PE",
-        tokens.record().bytes,
-        arrived.record().bytes
-    );
+    let (tokens, arrived, sums) = lifecycle::guarded("allocate", |shmem| {
+        Ok((
+            shmem.allocate::<u64>(4, None)?,
+            shmem.allocate::<u64>(1, None)?,
+            shmem.allocate::<f64>(2, None)?,
+        ))
+    })?;
+    println!("allocated 3 symmetric objects at the same offsets on every PE");
 
-    // A ring: rank 0 starts a token; each PE adds its rank and passes it on.
-    let next = (rank + 1) % size;
-    if rank == 0 {
-        shmem.put_signal(&tokens, &[1, 0, 0, 0], &arrived, 1, SignalOp::Set, next)?;
-    }
-    shmem.wait_signal(&arrived, 1, Comparison::Eq, None)?;
-    let mut token = [0u64; 4];
-    shmem.get(&mut token, &tokens, rank)?;
-    println!(
-        "ring: token {token:?} arrived from PE {}",
-        (rank + size - 1) % size
-    );
-    if rank != 0 {
-        token[0] += rank as u64;
-        token[1] += 1;
-        shmem.put_signal(&tokens, &token, &arrived, 1, SignalOp::Set, next)?;
-    } else {
+    lifecycle::guarded("ring", |shmem| {
+        shmem.barrier()?;
+        let next = (rank + 1) % size;
+        if rank == 0 {
+            shmem.put_signal(&tokens, &[0, 0, 0, 0], &arrived, 1, SignalOp::Set, next)?;
+        }
+        shmem.wait_signal(&arrived, 1, Comparison::Eq, None)?;
+        let mut token = [0u64; 4];
+        shmem.get(&mut token, &tokens, rank)?;
+        if rank == 0 {
+            println!(
+                "ring: the token went round all {size} PEs and collected ranks summing to {}",
+                token[0]
+            );
+        } else {
+            token[0] += rank as u64;
+            shmem.put_signal(&tokens, &token, &arrived, 1, SignalOp::Set, next)?;
+            println!("ring: PE {rank} added its rank and passed the token to PE {next}");
+        }
+        shmem.put(&sums, &[rank as f64, 1.0], rank)?;
+        shmem.all_reduce(&sums, &sums, ReduceOp::Sum)?;
+        let mut out = [0.0; 2];
+        shmem.get(&mut out, &sums, rank)?;
         println!(
-            "ring: the token went round all {size} PEs: sum of ranks {}, {} hops",
-            token[0] - 1,
-            token[1] + 1
+            "all_reduce(sum): ranks add up to {}, {} PEs counted",
+            out[0], out[1]
         );
-    }
-    shmem.barrier()?;
+        Ok(())
+    })?;
 
-    let gathered = shmem.allocate::<u32>(size, None)?;
-    shmem.all_gather(&gathered, &[std::process::id()])?;
-    let mut pids = vec![0u32; size];
-    shmem.get(&mut pids, &gathered, rank)?;
-    println!("all_gather: the PEs' process IDs are {pids:?}");
-
-    let values = shmem.allocate::<f64>(2, None)?;
-    shmem.put(&values, &[rank as f64, 1.0], rank)?;
-    shmem.all_reduce(&values, &values, ReduceOp::Sum)?;
-    let mut sums = [0.0; 2];
-    shmem.get(&mut sums, &values, rank)?;
+    // Restart with a 64 MiB heap: every allocation gets a replacement (new shapes and types).
+    let replacements = [
+        Replacement {
+            current: tokens.region(),
+            target: AllocationSpec {
+                shape: vec![2, 4],
+                dtype: Dtype::U64,
+                alignment: None,
+            },
+        },
+        Replacement {
+            current: arrived.region(),
+            target: AllocationSpec {
+                shape: vec![1],
+                dtype: Dtype::U64,
+                alignment: None,
+            },
+        },
+        Replacement {
+            current: sums.region(),
+            target: AllocationSpec {
+                shape: vec![1024],
+                dtype: Dtype::BF16,
+                alignment: Some(4096),
+            },
+        },
+    ];
+    let mut snapshot = || Ok(b"demo step 1".to_vec());
+    let result = lifecycle::restart(64 * MIB, &replacements, Some(&mut snapshot))?;
+    let t = result.timings;
     println!(
-        "all_reduce(sum): ranks add up to {}, PEs counted {}",
-        sums[0], sums[1]
+        "restart to 64 MiB: preflight {:.2} ms, quiesce {:.2}, release {:.2}, finalize {:.2}, bootstrap {:.2}, initialize {:.2}, restore {:.2}",
+        t.preflight_ms, t.quiesce_ms, t.release_ms, t.finalize_ms, t.bootstrap_ms, t.initialize_ms, t.restore_ms
+    );
+    let stale = lifecycle::guarded("put", |shmem| shmem.put(&tokens, &[0; 4], rank)).unwrap_err();
+    println!(
+        "an old handle is refused after the restart: {}",
+        stale.message()
     );
 
-    let state = shmem.debug_state();
-    let heap = state.heap.expect("a ready runtime reports its heap");
+    let state = lifecycle::debug_state();
+    let heap = state.heap.expect("an active runtime reports its heap");
     println!(
-        "debug_state: {:?}, root rank {:?}/{:?}, {} allocations, {} bytes allocated, {} free",
+        "debug_state: {:?}, root rank {:?} of {:?}, {} reference, {} allocations, {} bytes in use of {}",
         state.state,
         state.root_rank,
         state.root_size,
+        state.reference_count.unwrap_or(0),
         heap.allocation_count,
         heap.allocated_bytes,
-        heap.remaining_bytes
+        state.config.heap_size
     );
 
-    shmem.barrier()?;
-    shmem.free(values)?;
-    shmem.free(gathered)?;
-    shmem.free(arrived)?;
-    shmem.free(tokens)?;
-    shmem.shutdown()?;
+    lifecycle::guarded("free", |shmem| {
+        shmem.barrier()?;
+        for record in &result.allocations {
+            shmem.free_id(record.id)?;
+        }
+        Ok(())
+    })?;
+    lifecycle::release()?;
     println!(
-        "freed everything and shut down after {:.1} ms",
-        started.elapsed().as_secs_f64() * 1e3
+        "freed everything and released the runtime after {:.1} ms",
+        ms(started)
     );
     Ok(())
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
 }
