@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace --all-targets
+cargo test --workspace --doc
 # The barrier / signal / abort protocols under loom (a separate build with --cfg loom).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p hyper-multicore --lib --release loom_tests

@@ -31,3 +31,8 @@ mod sys;
 pub mod world;
 
 pub use error::{Error, ErrorKind, Recovery, Result};
+
+/// The README's Rust quick start, compiled and run as a doctest (as a standalone one-PE root).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeQuickStart;
