@@ -205,7 +205,7 @@ fn bad_arguments_fail_on_every_rank_and_lose_nothing() {
         assert!(
             error
                 .to_string()
-                .contains("root ranks [0] called allocate(100 bytes"),
+                .contains("root ranks [0] called allocate(100 bytes of uint8"),
             "{error}"
         );
 

@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::allocation::{Allocation, AllocationId, AllocationRecord, AllocationSpec, Element};
+use super::allocation::{
+    Allocation, AllocationId, AllocationRecord, AllocationSpec, Dtype, Element,
+};
 use super::allocator::Allocator;
 use super::converge::converge;
 use super::handoff;
@@ -274,16 +276,13 @@ impl Shmem {
         let mut heap = lock_unpoisoned(&self.heap);
         let bytes = spec.bytes();
         let alignment = spec.alignment.unwrap_or(DEFAULT_ALIGNMENT);
-        let digest = [
-            1,
-            bytes.as_ref().copied().unwrap_or(u64::MAX),
+        let call = HeapCall::Allocate {
+            bytes: bytes.as_ref().copied().unwrap_or(u64::MAX),
             alignment,
-            dtype_code(spec),
-        ];
-        self.check_same_arguments(&mut heap, OP, digest, |d| {
-            format!("allocate({} bytes, alignment {})", d[1], d[2])
-        })
-        .inspect_err(|e| process::record_failure(e, "argument check"))?;
+            dtype: spec.dtype,
+        };
+        self.check_same_call(&mut heap, OP, call)
+            .inspect_err(|e| process::record_failure(e, "argument check"))?;
         let result = (|| {
             let bytes = bytes?;
             if !alignment.is_power_of_two() || alignment > MAX_ALIGNMENT {
@@ -335,11 +334,8 @@ impl Shmem {
     pub fn free_id(&self, id: AllocationId) -> Result<()> {
         const OP: &str = "free";
         let mut heap = lock_unpoisoned(&self.heap);
-        let digest = [2, id.index, id.generation, 0];
-        self.check_same_arguments(&mut heap, OP, digest, |d| {
-            format!("free(allocation {} of generation {})", d[1], d[2])
-        })
-        .inspect_err(|e| process::record_failure(e, "argument check"))?;
+        self.check_same_call(&mut heap, OP, HeapCall::Free(id))
+            .inspect_err(|e| process::record_failure(e, "argument check"))?;
         let result = (|| {
             self.check_generation(OP, id)?;
             let record = heap.records.remove(&id.index).ok_or_else(|| {
@@ -412,24 +408,13 @@ impl Shmem {
         Error::new(kind, operation, message).on_rank(self.rank)
     }
 
-    /// Publishes this rank's `digest` of a collective allocate/free, waits for every rank, and
-    /// compares: every rank sees the same slots, so a mismatch fails everywhere alike.
-    fn check_same_arguments(
-        &self,
-        heap: &mut Heap,
-        operation: &str,
-        digest: [u64; 4],
-        describe: impl Fn(&[u64; 4]) -> String,
-    ) -> Result<()> {
+    /// Publishes this rank's `call`, waits for every rank, and compares: every rank reads the
+    /// same slots, so a mismatch fails everywhere alike (and nothing is allocated or freed).
+    fn check_same_call(&self, heap: &mut Heap, operation: &str, call: HeapCall) -> Result<()> {
         heap.checks += 1;
         let slot = (heap.checks % 2) as usize;
+        let stamped = call.encode(heap.checks);
         let mine = &self.segment.pe_words(self.rank).arguments[slot];
-        let stamped = [
-            heap.checks,
-            digest[0] << 56 ^ digest[3],
-            digest[1],
-            digest[2],
-        ];
         for (word, value) in mine.iter().zip(stamped) {
             word.store(value, std::sync::atomic::Ordering::Relaxed);
         }
@@ -440,27 +425,27 @@ impl Shmem {
                 std::array::from_fn(|i| words[i].load(std::sync::atomic::Ordering::Relaxed))
             })
             .collect();
-        if all.iter().all(|d| *d == stamped) {
+        if all.iter().all(|words| *words == stamped) {
             return Ok(());
         }
         let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-        for (pe, d) in all.iter().enumerate() {
-            let call = if d[0] != heap.checks {
+        for (pe, words) in all.iter().enumerate() {
+            let described = if words[0] == heap.checks {
+                HeapCall::describe(words)
+            } else {
                 format!(
                     "a different collective (call #{} instead of #{})",
-                    d[0], heap.checks
+                    words[0], heap.checks
                 )
-            } else {
-                describe(&[d[1] >> 56, d[2], d[3], d[1] & 0xff])
             };
-            match groups.iter_mut().find(|(c, _)| *c == call) {
+            match groups.iter_mut().find(|(c, _)| *c == described) {
                 Some((_, ranks)) => ranks.push(pe),
-                None => groups.push((call, vec![pe])),
+                None => groups.push((described, vec![pe])),
             }
         }
         let listing: Vec<String> = groups
             .iter()
-            .map(|(c, r)| format!("root ranks {r:?} called {c}"))
+            .map(|(call, ranks)| format!("root ranks {ranks:?} called {call}"))
             .collect();
         Err(self.error(
             ErrorKind::InvalidArgument,
@@ -510,11 +495,55 @@ impl Shmem {
     }
 }
 
-fn dtype_code(spec: &AllocationSpec) -> u64 {
-    super::allocation::Dtype::ALL
-        .iter()
-        .position(|d| *d == spec.dtype)
-        .unwrap_or(0) as u64
+/// A collective heap call, as published for the cross-rank argument check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HeapCall {
+    Allocate {
+        bytes: u64,
+        alignment: u64,
+        dtype: Dtype,
+    },
+    Free(AllocationId),
+}
+
+impl HeapCall {
+    const ALLOCATE: u64 = 1;
+    const FREE: u64 = 2;
+
+    /// Four words: call number, kind (high byte) and dtype, then two arguments.
+    fn encode(self, sequence: u64) -> [u64; 4] {
+        match self {
+            HeapCall::Allocate {
+                bytes,
+                alignment,
+                dtype,
+            } => {
+                let dtype = Dtype::ALL.iter().position(|d| *d == dtype).unwrap_or(0) as u64;
+                [sequence, Self::ALLOCATE << 56 | dtype, bytes, alignment]
+            }
+            HeapCall::Free(id) => [sequence, Self::FREE << 56, id.index, id.generation],
+        }
+    }
+
+    /// Words published by some rank, described for an error message.
+    fn describe(words: &[u64; 4]) -> String {
+        match words[1] >> 56 {
+            Self::ALLOCATE => {
+                let dtype = Dtype::ALL
+                    .get((words[1] & 0xff) as usize)
+                    .map_or("?", |d| d.name());
+                format!(
+                    "allocate({} bytes of {dtype}, alignment {})",
+                    words[2], words[3]
+                )
+            }
+            Self::FREE => format!(
+                "free(allocation {} of generation {:#x})",
+                words[2], words[3]
+            ),
+            _ => "an unknown heap call".into(),
+        }
+    }
 }
 
 impl Drop for Shmem {
