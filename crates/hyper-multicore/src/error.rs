@@ -102,9 +102,13 @@ impl Recovery {
 
 /// A failure of a hyper_multicore operation.
 ///
-/// Display form: `<operation> failed on rank <r>: <kind>: <message>`.
+/// Display form: `<operation> failed [during <stage>] on rank <r>: <kind>: <message>`. One
+/// pointer wide, so `Result<T, Error>` stays small on every hot path.
 #[derive(Debug)]
-pub struct Error {
+pub struct Error(Box<Inner>);
+
+#[derive(Debug)]
+struct Inner {
     kind: ErrorKind,
     operation: String,
     rank: Option<usize>,
@@ -118,7 +122,7 @@ pub struct Error {
 impl Error {
     /// A new error of `kind` raised by `operation`.
     pub fn new(kind: ErrorKind, operation: impl Into<String>, message: impl Into<String>) -> Self {
-        Error {
+        Error(Box::new(Inner {
             kind,
             operation: operation.into(),
             rank: None,
@@ -127,46 +131,46 @@ impl Error {
             stage: None,
             recovery: None,
             source: None,
-        }
+        }))
     }
 
     /// Records the stage of a multi-stage operation that failed (`restart failed during Quiesce`).
     pub fn during(mut self, stage: impl Into<String>) -> Self {
-        self.stage = Some(stage.into());
+        self.0.stage = Some(stage.into());
         self
     }
 
     /// The stage that failed, for multi-stage operations.
     pub fn stage(&self) -> Option<&str> {
-        self.stage.as_deref()
+        self.0.stage.as_deref()
     }
 
     /// Classifies a lifecycle failure (the message should end with [`Recovery::hint`]).
     pub fn with_recovery(mut self, recovery: Recovery) -> Self {
-        self.recovery = Some(recovery);
+        self.0.recovery = Some(recovery);
         self
     }
 
     /// How to recover, for failures of the managed lifecycle.
     pub fn recovery(&self) -> Option<Recovery> {
-        self.recovery
+        self.0.recovery
     }
 
     /// Records the rank (in the group the operation ran over) that raised the error.
     pub fn on_rank(mut self, rank: usize) -> Self {
-        self.rank = Some(rank);
+        self.0.rank = Some(rank);
         self
     }
 
     /// Records the peer rank that was lost, timed out or misbehaved.
     pub fn with_peer(mut self, peer: usize) -> Self {
-        self.peer = Some(peer);
+        self.0.peer = Some(peer);
         self
     }
 
     /// Chains an underlying cause.
     pub fn caused_by(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        self.source = Some(Box::new(source));
+        self.0.source = Some(Box::new(source));
         self
     }
 
@@ -197,46 +201,46 @@ impl Error {
 
     /// The kind of failure.
     pub fn kind(&self) -> ErrorKind {
-        self.kind
+        self.0.kind
     }
 
     /// The operation that failed (for example `"allgather"` or `"initialize"`).
     pub fn operation(&self) -> &str {
-        &self.operation
+        &self.0.operation
     }
 
     /// The rank that raised the error, if known.
     pub fn rank(&self) -> Option<usize> {
-        self.rank
+        self.0.rank
     }
 
     /// The peer rank the error is about (the lost, late or misbehaving rank), if any.
     pub fn peer(&self) -> Option<usize> {
-        self.peer
+        self.0.peer
     }
 
     /// The message without the operation and rank prefix.
     pub fn message(&self) -> &str {
-        &self.message
+        &self.0.message
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} failed", self.operation)?;
-        if let Some(stage) = &self.stage {
+        write!(f, "{} failed", self.0.operation)?;
+        if let Some(stage) = &self.0.stage {
             write!(f, " during {stage}")?;
         }
-        if let Some(rank) = self.rank {
+        if let Some(rank) = self.0.rank {
             write!(f, " on rank {rank}")?;
         }
-        write!(f, ": {}: {}", self.kind, self.message)
+        write!(f, ": {}: {}", self.0.kind, self.0.message)
     }
 }
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
+        self.0.source
             .as_deref()
             .map(|s| s as &(dyn std::error::Error + 'static))
     }
