@@ -67,6 +67,10 @@ OPS = [
              "before `oshrun` → first `shmem_malloc` returned, slowest PE)"),
     ("init_call", "Start-up inside the PE: world + `Shmem::initialize` + first `allocate` "
                   "(OSHMEM: `shmem_init` + first `shmem_malloc`), slowest PE"),
+    ("init_world", "… of which `World::from_env` (slowest PE; rank 0 waits there for the last "
+                   "PE to be spawned)"),
+    ("init_initialize", "… of which the unique-ID broadcast + `Shmem::initialize` (slowest PE)"),
+    ("init_allocate", "… of which the first collective `allocate` (slowest PE)"),
     ("shutdown", "`Shmem::shutdown` of the slowest PE (OSHMEM: `shmem_finalize` of PE 0)"),
     ("barrier", "Barrier (`Shmem::barrier` / `shmem_barrier_all`)"),
     ("put_quiet", "Put 8 B to the other PE + quiet"),

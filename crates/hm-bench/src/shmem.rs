@@ -6,8 +6,9 @@
 //! Driver ([`drive`]), for each PE count N:
 //! 1. launches [`Method::launches`] jobs of N PEs that only initialize a runtime, allocate once,
 //!    free and shut down (`pe-shmem --init-only`), timing job start → the last PE's "allocated"
-//!    line (driver clock), the slowest PE's own world + initialize + first allocation, and the
-//!    slowest PE's `Shmem::shutdown`; a PE that fails or exits non-zero fails the run;
+//!    line (driver clock), the slowest PE's own world + initialize + first allocation (and
+//!    each of the three phases), and the slowest PE's `Shmem::shutdown` (see
+//!    [`START_UP_ROWS`]); a PE that fails or exits non-zero fails the run;
 //! 2. launches one job of N PEs (`pe-shmem`) that times the operations; root rank 0 reports.
 //!    With N = 2 every operation is timed, otherwise only the barrier.
 //!
@@ -87,7 +88,8 @@ pub struct DriverArgs {
 /// Groups of rows, for `--only`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Group {
-    /// `init`, `init_call`, `shutdown` (the start-up launches).
+    /// `init`, `init_call`, `init_world`, `init_initialize`, `init_allocate`, `shutdown` (the
+    /// start-up launches).
     Init,
     /// `barrier` (and its raw round-trip reference).
     Barrier,
@@ -151,6 +153,12 @@ enum PeMessage {
         rank: usize,
         /// `World::from_env` + `Shmem::initialize` + the first `allocate`, by the PE's clock.
         init_call_ns: u64,
+        /// Of which `World::from_env`.
+        world_ns: u64,
+        /// Of which the unique ID's creation and broadcast and `Shmem::initialize`.
+        initialize_ns: u64,
+        /// Of which the first `allocate`.
+        allocate_ns: u64,
     },
     /// `Shmem::shutdown` returned on this PE.
     ShutDown {
@@ -233,31 +241,17 @@ pub fn drive(args: &DriverArgs) -> Result<()> {
     Ok(())
 }
 
-/// Launches the start-up jobs of `pes` PEs and reports `init`, `init_call` and `shutdown`.
+/// Launches the start-up jobs of `pes` PEs and reports their rows ([`START_UP_ROWS`]).
 fn report_start_up(
     report: &mut Report,
     pes: usize,
     method: &Method,
     pe_args: &[&str],
 ) -> Result<()> {
-    let start_up = time_start_up(pes, method, pe_args)?;
-    report.row(&Row::new("init", LAYER, 0, pes, &start_up.init, None))?;
-    report.row(&Row::new(
-        "init_call",
-        LAYER,
-        0,
-        pes,
-        &start_up.init_call,
-        None,
-    ))?;
-    report.row(&Row::new(
-        "shutdown",
-        LAYER,
-        0,
-        pes,
-        &start_up.shutdown,
-        None,
-    ))?;
+    let timings = time_start_up(pes, method, pe_args)?;
+    for (op, timing) in START_UP_ROWS.iter().zip(&timings) {
+        report.row(&Row::new(op, LAYER, 0, pes, timing, None))?;
+    }
     Ok(())
 }
 
@@ -270,43 +264,60 @@ fn method(quick: bool) -> Method {
     method
 }
 
-/// How long a job of N PEs takes to become usable and to shut down, over the launches.
-struct StartUp {
-    /// Job start → the last PE's "allocated" line read by the driver.
-    init: Timing,
-    /// The slowest PE's own world + initialize + first allocation.
-    init_call: Timing,
-    /// The slowest PE's `Shmem::shutdown`.
-    shutdown: Timing,
-}
+/// The start-up rows, one sample per launch each:
+/// - `init`: job start → the last PE's "allocated" line read by the driver (every PE has
+///   initialized and made its first allocation);
+/// - `init_call`: the slowest PE's own world + initialize + first allocation;
+/// - `init_world`, `init_initialize`, `init_allocate`: the slowest PE's `World::from_env`, its
+///   unique-ID broadcast + `Shmem::initialize`, its first `allocate` (the slowest PE of each
+///   phase, not necessarily the same PE);
+/// - `shutdown`: the slowest PE's `Shmem::shutdown`.
+const START_UP_ROWS: [&str; 6] = [
+    "init",
+    "init_call",
+    "init_world",
+    "init_initialize",
+    "init_allocate",
+    "shutdown",
+];
 
-/// Launches [`Method::launches`] start-up-only jobs of `pes` PEs and times them.
-fn time_start_up(pes: usize, method: &Method, pe_args: &[&str]) -> Result<StartUp> {
+/// Launches [`Method::launches`] start-up-only jobs of `pes` PEs and times them: the timings
+/// of [`START_UP_ROWS`], in that order.
+fn time_start_up(pes: usize, method: &Method, pe_args: &[&str]) -> Result<Vec<Timing>> {
     let mut args = pe_args.to_vec();
     args.push("--init-only");
-    let mut init = Vec::with_capacity(method.launches);
-    let mut init_call = Vec::with_capacity(method.launches);
-    let mut shutdown = Vec::with_capacity(method.launches);
+    let mut samples: Vec<Vec<f64>> = START_UP_ROWS
+        .iter()
+        .map(|_| Vec::with_capacity(method.launches))
+        .collect();
     for launch in 0..method.launches {
         // `run_job` fails unless every PE exits with status 0: a clean exit is checked here.
         let job = launch::run_job(pes, &args)
             .with_context(|| format!("start-up job {launch} of {pes} PEs"))?;
         let (mut allocated, mut shut_down) = (0, 0);
-        let (mut last_allocated, mut slowest_call, mut slowest_shutdown) = (None, 0, 0);
+        let mut last_allocated = None;
+        // The slowest PE's init_call, world, initialize, allocate, shutdown.
+        let mut slowest = [0u64; 5];
         for (rank, at, message) in job.messages::<PeMessage>()? {
             match message {
                 PeMessage::Allocated {
                     rank: said,
                     init_call_ns,
+                    world_ns,
+                    initialize_ns,
+                    allocate_ns,
                 } => {
                     ensure!(said == rank, "PE {rank} reported itself as rank {said}");
                     allocated += 1;
                     last_allocated = last_allocated.max(Some(at));
-                    slowest_call = slowest_call.max(init_call_ns);
+                    let phases = [init_call_ns, world_ns, initialize_ns, allocate_ns];
+                    for (slowest, phase) in slowest.iter_mut().zip(phases) {
+                        *slowest = (*slowest).max(phase);
+                    }
                 }
                 PeMessage::ShutDown { shutdown_ns, .. } => {
                     shut_down += 1;
-                    slowest_shutdown = slowest_shutdown.max(shutdown_ns);
+                    slowest[4] = slowest[4].max(shutdown_ns);
                 }
                 PeMessage::Timed { .. } => bail!("PE {rank} timed something in a start-up job"),
             }
@@ -316,36 +327,40 @@ fn time_start_up(pes: usize, method: &Method, pe_args: &[&str]) -> Result<StartU
             "{allocated} of {pes} PEs allocated and {shut_down} shut down"
         );
         let last = last_allocated.context("no PE allocated")?;
-        init.push(nanos(last.duration_since(job.started)) as f64);
-        init_call.push(slowest_call as f64);
-        shutdown.push(slowest_shutdown as f64);
+        samples[0].push(nanos(last.duration_since(job.started)) as f64);
+        for (samples, slowest) in samples[1..].iter_mut().zip(slowest) {
+            samples.push(slowest as f64);
+        }
     }
-    let per_launch = |samples: &[f64]| -> Result<Timing> {
-        Ok(Timing {
-            per_op: Summary::of(samples)?,
-            batch_ops: 1,
+    samples
+        .iter()
+        .map(|samples| {
+            Ok(Timing {
+                per_op: Summary::of(samples)?,
+                batch_ops: 1,
+            })
         })
-    };
-    Ok(StartUp {
-        init: per_launch(&init)?,
-        init_call: per_launch(&init_call)?,
-        shutdown: per_launch(&shutdown)?,
-    })
+        .collect()
 }
 
 /// The PE side.
 pub fn run_pe(args: &PeArgs) -> Result<()> {
     let started = Instant::now();
     let world = World::from_env().context("join the world")?;
+    let joined = Instant::now();
     let shmem = initialize_over(&world, args.heap).context("initialize the runtime")?;
+    let initialized = Instant::now();
     let first = shmem
         .allocate::<u8>(MALLOC_BYTES, None)
         .context("the first allocation")?;
-    let init_call_ns = nanos(started.elapsed());
+    let allocated = Instant::now();
     if args.init_only {
         emit(&PeMessage::Allocated {
             rank: shmem.rank(),
-            init_call_ns,
+            init_call_ns: nanos(allocated - started),
+            world_ns: nanos(joined - started),
+            initialize_ns: nanos(initialized - joined),
+            allocate_ns: nanos(allocated - initialized),
         })?;
         shmem.free(first).context("free the first allocation")?;
         let rank = shmem.rank();

@@ -240,7 +240,8 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source
+        self.0
+            .source
             .as_deref()
             .map(|s| s as &(dyn std::error::Error + 'static))
     }

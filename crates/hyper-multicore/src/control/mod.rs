@@ -479,11 +479,23 @@ impl ControlPlane {
                 .check_same_call(op, sequence, &contributions)
                 .map(|()| contributions),
         };
+        // The verdict becomes final under the inbox lock, so a break noticed by the router at
+        // the same moment is ordered before it (this collective fails everywhere) or after it
+        // (every member still receives this outcome: the abort says it was completed).
+        let verdict = verdict.and_then(|contributions| {
+            self.shared.update(|inbox| match &inbox.broken {
+                Some(wire) => Err(self.rebrand(wire, op.name())),
+                None => {
+                    inbox.completed = sequence;
+                    Ok(contributions)
+                }
+            })
+        });
         let contributions = match verdict {
             Ok(contributions) => contributions,
             Err(error) => {
-                let wire = self.shared.break_with(&error);
-                broadcast_abort(&network.links, &wire, None);
+                let (wire, completed) = self.shared.break_with(&error);
+                broadcast_abort(&network.links, &wire, completed, None);
                 return Err(error);
             }
         };
@@ -562,6 +574,11 @@ impl ControlPlane {
                 return Some(Ok(outcome));
             }
             if let Some(wire) = &inbox.broken {
+                if inbox.broken_after >= sequence && !inbox.root_gone {
+                    // Root rank 0 completed this collective before the break: the outcome
+                    // is on its way.
+                    return None;
+                }
                 return Some(Err(self.rebrand(wire, op.name())));
             }
             if inbox.root_departed {

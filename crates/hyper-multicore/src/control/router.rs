@@ -87,6 +87,13 @@ pub(crate) struct Inbox {
     pub(crate) mailbox: HashMap<(usize, u64), VecDeque<Vec<u8>>>,
     /// Why the plane can no longer be used (a peer was lost, calls mismatched, ...).
     pub(crate) broken: Option<WireError>,
+    /// Root: the last collective whose outcome is final (it is being, or has been, sent).
+    pub(crate) completed: u64,
+    /// The last collective root rank 0 had completed when the plane broke: its outcome still
+    /// reaches every member (the root sends it before anything else on that connection).
+    pub(crate) broken_after: u64,
+    /// Member only: the connection to root rank 0 has ended.
+    pub(crate) root_gone: bool,
     /// This process is closing the plane; hang-ups are expected now.
     pub(crate) closing: bool,
 }
@@ -162,19 +169,26 @@ impl Shared {
         }
     }
 
-    /// Records why the plane broke (the first reason wins); returns the reason in force.
-    pub(crate) fn break_with(&self, error: &Error) -> WireError {
-        self.break_with_wire(WireError::from_error(error))
+    /// Records why the plane broke (the first reason wins); returns the reason in force and the
+    /// last collective completed before it (on root rank 0; 0 elsewhere).
+    pub(crate) fn break_with(&self, error: &Error) -> (WireError, u64) {
+        self.break_with_wire(WireError::from_error(error), None)
     }
 
-    /// [`Shared::break_with`] for a reason received from a peer. The first time the plane
-    /// breaks, every hook runs.
-    pub(crate) fn break_with_wire(&self, wire: WireError) -> WireError {
-        let (reason, first) = self.update(|inbox| match &inbox.broken {
-            Some(existing) => (existing.clone(), false),
+    /// [`Shared::break_with`] for a reason received from root rank 0, which also says which
+    /// collectives it completed before the break. The first time the plane breaks, every hook
+    /// runs.
+    pub(crate) fn break_with_wire(
+        &self,
+        wire: WireError,
+        completed: Option<u64>,
+    ) -> (WireError, u64) {
+        let (reason, after, first) = self.update(|inbox| match &inbox.broken {
+            Some(existing) => (existing.clone(), inbox.broken_after, false),
             None => {
                 inbox.broken = Some(wire.clone());
-                (wire, true)
+                inbox.broken_after = completed.unwrap_or(inbox.completed);
+                (wire, inbox.broken_after, true)
             }
         });
         if first {
@@ -182,7 +196,7 @@ impl Shared {
                 hook(&reason);
             }
         }
-        reason
+        (reason, after)
     }
 
     /// Adds a hook run when the plane breaks (at once if it is broken already).
@@ -341,20 +355,26 @@ impl RootRouter {
 
     /// Breaks the plane and tells every member except `skip` why.
     fn abort_all(&self, error: &Error, skip: Option<usize>) {
-        let wire = self.shared.break_with(error);
-        broadcast_abort(&self.links, &wire, skip);
+        let (wire, completed) = self.shared.break_with(error);
+        broadcast_abort(&self.links, &wire, completed, skip);
     }
 }
 
-/// Sends an abort frame carrying `wire` to every member link except `skip`.
-pub(crate) fn broadcast_abort(links: &[Option<Arc<Link>>], wire: &WireError, skip: Option<usize>) {
+/// Sends an abort frame — the last completed collective, then `wire` — to every member link
+/// except `skip`.
+pub(crate) fn broadcast_abort(
+    links: &[Option<Arc<Link>>],
+    wire: &WireError,
+    completed: u64,
+    skip: Option<usize>,
+) {
     let payload = wire.encode();
     for (rank, link) in links.iter().enumerate() {
         if Some(rank) == skip {
             continue;
         }
         if let Some(link) = link {
-            let _ = link.send(Kind::Abort, &[&payload]);
+            let _ = link.send(Kind::Abort, &[&completed.to_le_bytes(), &payload]);
         }
     }
 }
@@ -392,7 +412,10 @@ impl MemberRouter {
                 Ok(n) if n > 0 => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 ended => {
-                    let expected = self.shared.update(|i| i.closing || i.root_departed);
+                    let expected = self.shared.update(|i| {
+                        i.root_gone = true;
+                        i.closing || i.root_departed
+                    });
                     if !expected {
                         self.lose_root(match ended {
                             Err(e) => format!("the connection to root rank 0 failed: {e}"),
@@ -429,10 +452,14 @@ impl MemberRouter {
                 }
                 None => self.lose_root("root rank 0 forwarded a truncated message".into()),
             },
-            Kind::Abort => {
-                self.shared
-                    .break_with_wire(WireError::decode(&frame.payload));
-            }
+            Kind::Abort => match frame.payload.split_first_chunk::<8>() {
+                Some((completed, wire)) => {
+                    let completed = u64::from_le_bytes(*completed);
+                    self.shared
+                        .break_with_wire(WireError::decode(wire), Some(completed));
+                }
+                None => self.lose_root("root rank 0 sent a truncated abort".into()),
+            },
             Kind::Bye => self.shared.update(|inbox| inbox.root_departed = true),
             other => self.lose_root(format!("root rank 0 sent an unexpected {other:?} frame")),
         }
@@ -440,6 +467,7 @@ impl MemberRouter {
 
     fn lose_root(&self, detail: String) {
         let error = Error::peer_lost("control plane", 0, &detail);
+        self.shared.update(|inbox| inbox.root_gone = true);
         self.shared.break_with(&error);
     }
 }
