@@ -742,7 +742,7 @@ impl Bench<'_> {
         let destination = destination.bytes_mut();
         shmem.put(&target, destination, shmem.rank())?;
         shmem.barrier()?;
-        let memcpy = self.time_on_root(|ops| {
+        let mut copy_blocks = |ops: u64| {
             let start = Instant::now();
             for _ in 0..ops {
                 for block in 0..shmem.size() {
@@ -752,7 +752,18 @@ impl Bench<'_> {
                 black_box(&mut *destination);
             }
             Ok(start.elapsed())
-        })?;
+        };
+        // Context: the same copies on every PE at once (both cores share caches and memory).
+        let concurrent = self.time_together(&mut copy_blocks)?;
+        self.report(
+            "memcpy_x2_concurrent",
+            REFERENCE,
+            ALL_TO_ALL_BLOCK,
+            concurrent,
+            None,
+        )?;
+        // The reference of the bar: PE 0 alone.
+        let memcpy = self.time_on_root(&mut copy_blocks)?;
         self.report("memcpy_x2", REFERENCE, ALL_TO_ALL_BLOCK, memcpy, None)?;
         let all_to_all =
             self.time_together(|ops| self.repeat(ops, || Ok(shmem.all_to_all(&target, source)?)))?;

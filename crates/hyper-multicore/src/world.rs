@@ -310,6 +310,11 @@ pub trait GroupChannel: Send + Sync + std::fmt::Debug {
     fn barrier(&self) -> Result<()> {
         self.allgather(&[]).map(drop)
     }
+    /// Fails if the channel already knows it cannot work any more (a member died); checked
+    /// while the lifecycle waits in a runtime's rendezvous.
+    fn ensure_alive(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl GroupChannel for ControlPlane {
@@ -330,6 +335,9 @@ impl GroupChannel for ControlPlane {
     }
     fn barrier(&self) -> Result<()> {
         ControlPlane::barrier(self)
+    }
+    fn ensure_alive(&self) -> Result<()> {
+        self.broken().map_or(Ok(()), Err)
     }
 }
 
@@ -352,6 +360,9 @@ impl GroupChannel for World {
     fn barrier(&self) -> Result<()> {
         self.control.barrier()
     }
+    fn ensure_alive(&self) -> Result<()> {
+        self.control.ensure_alive()
+    }
 }
 
 impl GroupChannel for Group {
@@ -372,6 +383,9 @@ impl GroupChannel for Group {
     }
     fn barrier(&self) -> Result<()> {
         self.control.barrier()
+    }
+    fn ensure_alive(&self) -> Result<()> {
+        self.control.ensure_alive()
     }
 }
 

@@ -44,6 +44,16 @@ use router::{broadcast_abort, Link, MemberRouter, RootRouter, Shared};
 
 use crate::error::{Error, ErrorKind, Result};
 
+/// A check a waiting rendezvous runs every few tens of milliseconds: an error ends the wait at
+/// once with that error (for example: the group that started this rendezvous already knows a
+/// member died, so waiting for it until the deadline would be pointless).
+pub type Watch<'a> = &'a (dyn Fn() -> Result<()> + Sync);
+
+/// A watch that never objects.
+pub fn unwatched() -> Result<()> {
+    Ok(())
+}
+
 /// The collective operations, as numbered on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -108,6 +118,18 @@ impl ControlPlane {
         listener: Option<BootstrapListener>,
         timeout: Duration,
     ) -> Result<ControlPlane> {
+        ControlPlane::connect_watched(rank, size, id, listener, timeout, &unwatched)
+    }
+
+    /// [`ControlPlane::connect`] that also gives up as soon as `watch` fails.
+    pub fn connect_watched(
+        rank: usize,
+        size: usize,
+        id: &UniqueId,
+        listener: Option<BootstrapListener>,
+        timeout: Duration,
+        watch: Watch<'_>,
+    ) -> Result<ControlPlane> {
         const OP: &str = "rendezvous";
         if size == 0 || rank >= size {
             return Err(Error::new(
@@ -130,7 +152,7 @@ impl ControlPlane {
                     )
                     .on_rank(0));
                 }
-                let members = rendezvous::accept_members(listener, size, deadline)?;
+                let members = rendezvous::accept_members(listener, size, deadline, watch)?;
                 Some(Network::root(&shared, members)?)
             }
             (0, None) => {
@@ -142,8 +164,8 @@ impl ControlPlane {
                 .on_rank(0))
             }
             (_, _) => {
-                let greeted = rendezvous::greet_root(id, rank, size, deadline)?;
-                let connection = rendezvous::await_welcome(greeted)?;
+                let greeted = rendezvous::greet_root(id, rank, size, deadline, watch)?;
+                let connection = rendezvous::await_welcome(greeted, watch)?;
                 Some(Network::member(&shared, connection)?)
             }
         };
@@ -167,7 +189,7 @@ impl ControlPlane {
             ));
         }
         let deadline = Instant::now() + timeout;
-        let greeted = rendezvous::greet_root(id, rank, size, deadline)?;
+        let greeted = rendezvous::greet_root(id, rank, size, deadline, &unwatched)?;
         Ok(Joining {
             greeted,
             rank,
@@ -630,7 +652,7 @@ pub struct Joining {
 impl Joining {
     /// Waits until every rank has arrived and returns the connected plane.
     pub fn finish(self) -> Result<ControlPlane> {
-        let connection = rendezvous::await_welcome(self.greeted)?;
+        let connection = rendezvous::await_welcome(self.greeted, &unwatched)?;
         let shared = Arc::new(Shared::new(self.size));
         let network = Network::member(&shared, connection)?;
         Ok(ControlPlane::assemble(

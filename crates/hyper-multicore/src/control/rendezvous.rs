@@ -15,12 +15,15 @@ use super::frame::{
     write_frame, Frame, FrameDecoder, Kind, WireError, MAX_HANDSHAKE_PAYLOAD, MAX_PAYLOAD,
 };
 use super::unique_id::{secrets_match, BootstrapListener, UniqueId, SECRET_LEN};
+use super::Watch;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Longest time a connection may take to say hello before it is dropped.
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 /// Most unauthenticated connections kept at once; beyond it the oldest is dropped.
 const MAX_PENDING: usize = 256;
+/// How often a waiting rendezvous runs its watch.
+const WATCH_INTERVAL: Duration = Duration::from_millis(50);
 /// Extra time a member waits for root rank 0's verdict after its own deadline, so that root's
 /// report (which names the missing ranks) arrives before the member gives up on its own.
 pub(crate) const VERDICT_GRACE: Duration = Duration::from_secs(2);
@@ -79,6 +82,7 @@ pub(crate) fn accept_members(
     listener: BootstrapListener,
     size: usize,
     deadline: Instant,
+    watch: Watch<'_>,
 ) -> Result<Vec<Connection>> {
     const OP: &str = "rendezvous";
     let BootstrapListener { listener, id } = listener;
@@ -90,6 +94,12 @@ pub(crate) fn accept_members(
     let started = Instant::now();
 
     while members.iter().skip(1).any(Option::is_none) {
+        if let Err(error) = watch() {
+            for member in members.iter_mut().flatten() {
+                reject(&mut member.stream, &error);
+            }
+            return Err(error);
+        }
         let now = Instant::now();
         pending.retain(|p| now.duration_since(p.since) < HANDSHAKE_LIMIT);
         if now >= deadline {
@@ -114,7 +124,8 @@ pub(crate) fn accept_members(
             .iter()
             .map(|p| p.since + HANDSHAKE_LIMIT)
             .fold(deadline, Instant::min);
-        let ready = wait_readable(&listener, &pending, &members, wake_at - now)?;
+        let wait = (wake_at - now).min(WATCH_INTERVAL);
+        let ready = wait_readable(&listener, &pending, &members, wait)?;
 
         if ready.listener {
             accept_all(&listener, &mut pending)?;
@@ -327,6 +338,7 @@ pub(crate) fn greet_root(
     rank: usize,
     size: usize,
     deadline: Instant,
+    watch: Watch<'_>,
 ) -> Result<Greeted> {
     const OP: &str = "rendezvous";
     let started = Instant::now();
@@ -351,6 +363,7 @@ pub(crate) fn greet_root(
                 .on_rank(rank));
             }
             Err(e) if is_transient(&e) => {
+                watch()?;
                 // Root rank 0 may not be listening yet: back off and try again.
                 std::thread::sleep(backoff.min(remaining));
                 backoff = (backoff * 2).min(Duration::from_millis(50));
@@ -384,7 +397,7 @@ pub(crate) fn greet_root(
 }
 
 /// A member's side, second half: waits for root rank 0's welcome (or its reason to refuse).
-pub(crate) fn await_welcome(greeted: Greeted) -> Result<Connection> {
+pub(crate) fn await_welcome(greeted: Greeted, watch: Watch<'_>) -> Result<Connection> {
     const OP: &str = "rendezvous";
     let Greeted {
         mut connection,
@@ -396,6 +409,7 @@ pub(crate) fn await_welcome(greeted: Greeted) -> Result<Connection> {
     let verdict_deadline = deadline + VERDICT_GRACE;
     connection.decoder.set_cap(MAX_PAYLOAD);
     loop {
+        watch()?;
         let remaining = verdict_deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(Error::timeout(
@@ -407,7 +421,7 @@ pub(crate) fn await_welcome(greeted: Greeted) -> Result<Connection> {
         }
         connection
             .stream
-            .set_read_timeout(Some(remaining))
+            .set_read_timeout(Some(remaining.min(WATCH_INTERVAL)))
             .map_err(|e| Error::backend(OP, "cannot set a read timeout", e).on_rank(rank))?;
         let frame = match connection.decoder.next_frame() {
             Ok(Some(frame)) => frame,

@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use parking_lot::{const_reentrant_mutex, const_rwlock, ReentrantMutex, RwLock};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use fault::FAULT_VARIABLE;
@@ -167,7 +168,8 @@ pub fn acquire(root: Option<Arc<dyn GroupChannel>>, heap_size_bytes: Option<u64>
             return Ok(());
         }
     }
-    let shmem = start_runtime(channel.as_ref(), heap_size_bytes).map_err(|e| retryable(e, None))?;
+    let shmem = start_runtime(channel.as_ref(), heap_size_bytes)
+        .map_err(|e| with_hint(e, OP, Recovery::Retryable, None))?;
     let heap_size = shmem.heap_size();
     *RUNTIME.write() = Some(shmem);
     let mut state = guard.borrow_mut();
@@ -187,13 +189,15 @@ fn start_runtime(channel: &dyn GroupChannel, heap_size: Option<u64>) -> Result<S
     const OP: &str = "acquire";
     channel.barrier()?;
     let (config, id, listener) = distribute_unique_id(channel, OP)?;
-    Shmem::initialize_with(
+    let watch = || channel.ensure_alive();
+    Shmem::initialize_watched(
         config,
         channel.rank(),
         channel.size(),
         &id,
         listener,
         heap_size,
+        &watch,
     )
 }
 
@@ -276,26 +280,10 @@ pub fn release() -> Result<()> {
     );
     preflight.map_err(|f| classify(OP, Stage::Preflight, f, false))?;
 
-    let mut runtime = RUNTIME.write();
-    let quiesce = stage::run(
-        channel,
-        OP,
-        Stage::Quiesce,
-        false,
-        || quiesce(runtime.as_ref(), OP),
-        |_| {},
-    );
-    quiesce.map_err(|f| settle(&mut runtime, classify(OP, Stage::Quiesce, f, false)))?;
-    let shmem = runtime.take();
-    let shutdown = stage::run(
-        channel,
-        OP,
-        Stage::Shutdown,
-        false,
-        || shut_down(shmem, OP),
-        |_| {},
-    );
-    shutdown.map_err(|f| classify(OP, Stage::Shutdown, f, true))?;
+    let mut steps = Steps::new(channel, OP);
+    steps.quiesce()?;
+    steps.shut_down()?;
+    drop(steps);
     let mut state = guard.borrow_mut();
     state.references = 0;
     state.root = None;
@@ -360,153 +348,61 @@ pub fn restart(
     preflight.map_err(|f| classify(OP, Stage::Preflight, f, false))?;
     timings.record(Stage::Preflight, started);
 
-    let mut runtime = RUNTIME.write();
-    let started = Instant::now();
-    let quiesced = stage::run(
-        channel,
-        OP,
-        Stage::Quiesce,
-        false,
-        || quiesce(runtime.as_ref(), OP),
-        |_| {},
-    );
-    quiesced.map_err(|f| settle(&mut runtime, classify(OP, Stage::Quiesce, f, false)))?;
-    timings.record(Stage::Quiesce, started);
-
-    let started = Instant::now();
-    let released = stage::run(
-        channel,
-        OP,
-        Stage::ReleaseAllocations,
-        false,
-        || {
-            let shmem = usable(runtime.as_ref(), OP)?;
-            for record in shmem.allocations() {
-                shmem.free_id(record.id)?;
-            }
-            match shmem.allocations().len() {
-                0 => Ok(()),
-                left => Err(LocalFailure::from(Error::new(
-                    ErrorKind::InvalidState,
-                    OP,
-                    format!("{left} allocations are still registered after releasing them all"),
-                ))),
-            }
-        },
-        |_| {},
-    );
-    released.map_err(|f| {
-        settle(
-            &mut runtime,
-            classify(OP, Stage::ReleaseAllocations, f, true),
-        )
+    let mut steps = Steps::new(channel, OP);
+    steps.timings = timings;
+    steps.quiesce()?;
+    steps.step(Stage::ReleaseAllocations, true, |runtime| {
+        let shmem = usable(runtime.as_ref(), OP)?;
+        for record in shmem.allocations() {
+            shmem.free_id(record.id)?;
+        }
+        match shmem.allocations().len() {
+            0 => Ok(()),
+            left => Err(LocalFailure::from(Error::new(
+                ErrorKind::InvalidState,
+                OP,
+                format!("{left} allocations are still registered after releasing them all"),
+            ))),
+        }
     })?;
-    timings.record(Stage::ReleaseAllocations, started);
-
-    let started = Instant::now();
-    let validated = stage::run(
-        channel,
-        OP,
-        Stage::ValidateShutdown,
-        false,
-        || {
-            usable(runtime.as_ref(), OP)?
-                .validate_shutdown()
-                .map_err(LocalFailure::from)
-        },
-        |_| {},
-    );
-    validated.map_err(|f| settle(&mut runtime, classify(OP, Stage::ValidateShutdown, f, true)))?;
-    let shmem = runtime.take();
-    let shut = stage::run(
-        channel,
-        OP,
-        Stage::Shutdown,
-        false,
-        || shut_down(shmem, OP),
-        |_| {},
-    );
-    shut.map_err(|f| settle(&mut runtime, classify(OP, Stage::Shutdown, f, true)))?;
-    timings.record(Stage::Shutdown, started);
-
-    let started = Instant::now();
+    steps.step(Stage::ValidateShutdown, true, |runtime| {
+        usable(runtime.as_ref(), OP)?
+            .validate_shutdown()
+            .map_err(LocalFailure::from)
+    })?;
+    steps.shut_down()?;
     let mut bootstrap = None;
-    let ids = stage::run(
-        channel,
-        OP,
-        Stage::Bootstrap,
-        false,
-        || {
-            let (config, id, listener) = if channel.rank() == 0 {
-                let config = Config::from_env()?;
-                let (id, listener) = Shmem::get_unique_id(&config)?;
-                (config, Some(id.to_bytes()), Some(listener))
-            } else {
-                (Config::from_env()?, None, None)
-            };
-            bootstrap = Some((config, listener));
-            Ok(id)
-        },
-        |_| {},
-    );
-    let ids = ids.map_err(|f| settle(&mut runtime, classify(OP, Stage::Bootstrap, f, true)))?;
-    timings.record(Stage::Bootstrap, started);
-
-    let started = Instant::now();
-    let (config, listener) = bootstrap.expect("every rank bootstrapped");
-    let mut fresh = None;
-    let initialized = stage::run(
-        channel,
-        OP,
-        Stage::Initialize,
-        false,
-        || {
-            let id = UniqueId::from_bytes(ids[0].as_deref().unwrap_or_default())?;
-            let shmem = Shmem::initialize_with(
-                config,
-                channel.rank(),
-                channel.size(),
-                &id,
-                listener,
-                Some(heap_size_bytes),
-            )?;
-            fresh = Some(shmem);
-            Ok(())
-        },
-        |_| {},
-    );
-    initialized.map_err(|f| settle(&mut runtime, classify(OP, Stage::Initialize, f, true)))?;
-    timings.record(Stage::Initialize, started);
-
-    let started = Instant::now();
-    *runtime = fresh;
-    let restored = stage::run(
-        channel,
-        OP,
-        Stage::RestoreAllocations,
-        false,
-        || {
-            let shmem = usable(runtime.as_ref(), OP)?;
-            replacements
-                .iter()
-                .map(|r| shmem.allocate_spec(&r.target).map(|record| record.offset))
-                .collect::<Result<Vec<u64>>>()
-                .map_err(LocalFailure::from)
-        },
-        |_| {},
-    );
-    restored.map_err(|f| {
-        settle(
-            &mut runtime,
-            classify(OP, Stage::RestoreAllocations, f, true),
-        )
+    let ids = steps.step(Stage::Bootstrap, true, |_| {
+        let config = Config::from_env()?;
+        let (id, listener) = match channel.rank() {
+            0 => Shmem::get_unique_id(&config).map(|(id, l)| (Some(id.to_bytes()), Some(l)))?,
+            _ => (None, None),
+        };
+        bootstrap = Some((config, listener));
+        Ok(id)
     })?;
-    timings.record(Stage::RestoreAllocations, started);
-
-    let allocations = usable(runtime.as_ref(), OP)
+    let (config, listener) = bootstrap.expect("every rank bootstrapped");
+    steps.step(Stage::Initialize, true, |runtime| {
+        let id = UniqueId::from_bytes(ids[0].as_deref().unwrap_or_default())?;
+        let (rank, size) = (channel.rank(), channel.size());
+        let watch = || channel.ensure_alive();
+        let heap = Some(heap_size_bytes);
+        let shmem = Shmem::initialize_watched(config, rank, size, &id, listener, heap, &watch)?;
+        *runtime = Some(shmem);
+        Ok(())
+    })?;
+    steps.step(Stage::RestoreAllocations, true, |runtime| {
+        let shmem = usable(runtime.as_ref(), OP)?;
+        for replacement in replacements {
+            shmem.allocate_spec(&replacement.target)?;
+        }
+        Ok(())
+    })?;
+    let allocations = usable(steps.runtime.as_ref(), OP)
         .map_err(|f| f.error)?
         .allocations();
-    drop(runtime);
+    let timings = steps.timings;
+    drop(steps);
     if let Some(active) = guard.borrow_mut().root.as_mut() {
         active.heap_size = heap_size_bytes;
     }
@@ -514,6 +410,89 @@ pub fn restart(
         allocations,
         timings,
     })
+}
+
+/// The converged steps after Preflight, with the runtime locked exclusively: a teardown never
+/// overlaps a guarded call.
+struct Steps<'a> {
+    channel: &'a dyn GroupChannel,
+    operation: &'static str,
+    runtime: parking_lot::RwLockWriteGuard<'static, Option<Shmem>>,
+    timings: StageTimings,
+}
+
+impl<'a> Steps<'a> {
+    fn new(channel: &'a dyn GroupChannel, operation: &'static str) -> Self {
+        Steps {
+            channel,
+            operation,
+            runtime: RUNTIME.write(),
+            timings: StageTimings::default(),
+        }
+    }
+
+    /// Runs one converged stage on the locked runtime; a failure is classified (terminal from
+    /// `terminal` stages on) and an invalidating one releases the runtime locally.
+    fn step<T: Serialize + DeserializeOwned + std::fmt::Debug + PartialEq>(
+        &mut self,
+        stage: Stage,
+        terminal: bool,
+        local: impl FnOnce(&mut Option<Shmem>) -> std::result::Result<T, LocalFailure>,
+    ) -> Result<Vec<T>> {
+        let started = Instant::now();
+        let runtime = &mut *self.runtime;
+        let outcome = stage::run(
+            self.channel,
+            self.operation,
+            stage,
+            false,
+            || local(runtime),
+            |_| {},
+        );
+        self.timings.record(stage, started);
+        outcome.map_err(|failure| {
+            let error = classify(self.operation, stage, failure, terminal);
+            if error.recovery() != Some(Recovery::Retryable) {
+                self.runtime.take();
+            }
+            error
+        })
+    }
+
+    /// Quiesce: every outstanding operation completes and every PE arrives (not terminal).
+    fn quiesce(&mut self) -> Result<()> {
+        let operation = self.operation;
+        self.step(Stage::Quiesce, false, |runtime| {
+            let shmem = usable(runtime.as_ref(), operation)?;
+            shmem.quiet();
+            shmem.barrier().map_err(|error| LocalFailure {
+                error,
+                unavailable: true,
+            })
+        })
+        .map(drop)
+    }
+
+    /// Shutdown of the native runtime (terminal on failure).
+    fn shut_down(&mut self) -> Result<()> {
+        let operation = self.operation;
+        self.step(Stage::Shutdown, true, |runtime| {
+            usable(runtime.as_ref(), operation)?;
+            let failed = |error| LocalFailure {
+                error,
+                unavailable: true,
+            };
+            match runtime.take().expect("usable checked it").shutdown() {
+                Ok(()) => Ok(()),
+                Err(ShutdownError::Refused { runtime, error }) => {
+                    drop(runtime);
+                    Err(failed(error))
+                }
+                Err(ShutdownError::Failed(error)) => Err(failed(error)),
+            }
+        })
+        .map(drop)
+    }
 }
 
 /// Preflight's local checks; returns the value every rank must agree on.
@@ -627,39 +606,6 @@ fn usable<'a>(
     }
 }
 
-fn quiesce(runtime: Option<&Shmem>, operation: &str) -> std::result::Result<(), LocalFailure> {
-    let shmem = usable(runtime, operation)?;
-    shmem.quiet();
-    shmem.barrier().map_err(|error| LocalFailure {
-        error,
-        unavailable: true,
-    })
-}
-
-fn shut_down(shmem: Option<Shmem>, operation: &str) -> std::result::Result<(), LocalFailure> {
-    usable(shmem.as_ref(), operation)?;
-    let failed = |error| LocalFailure {
-        error,
-        unavailable: true,
-    };
-    match shmem.expect("usable checked it").shutdown() {
-        Ok(()) => Ok(()),
-        Err(ShutdownError::Refused { runtime, error }) => {
-            drop(runtime);
-            Err(failed(error))
-        }
-        Err(ShutdownError::Failed(error)) => Err(failed(error)),
-    }
-}
-
-/// Releases what is left of the runtime locally if `error` invalidated the lifecycle.
-fn settle(runtime: &mut Option<Shmem>, error: Error) -> Error {
-    if error.recovery() != Some(Recovery::Retryable) {
-        runtime.take();
-    }
-    error
-}
-
 /// Turns a stage failure into the caller's error: retryable, or invalidating (terminal /
 /// convergence failure) as the lifecycle rules say.
 fn classify(operation: &str, stage: Stage, failure: StageFailure, terminal_stage: bool) -> Error {
@@ -675,27 +621,18 @@ fn classify(operation: &str, stage: Stage, failure: StageFailure, terminal_stage
             unavailable: false,
         } => (error, Recovery::Retryable),
     };
-    let message = format!("{}; {}", error.message(), recovery.hint());
-    let mut classified = Error::new(error.kind(), operation, message)
-        .during(stage.name())
-        .with_recovery(recovery);
-    if let Some(rank) = error.rank() {
-        classified = classified.on_rank(rank);
-    }
-    if let Some(peer) = error.peer() {
-        classified = classified.with_peer(peer);
-    }
-    let classified = classified.caused_by(error);
+    let classified = with_hint(error, operation, recovery, Some(stage));
     if recovery != Recovery::Retryable {
         invalidate(recovery, &classified);
     }
     classified
 }
 
-fn retryable(error: Error, stage: Option<Stage>) -> Error {
-    let message = format!("{}; {}", error.message(), Recovery::Retryable.hint());
-    let mut classified = Error::new(error.kind(), error.operation().to_string(), message)
-        .with_recovery(Recovery::Retryable);
+/// `error` restated as a lifecycle failure of `operation`: classified, ending with the hint,
+/// with its rank, peer and cause kept.
+fn with_hint(error: Error, operation: &str, recovery: Recovery, stage: Option<Stage>) -> Error {
+    let message = format!("{}; {}", error.message(), recovery.hint());
+    let mut classified = Error::new(error.kind(), operation, message).with_recovery(recovery);
     if let Some(stage) = stage {
         classified = classified.during(stage.name());
     }

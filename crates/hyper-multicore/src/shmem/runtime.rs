@@ -124,11 +124,33 @@ impl Shmem {
         listener: Option<BootstrapListener>,
         heap_size: Option<u64>,
     ) -> Result<Shmem> {
+        let watch = crate::control::unwatched;
+        Shmem::initialize_watched(config, rank, size, unique_id, listener, heap_size, &watch)
+    }
+
+    /// [`Shmem::initialize_with`] whose rendezvous also gives up as soon as `watch` fails (the
+    /// lifecycle watches its group channel, which notices a dead member first).
+    pub fn initialize_watched(
+        config: Config,
+        rank: usize,
+        size: usize,
+        unique_id: &UniqueId,
+        listener: Option<BootstrapListener>,
+        heap_size: Option<u64>,
+        watch: crate::control::Watch<'_>,
+    ) -> Result<Shmem> {
         process::begin_lifetime().inspect_err(|e| process::record_failure(e, "state check"))?;
         let heap_size = heap_size.unwrap_or(config.heap_size);
         let mut phase = "rendezvous";
         let result = (|| {
-            let plane = ControlPlane::connect(rank, size, unique_id, listener, config.timeout)?;
+            let plane = ControlPlane::connect_watched(
+                rank,
+                size,
+                unique_id,
+                listener,
+                config.timeout,
+                watch,
+            )?;
             phase = "introduction";
             let introductions = converge(&plane, "initialize", introduce(heap_size))?;
             let layout = check_introductions(&introductions, rank)?;
