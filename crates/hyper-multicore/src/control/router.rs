@@ -169,34 +169,52 @@ impl Shared {
         }
     }
 
-    /// Records why the plane broke (the first reason wins); returns the reason in force and the
-    /// last collective completed before it (on root rank 0; 0 elsewhere).
+    /// Records why the plane broke (the first reason wins), wakes every waiter and runs the
+    /// hooks; returns the reason in force and the last collective completed before it (on root
+    /// rank 0; 0 elsewhere).
     pub(crate) fn break_with(&self, error: &Error) -> (WireError, u64) {
         self.break_with_wire(WireError::from_error(error), None)
     }
 
     /// [`Shared::break_with`] for a reason received from root rank 0, which also says which
-    /// collectives it completed before the break. The first time the plane breaks, every hook
-    /// runs.
+    /// collectives it completed before the break.
     pub(crate) fn break_with_wire(
         &self,
         wire: WireError,
         completed: Option<u64>,
     ) -> (WireError, u64) {
-        let (reason, after, first) = self.update(|inbox| match &inbox.broken {
+        let (reason, after, first) = self.mark_broken(wire, completed);
+        if first {
+            self.announce_broken(&reason);
+        }
+        (reason, after)
+    }
+
+    /// First half of a break: records it (so no further collective completes) without waking
+    /// anyone yet. Returns the reason in force, the last completed collective, and whether this
+    /// call broke the plane.
+    pub(crate) fn mark_broken(
+        &self,
+        wire: WireError,
+        completed: Option<u64>,
+    ) -> (WireError, u64, bool) {
+        let mut inbox = lock(&self.inbox);
+        match &inbox.broken {
             Some(existing) => (existing.clone(), inbox.broken_after, false),
             None => {
                 inbox.broken = Some(wire.clone());
                 inbox.broken_after = completed.unwrap_or(inbox.completed);
                 (wire, inbox.broken_after, true)
             }
-        });
-        if first {
-            for hook in lock(&self.hooks).iter() {
-                hook(&reason);
-            }
         }
-        (reason, after)
+    }
+
+    /// Second half of a break: wakes every waiter and runs the hooks.
+    pub(crate) fn announce_broken(&self, reason: &WireError) {
+        self.changed.notify_all();
+        for hook in lock(&self.hooks).iter() {
+            hook(reason);
+        }
     }
 
     /// Adds a hook run when the plane breaks (at once if it is broken already).
@@ -353,10 +371,15 @@ impl RootRouter {
         Ok(())
     }
 
-    /// Breaks the plane and tells every member except `skip` why.
+    /// Breaks the plane and tells every member except `skip` why. The aborts go out before
+    /// anyone here is woken: a caller woken by the break may end this process at once, and the
+    /// members must then learn the real cause, not merely that root rank 0 hung up.
     fn abort_all(&self, error: &Error, skip: Option<usize>) {
-        let (wire, completed) = self.shared.break_with(error);
+        let (wire, completed, first) = self.shared.mark_broken(WireError::from_error(error), None);
         broadcast_abort(&self.links, &wire, completed, skip);
+        if first {
+            self.shared.announce_broken(&wire);
+        }
     }
 }
 
