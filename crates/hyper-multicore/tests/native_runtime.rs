@@ -301,6 +301,34 @@ fn handles_of_an_earlier_lifetime_are_rejected() {
 }
 
 #[test]
+fn a_mapping_keepalive_outlives_the_runtime() {
+    if is_pe() {
+        let world = World::from_env().unwrap();
+        let shmem = initialize_over(&world, HEAP).unwrap();
+        let keepalive = shmem.mapping_keepalive();
+        let before = heap_mappings();
+        assert!(before >= 1, "no heap mapping while the runtime is up");
+        shmem.shutdown().unwrap();
+        assert_eq!(runtime_state(), RuntimeState::Uninitialized);
+        assert_eq!(
+            heap_mappings(),
+            before,
+            "the keepalive did not keep the heap mapped"
+        );
+        drop(keepalive);
+        assert_eq!(
+            heap_mappings(),
+            0,
+            "the heap stayed mapped after the last keepalive"
+        );
+        return;
+    }
+    Job::launch("a_mapping_keepalive_outlives_the_runtime", 2)
+        .wait()
+        .assert_all_succeeded();
+}
+
+#[test]
 fn a_second_runtime_in_one_process_is_refused() {
     if is_pe() {
         let world = World::from_env().unwrap();

@@ -223,6 +223,14 @@ impl Shmem {
         self.segment.generation()
     }
 
+    /// A handle that keeps this runtime's shared mapping (every PE's heap) mapped for as long as
+    /// it lives, even after this runtime is shut down, dropped or restarted. Fronts that hand out
+    /// raw views of the heap (the Python front's tensors, from addresses given by
+    /// [`Shmem::ptr`]) hold one per view, so a stale view reads stale bytes instead of faulting.
+    pub fn mapping_keepalive(&self) -> Arc<dyn std::any::Any + Send + Sync> {
+        Arc::clone(self.segment.mapping()) as Arc<dyn std::any::Any + Send + Sync>
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.config

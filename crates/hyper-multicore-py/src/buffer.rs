@@ -1,0 +1,68 @@
+//! The local side of an operation (put's source, get's destination, a collective's input): a
+//! process-private tensor, or a symmetric tensor of this PE.
+
+use hyper_multicore::shmem::Shmem;
+use hyper_multicore::Result;
+use pyo3::prelude::*;
+
+use crate::heap::RegionArg;
+use crate::memory::LocalBuffer;
+
+/// How the wrapper passes a local buffer: `(index, generation, byte offset, bytes)` for a
+/// symmetric tensor, `(address, nbytes)` for any other contiguous CPU tensor or array.
+#[derive(Clone, Copy, Debug, FromPyObject)]
+pub(crate) enum BufferArg {
+    /// A symmetric tensor (this PE's copy).
+    Symmetric(RegionArg),
+    /// Process-private memory.
+    Local(usize, usize),
+}
+
+/// A checked [`BufferArg`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Buffer {
+    Symmetric(RegionArg),
+    Local(LocalBuffer),
+}
+
+impl Buffer {
+    /// Checks the wrapper's argument.
+    pub(crate) fn new(arg: BufferArg) -> PyResult<Buffer> {
+        Ok(match arg {
+            BufferArg::Symmetric(region) => Buffer::Symmetric(region),
+            BufferArg::Local(address, len) => Buffer::Local(LocalBuffer::new(address, len)?),
+        })
+    }
+
+    /// Runs `f` on the buffer's bytes. A symmetric buffer is first copied out of the heap by
+    /// the runtime, so no slice ever aliases memory other processes write.
+    pub(crate) fn read<R>(self, shmem: &Shmem, f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
+        match self {
+            Buffer::Local(local) => local.with_bytes(f),
+            Buffer::Symmetric(region) => {
+                let region = region.resolve(shmem)?;
+                let mut bytes = vec![0u8; region.bytes as usize];
+                shmem.get_bytes(&mut bytes, region, shmem.rank())?;
+                f(&bytes)
+            }
+        }
+    }
+
+    /// Runs `f` to fill the buffer's bytes. A symmetric buffer is filled through a copy that the
+    /// runtime then puts into this PE's heap.
+    pub(crate) fn write(
+        self,
+        shmem: &Shmem,
+        f: impl FnOnce(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        match self {
+            Buffer::Local(local) => local.with_bytes_mut(f),
+            Buffer::Symmetric(region) => {
+                let region = region.resolve(shmem)?;
+                let mut bytes = vec![0u8; region.bytes as usize];
+                f(&mut bytes)?;
+                shmem.put_bytes(region, &bytes, shmem.rank())
+            }
+        }
+    }
+}

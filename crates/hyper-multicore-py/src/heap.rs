@@ -1,0 +1,126 @@
+//! The heap as Python sees it: [`HeapBuffer`], one per exported allocation, and the typed
+//! [`Target`] regions the library's generic operations take.
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use hyper_multicore::shmem::{AllocationId, AllocationRecord, Element, Region, Shmem, Symmetric};
+use hyper_multicore::Result;
+use pyo3::prelude::*;
+
+/// The memory of one symmetric allocation in this process: its address and length, and a
+/// handle that keeps the runtime's shared mapping alive as long as this object lives.
+///
+/// The Python wrapper turns it into a zero-copy tensor (`torch.frombuffer`) or array
+/// (`numpy.frombuffer`) over a `ctypes` array at `address`; the tensor's storage references the
+/// ctypes array, which references this object, so the memory stays mapped as long as any tensor
+/// or view of it exists — after `free`, `restart` or `release` too (ARCHITECTURE decision 8). A
+/// stale tensor then reads stale bytes; every operation rejects it.
+#[pyclass(frozen, module = "hyper_multicore._native")]
+pub(crate) struct HeapBuffer {
+    address: usize,
+    nbytes: usize,
+    _mapping: Arc<dyn Any + Send + Sync>,
+}
+
+#[pymethods]
+impl HeapBuffer {
+    /// The address of the allocation's first byte in this process.
+    #[getter]
+    fn address(&self) -> usize {
+        self.address
+    }
+
+    /// The allocation's length in bytes.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.nbytes
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "HeapBuffer(address={:#x}, nbytes={})",
+            self.address, self.nbytes
+        )
+    }
+}
+
+/// An allocation record with this process's view of it, ready to hand to Python as
+/// `(index, generation, heap_offset, nbytes, alignment, HeapBuffer)`.
+pub(crate) struct Exported {
+    record: AllocationRecord,
+    buffer: HeapBuffer,
+}
+
+/// What Python receives for one allocation.
+pub(crate) type ExportedTuple = (u64, u64, u64, u64, u64, HeapBuffer);
+
+impl Exported {
+    /// Exports `record`, an allocation of `shmem`.
+    pub(crate) fn new(shmem: &Shmem, record: AllocationRecord) -> Result<Exported> {
+        let whole = Region {
+            id: record.id,
+            heap_offset: record.offset,
+            bytes: record.bytes,
+        };
+        let address = shmem.ptr(&Target::<u8>::new(whole), shmem.rank())?;
+        Ok(Exported {
+            buffer: HeapBuffer {
+                address: address.as_ptr() as usize,
+                nbytes: record.bytes as usize,
+                _mapping: shmem.mapping_keepalive(),
+            },
+            record,
+        })
+    }
+
+    /// The tuple Python receives.
+    pub(crate) fn into_tuple(self) -> ExportedTuple {
+        let r = self.record;
+        (
+            r.id.index,
+            r.id.generation,
+            r.offset,
+            r.bytes,
+            r.alignment,
+            self.buffer,
+        )
+    }
+}
+
+/// A symmetric region typed as elements of `T`, for the library's typed operations.
+pub(crate) struct Target<T>(Region, PhantomData<fn() -> T>);
+
+impl<T> Target<T> {
+    pub(crate) fn new(region: Region) -> Self {
+        Target(region, PhantomData)
+    }
+}
+
+impl<T: Element> Symmetric<T> for Target<T> {
+    fn region(&self) -> Region {
+        self.0
+    }
+}
+
+/// A symmetric tensor as the wrapper passes it:
+/// `(allocation index, generation, byte offset in the allocation, bytes)`.
+#[derive(Clone, Copy, Debug, FromPyObject)]
+pub(crate) struct RegionArg(u64, u64, u64, u64);
+
+impl RegionArg {
+    /// The region, after checking that the allocation is live and the range inside it.
+    pub(crate) fn resolve(self, shmem: &Shmem) -> Result<Region> {
+        let id = AllocationId {
+            index: self.0,
+            generation: self.1,
+        };
+        shmem.region(id, self.2, self.3)
+    }
+
+    /// The region typed as `T` elements.
+    pub(crate) fn typed<T: Element>(self, shmem: &Shmem) -> Result<Target<T>> {
+        self.resolve(shmem).map(Target::new)
+    }
+}

@@ -1,0 +1,715 @@
+//! `hyper_multicore._native`: the PyO3 extension under the Python package `hyper_multicore`.
+//!
+//! A thin layer: it converts arguments, releases the GIL around every call into the library, and
+//! maps errors ([`errors`]). Lifecycle logic lives in `hyper_multicore::lifecycle`; every data-plane
+//! and allocation call goes through [`lifecycle::guarded`]. The public Python API is
+//! `hyper_multicore.shmem`, which turns tensors into the plain arguments taken here:
+//!
+//! - a symmetric tensor is a region `(allocation index, generation, byte offset, bytes)`;
+//! - a local buffer is either such a region or `(address, nbytes)` of a contiguous CPU tensor
+//!   ([`memory`] holds the crate's only `unsafe` code, for the latter);
+//! - an allocation comes back as `(index, generation, heap offset, bytes, alignment,
+//!   HeapBuffer)`, the [`heap::HeapBuffer`] keeping the heap mapped for zero-copy tensors.
+//!
+//! ```python
+//! from hyper_multicore import _native      # private: use hyper_multicore.shmem
+//! _native.acquire_world(64 << 20)
+//! index, generation, offset, nbytes, alignment, buffer = _native.allocate([4], "int64", None)
+//! _native.free(index, generation)
+//! _native.release()
+//! ```
+
+#![deny(unsafe_code)]
+// `hyper_multicore::Error` is the library's (large) error type; boxing it here would only add copies.
+#![allow(clippy::result_large_err)]
+
+mod buffer;
+mod channel;
+mod errors;
+mod heap;
+mod memory;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_multicore::lifecycle::{self, Replacement};
+use hyper_multicore::shmem::{
+    AllocationId, AllocationSpec, AtomicWord, Comparison, Dtype, ReduceOp, Region, Shmem, SignalOp,
+};
+use hyper_multicore::world::GroupChannel;
+use hyper_multicore::ErrorKind;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+
+use crate::buffer::{Buffer, BufferArg};
+use crate::channel::{world_subgroup, PythonChannel};
+use crate::errors::{from_python, py_result};
+use crate::heap::{Exported, ExportedTuple, HeapBuffer, RegionArg, Target};
+
+/// Runs `body` with `W` bound to the signal/atomic word type named `dtype`.
+macro_rules! with_word {
+    ($dtype:expr, $W:ident => $body:expr) => {
+        match $dtype {
+            "int32" => {
+                type $W = i32;
+                $body
+            }
+            "uint32" => {
+                type $W = u32;
+                $body
+            }
+            "int64" => {
+                type $W = i64;
+                $body
+            }
+            "uint64" => {
+                type $W = u64;
+                $body
+            }
+            other => Err(PyTypeError::new_err(format!(
+                "signals and atomics need an int32, uint32, int64 or uint64 tensor, not {other}"
+            ))),
+        }
+    };
+}
+
+/// Runs `body` with `T` bound to the reducible element type named `dtype`.
+macro_rules! with_reducible {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            "int32" => {
+                type $T = i32;
+                $body
+            }
+            "uint32" => {
+                type $T = u32;
+                $body
+            }
+            "int64" => {
+                type $T = i64;
+                $body
+            }
+            "uint64" => {
+                type $T = u64;
+                $body
+            }
+            "float32" => {
+                type $T = f32;
+                $body
+            }
+            "float64" => {
+                type $T = f64;
+                $body
+            }
+            other => Err(PyTypeError::new_err(format!(
+                "all_reduce supports int32, uint32, int64, uint64, float32 and float64, not {other}"
+            ))),
+        }
+    };
+}
+
+fn parse_dtype(name: &str) -> PyResult<Dtype> {
+    Dtype::from_name(name).ok_or_else(|| {
+        let known: Vec<&str> = Dtype::ALL.iter().map(|d| d.name()).collect();
+        PyTypeError::new_err(format!(
+            "dtype {name:?} cannot live in the symmetric heap; use one of {known:?}"
+        ))
+    })
+}
+
+fn parse_signal_op(name: &str) -> PyResult<SignalOp> {
+    match name {
+        "set" => Ok(SignalOp::Set),
+        "add" => Ok(SignalOp::Add),
+        other => Err(PyValueError::new_err(format!(
+            "operation must be \"set\" or \"add\", not {other:?}"
+        ))),
+    }
+}
+
+fn parse_comparison(name: &str) -> PyResult<Comparison> {
+    Ok(match name {
+        "eq" => Comparison::Eq,
+        "ne" => Comparison::Ne,
+        "gt" => Comparison::Gt,
+        "ge" => Comparison::Ge,
+        "lt" => Comparison::Lt,
+        "le" => Comparison::Le,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "comparison must be one of \"eq\", \"ne\", \"gt\", \"ge\", \"lt\", \"le\", not \
+                 {other:?}"
+            )))
+        }
+    })
+}
+
+fn parse_reduce_op(name: &str) -> PyResult<ReduceOp> {
+    match name {
+        "sum" => Ok(ReduceOp::Sum),
+        "min" => Ok(ReduceOp::Min),
+        "max" => Ok(ReduceOp::Max),
+        other => Err(PyValueError::new_err(format!(
+            "op must be \"sum\", \"min\" or \"max\", not {other:?}"
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle
+
+/// Takes a reference over the launcher's world (hmrun, torchrun or standalone).
+#[pyfunction]
+#[pyo3(signature = (heap_size_bytes=None))]
+fn acquire_world(py: Python<'_>, heap_size_bytes: Option<u64>) -> PyResult<()> {
+    py_result(py, py.detach(|| lifecycle::acquire(None, heap_size_bytes)))
+}
+
+/// Takes a reference over the subgroup `members` (world ranks, in order) of the launcher's world.
+#[pyfunction]
+#[pyo3(signature = (members, heap_size_bytes=None))]
+fn acquire_ranks(
+    py: Python<'_>,
+    members: Vec<usize>,
+    heap_size_bytes: Option<u64>,
+) -> PyResult<()> {
+    py_result(
+        py,
+        py.detach(|| {
+            let group: Arc<dyn GroupChannel> = world_subgroup(&members)?;
+            lifecycle::acquire(Some(group), heap_size_bytes)
+        }),
+    )
+}
+
+/// Takes a reference over a group whose exchanges run through `allgather(bytes) -> list[bytes]`
+/// (a torch ProcessGroup's `all_gather_object`); `members` are its global ranks in group order.
+#[pyfunction]
+#[pyo3(signature = (rank, members, allgather, heap_size_bytes=None))]
+fn acquire_channel(
+    py: Python<'_>,
+    rank: usize,
+    members: Vec<usize>,
+    allgather: Py<PyAny>,
+    heap_size_bytes: Option<u64>,
+) -> PyResult<()> {
+    let channel = PythonChannel::new(rank, members, allgather).map_err(PyValueError::new_err)?;
+    let channel: Arc<dyn GroupChannel> = Arc::new(channel);
+    py_result(
+        py,
+        py.detach(|| lifecycle::acquire(Some(channel), heap_size_bytes)),
+    )
+}
+
+/// Drops a reference; the last one shuts the runtime down collectively.
+#[pyfunction]
+fn release(py: Python<'_>) -> PyResult<()> {
+    py_result(py, py.detach(lifecycle::release))
+}
+
+/// Replaces the runtime with one of `heap_size_bytes`, each `(current region, (shape, dtype,
+/// alignment))` allocation by a new one. Returns the new allocations and the stage timings (ms).
+#[pyfunction]
+#[pyo3(signature = (heap_size_bytes, replacements, preflight_hook=None))]
+#[allow(clippy::type_complexity)]
+fn restart(
+    py: Python<'_>,
+    heap_size_bytes: u64,
+    replacements: Vec<((u64, u64, u64, u64), (Vec<usize>, String, Option<u64>))>,
+    preflight_hook: Option<Py<PyAny>>,
+) -> PyResult<(Vec<ExportedTuple>, HashMap<&'static str, f64>)> {
+    let replacements = replacements
+        .into_iter()
+        .map(
+            |((index, generation, heap_offset, bytes), (shape, dtype, alignment))| {
+                Ok(Replacement {
+                    current: Region {
+                        id: AllocationId { index, generation },
+                        heap_offset,
+                        bytes,
+                    },
+                    target: AllocationSpec {
+                        shape,
+                        dtype: parse_dtype(&dtype)?,
+                        alignment,
+                    },
+                })
+            },
+        )
+        .collect::<PyResult<Vec<_>>>()?;
+    let mut hook = preflight_hook.map(|hook| {
+        move || -> hyper_multicore::Result<Vec<u8>> {
+            Python::attach(|py| {
+                hook.call0(py)
+                    .and_then(|value| value.extract::<Vec<u8>>(py))
+                    .map_err(|e| {
+                        from_python(
+                            py,
+                            ErrorKind::InvalidArgument,
+                            "restart",
+                            "the preflight hook raised",
+                            e,
+                        )
+                    })
+            })
+        }
+    });
+    let outcome = py.detach(|| {
+        let hook = hook
+            .as_mut()
+            .map(|h| h as &mut dyn FnMut() -> hyper_multicore::Result<Vec<u8>>);
+        let result = lifecycle::restart(heap_size_bytes, &replacements, hook)?;
+        let exported = lifecycle::guarded("restart", |shmem| {
+            result
+                .allocations
+                .iter()
+                .map(|record| Exported::new(shmem, record.clone()))
+                .collect::<hyper_multicore::Result<Vec<_>>>()
+        })?;
+        Ok((exported, result.timings))
+    });
+    let (exported, timings) = py_result(py, outcome)?;
+    let stages = HashMap::from([
+        ("preflight_ms", timings.preflight_ms),
+        ("quiesce_ms", timings.quiesce_ms),
+        ("release_ms", timings.release_ms),
+        ("finalize_ms", timings.finalize_ms),
+        ("bootstrap_ms", timings.bootstrap_ms),
+        ("initialize_ms", timings.initialize_ms),
+        ("restore_ms", timings.restore_ms),
+    ]);
+    Ok((
+        exported.into_iter().map(Exported::into_tuple).collect(),
+        stages,
+    ))
+}
+
+/// The ordered world ranks of the launcher's world (`[0]` for a standalone process).
+#[pyfunction]
+fn world_members(py: Python<'_>) -> PyResult<Vec<usize>> {
+    py_result(py, py.detach(|| lifecycle::root_members(None)))
+}
+
+/// References held in this process.
+#[pyfunction]
+fn reference_count() -> usize {
+    lifecycle::reference_count()
+}
+
+/// The debug snapshot, as JSON.
+#[pyfunction]
+fn debug_state(py: Python<'_>) -> PyResult<String> {
+    let state = py.detach(lifecycle::debug_state);
+    serde_json::to_string(&state).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// Barrier of the active root over its group channel (the control plane).
+#[pyfunction]
+fn host_barrier(py: Python<'_>) -> PyResult<()> {
+    py_result(py, py.detach(lifecycle::host_barrier))
+}
+
+/// This PE's rank in the active root.
+#[pyfunction]
+fn my_pe(py: Python<'_>) -> PyResult<usize> {
+    py_result(
+        py,
+        py.detach(|| lifecycle::guarded("my_pe", |shmem| Ok(shmem.rank()))),
+    )
+}
+
+/// The number of PEs in the active root.
+#[pyfunction]
+fn n_pes(py: Python<'_>) -> PyResult<usize> {
+    py_result(
+        py,
+        py.detach(|| lifecycle::guarded("n_pes", |shmem| Ok(shmem.size()))),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allocation
+
+/// Collective: allocates `shape` of `dtype` (alignment `None` = 64 bytes).
+#[pyfunction]
+#[pyo3(signature = (shape, dtype, alignment=None))]
+fn allocate(
+    py: Python<'_>,
+    shape: Vec<usize>,
+    dtype: &str,
+    alignment: Option<u64>,
+) -> PyResult<ExportedTuple> {
+    let spec = AllocationSpec {
+        shape,
+        dtype: parse_dtype(dtype)?,
+        alignment,
+    };
+    let exported = py.detach(|| {
+        lifecycle::guarded("allocate", |shmem| {
+            let record = shmem.allocate_spec(&spec)?;
+            Exported::new(shmem, record)
+        })
+    });
+    py_result(py, exported).map(Exported::into_tuple)
+}
+
+/// Collective: frees allocation `(index, generation)`.
+#[pyfunction]
+fn free(py: Python<'_>, index: u64, generation: u64) -> PyResult<()> {
+    let id = AllocationId { index, generation };
+    py_result(
+        py,
+        py.detach(|| lifecycle::guarded("free", |shmem| shmem.free_id(id))),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data plane
+
+/// Copies `source` into PE `pe`'s copy of `target`.
+#[pyfunction]
+fn put(py: Python<'_>, target: RegionArg, source: BufferArg, pe: usize) -> PyResult<()> {
+    let source = Buffer::new(source)?;
+    py_result(
+        py,
+        py.detach(|| {
+            lifecycle::guarded("put", |shmem| {
+                let region = target.resolve(shmem)?;
+                source.read(shmem, |bytes| shmem.put_bytes(region, bytes, pe))
+            })
+        }),
+    )
+}
+
+/// Copies PE `pe`'s copy of `source` into `target`.
+#[pyfunction]
+fn get(py: Python<'_>, target: BufferArg, source: RegionArg, pe: usize) -> PyResult<()> {
+    let target = Buffer::new(target)?;
+    py_result(
+        py,
+        py.detach(|| {
+            lifecycle::guarded("get", |shmem| {
+                let region = source.resolve(shmem)?;
+                target.write(shmem, |bytes| shmem.get_bytes(bytes, region, pe))
+            })
+        }),
+    )
+}
+
+/// Puts `source` into PE `pe`'s `target`, then updates its signal word.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn put_signal(
+    py: Python<'_>,
+    target: RegionArg,
+    source: BufferArg,
+    signal: RegionArg,
+    dtype: &str,
+    value: &Bound<'_, PyAny>,
+    operation: &str,
+    pe: usize,
+) -> PyResult<()> {
+    let source = Buffer::new(source)?;
+    let op = parse_signal_op(operation)?;
+    with_word!(dtype, W => {
+        let value: W = value.extract()?;
+        py_result(py, py.detach(|| {
+            lifecycle::guarded("put_signal", |shmem| {
+                let region = target.resolve(shmem)?;
+                let signal = signal.typed::<W>(shmem)?;
+                source.read(shmem, |bytes| shmem.put_bytes(region, bytes, pe))?;
+                shmem.signal(&signal, value, op, pe)
+            })
+        }))
+    })
+}
+
+/// Updates PE `pe`'s copy of a one-word signal (set or add) and wakes its waiters.
+#[pyfunction]
+fn signal(
+    py: Python<'_>,
+    signal: RegionArg,
+    dtype: &str,
+    value: &Bound<'_, PyAny>,
+    operation: &str,
+    pe: usize,
+) -> PyResult<()> {
+    let op = parse_signal_op(operation)?;
+    with_word!(dtype, W => {
+        let value: W = value.extract()?;
+        py_result(py, py.detach(|| {
+            lifecycle::guarded("signal", |shmem| {
+                shmem.signal(&signal.typed::<W>(shmem)?, value, op, pe)
+            })
+        }))
+    })
+}
+
+/// Waits until this PE's copy of a signal compares `comparison` to `value`; returns the word.
+#[pyfunction]
+#[pyo3(signature = (signal, dtype, value, comparison, timeout=None))]
+fn wait_signal(
+    py: Python<'_>,
+    signal: RegionArg,
+    dtype: &str,
+    value: &Bound<'_, PyAny>,
+    comparison: &str,
+    timeout: Option<f64>,
+) -> PyResult<Py<PyAny>> {
+    let comparison = parse_comparison(comparison)?;
+    let timeout = timeout
+        .map(|seconds| {
+            Duration::try_from_secs_f64(seconds).map_err(|_| {
+                PyValueError::new_err(format!(
+                    "timeout must be a non-negative number of seconds, not {seconds}"
+                ))
+            })
+        })
+        .transpose()?;
+    with_word!(dtype, W => {
+        let value: W = value.extract()?;
+        let seen = py_result(py, py.detach(|| {
+            lifecycle::guarded("wait_signal", |shmem| {
+                shmem.wait_signal(&signal.typed::<W>(shmem)?, value, comparison, timeout)
+            })
+        }))?;
+        Ok(seen.into_pyobject(py)?.into_any().unbind())
+    })
+}
+
+/// One atomic operation with its operands.
+#[derive(Clone, Copy)]
+enum AtomicOp<W> {
+    Fetch,
+    Set(W),
+    Swap(W),
+    CompareSwap { expected: W, desired: W },
+    FetchAdd(W),
+    Add(W),
+}
+
+impl<W: AtomicWord> AtomicOp<W> {
+    /// The operation named `name`, with the operands it needs.
+    fn new(name: &str, value: Option<W>, expected: Option<W>) -> PyResult<Self> {
+        let needed = |v: Option<W>, what: &str| {
+            v.ok_or_else(|| PyValueError::new_err(format!("atomic_{name} needs {what}")))
+        };
+        Ok(match name {
+            "fetch" => AtomicOp::Fetch,
+            "set" => AtomicOp::Set(needed(value, "a value")?),
+            "swap" => AtomicOp::Swap(needed(value, "a value")?),
+            "compare_swap" => AtomicOp::CompareSwap {
+                expected: needed(expected, "an expected value")?,
+                desired: needed(value, "a desired value")?,
+            },
+            "fetch_add" => AtomicOp::FetchAdd(needed(value, "a value")?),
+            "add" => AtomicOp::Add(needed(value, "a value")?),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown atomic operation {other:?}"
+                )))
+            }
+        })
+    }
+
+    /// Runs it on PE `pe`'s copy of `target`; the previous value, except for set and add.
+    fn run(
+        self,
+        shmem: &Shmem,
+        target: &Target<W>,
+        pe: usize,
+    ) -> hyper_multicore::Result<Option<W>> {
+        match self {
+            AtomicOp::Fetch => shmem.atomic_fetch(target, pe).map(Some),
+            AtomicOp::Set(v) => shmem.atomic_set(target, v, pe).map(|()| None),
+            AtomicOp::Swap(v) => shmem.atomic_swap(target, v, pe).map(Some),
+            AtomicOp::CompareSwap { expected, desired } => shmem
+                .atomic_compare_swap(target, expected, desired, pe)
+                .map(Some),
+            AtomicOp::FetchAdd(v) => shmem.atomic_fetch_add(target, v, pe).map(Some),
+            AtomicOp::Add(v) => shmem.atomic_add(target, v, pe).map(|()| None),
+        }
+    }
+}
+
+/// An atomic operation on PE `pe`'s copy of a one-word target: `fetch`, `set`, `swap`,
+/// `compare_swap`, `fetch_add` or `add`. Returns the previous value (None for set and add).
+#[pyfunction]
+#[pyo3(signature = (operation, target, dtype, pe, value=None, expected=None))]
+fn atomic(
+    py: Python<'_>,
+    operation: &str,
+    target: RegionArg,
+    dtype: &str,
+    pe: usize,
+    value: Option<&Bound<'_, PyAny>>,
+    expected: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Py<PyAny>>> {
+    let name = format!("atomic_{operation}");
+    with_word!(dtype, W => {
+        let value: Option<W> = value.map(|v| v.extract()).transpose()?;
+        let expected: Option<W> = expected.map(|v| v.extract()).transpose()?;
+        let op = AtomicOp::new(operation, value, expected)?;
+        let previous = py_result(py, py.detach(|| {
+            lifecycle::guarded(&name, |shmem| op.run(shmem, &target.typed::<W>(shmem)?, pe))
+        }))?;
+        previous
+            .map(|w| Ok(w.into_pyobject(py)?.into_any().unbind()))
+            .transpose()
+    })
+}
+
+/// Waits until every PE of the root has called it; earlier puts are visible after it.
+#[pyfunction]
+fn barrier(py: Python<'_>) -> PyResult<()> {
+    py_result(
+        py,
+        py.detach(|| lifecycle::guarded("barrier", |shmem| shmem.barrier())),
+    )
+}
+
+/// Completes every outstanding operation of this PE.
+#[pyfunction]
+fn quiet(py: Python<'_>) -> PyResult<()> {
+    py_result(
+        py,
+        py.detach(|| {
+            lifecycle::guarded("quiet", |shmem| {
+                shmem.quiet();
+                Ok(())
+            })
+        }),
+    )
+}
+
+/// Orders this PE's earlier puts before its later ones.
+#[pyfunction]
+fn fence(py: Python<'_>) -> PyResult<()> {
+    py_result(
+        py,
+        py.detach(|| {
+            lifecycle::guarded("fence", |shmem| {
+                shmem.fence();
+                Ok(())
+            })
+        }),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Collectives
+
+/// Gathers every PE's `input` into every PE's `output`, in root-rank order.
+#[pyfunction]
+fn all_gather(py: Python<'_>, output: RegionArg, input: BufferArg) -> PyResult<()> {
+    let input = Buffer::new(input)?;
+    py_result(
+        py,
+        py.detach(|| {
+            lifecycle::guarded("all_gather", |shmem| {
+                let output = output.typed::<u8>(shmem)?;
+                input.read(shmem, |bytes| shmem.all_gather(&output, bytes))
+            })
+        }),
+    )
+}
+
+/// Copies `input` of PE `root` into every PE's `output` (`input` is ignored elsewhere).
+#[pyfunction]
+#[pyo3(signature = (output, input, root))]
+fn broadcast(
+    py: Python<'_>,
+    output: RegionArg,
+    input: Option<BufferArg>,
+    root: usize,
+) -> PyResult<()> {
+    let input = input.map(Buffer::new).transpose()?;
+    py_result(
+        py,
+        py.detach(|| {
+            lifecycle::guarded("broadcast", |shmem| {
+                let output = output.typed::<u8>(shmem)?;
+                match input {
+                    Some(input) => input.read(shmem, |bytes| shmem.broadcast(&output, bytes, root)),
+                    None => shmem.broadcast(&output, &[], root),
+                }
+            })
+        }),
+    )
+}
+
+/// Sends block `j` of `input` to PE `j`, which stores it as block `my_pe` of its `output`.
+#[pyfunction]
+fn all_to_all(py: Python<'_>, output: RegionArg, input: BufferArg) -> PyResult<()> {
+    let input = Buffer::new(input)?;
+    py_result(
+        py,
+        py.detach(|| {
+            lifecycle::guarded("all_to_all", |shmem| {
+                let output = output.typed::<u8>(shmem)?;
+                input.read(shmem, |bytes| shmem.all_to_all(&output, bytes))
+            })
+        }),
+    )
+}
+
+/// Combines every PE's symmetric `input` element-wise into every PE's `output`.
+#[pyfunction]
+fn all_reduce(
+    py: Python<'_>,
+    output: RegionArg,
+    input: RegionArg,
+    dtype: &str,
+    op: &str,
+) -> PyResult<()> {
+    let op = parse_reduce_op(op)?;
+    with_reducible!(dtype, T => {
+        py_result(py, py.detach(|| {
+            lifecycle::guarded("all_reduce", |shmem| {
+                let output = output.typed::<T>(shmem)?;
+                let input = input.typed::<T>(shmem)?;
+                shmem.all_reduce(&output, &input, op)
+            })
+        }))
+    })
+}
+
+/// The extension module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("FAULT_INJECTION", cfg!(feature = "fault-injection"))?;
+    m.add(
+        "DTYPES",
+        Dtype::ALL.iter().map(|d| d.name()).collect::<Vec<_>>(),
+    )?;
+    m.add_class::<HeapBuffer>()?;
+    m.add_function(wrap_pyfunction!(acquire_world, m)?)?;
+    m.add_function(wrap_pyfunction!(acquire_ranks, m)?)?;
+    m.add_function(wrap_pyfunction!(acquire_channel, m)?)?;
+    m.add_function(wrap_pyfunction!(release, m)?)?;
+    m.add_function(wrap_pyfunction!(restart, m)?)?;
+    m.add_function(wrap_pyfunction!(world_members, m)?)?;
+    m.add_function(wrap_pyfunction!(reference_count, m)?)?;
+    m.add_function(wrap_pyfunction!(debug_state, m)?)?;
+    m.add_function(wrap_pyfunction!(host_barrier, m)?)?;
+    m.add_function(wrap_pyfunction!(my_pe, m)?)?;
+    m.add_function(wrap_pyfunction!(n_pes, m)?)?;
+    m.add_function(wrap_pyfunction!(allocate, m)?)?;
+    m.add_function(wrap_pyfunction!(free, m)?)?;
+    m.add_function(wrap_pyfunction!(put, m)?)?;
+    m.add_function(wrap_pyfunction!(get, m)?)?;
+    m.add_function(wrap_pyfunction!(put_signal, m)?)?;
+    m.add_function(wrap_pyfunction!(signal, m)?)?;
+    m.add_function(wrap_pyfunction!(wait_signal, m)?)?;
+    m.add_function(wrap_pyfunction!(atomic, m)?)?;
+    m.add_function(wrap_pyfunction!(barrier, m)?)?;
+    m.add_function(wrap_pyfunction!(quiet, m)?)?;
+    m.add_function(wrap_pyfunction!(fence, m)?)?;
+    m.add_function(wrap_pyfunction!(all_gather, m)?)?;
+    m.add_function(wrap_pyfunction!(broadcast, m)?)?;
+    m.add_function(wrap_pyfunction!(all_to_all, m)?)?;
+    m.add_function(wrap_pyfunction!(all_reduce, m)?)?;
+    Ok(())
+}

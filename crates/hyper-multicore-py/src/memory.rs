@@ -1,0 +1,72 @@
+//! Process-private memory handed in by the Python wrapper: the one file of this crate with
+//! `unsafe` code.
+//!
+//! # Why raw addresses
+//!
+//! The extension is built for the stable ABI of Python 3.10 (`abi3-py310`), where the buffer
+//! protocol is not part of the limited API (PyO3 offers `PyBuffer` only from 3.11 on). So the
+//! Python wrapper (`hyper_multicore.shmem`) hands a *local* CPU tensor or NumPy array to the
+//! data plane as `(address, nbytes)` — `tensor.data_ptr()` and `numel × element_size`, after it
+//! checked that the tensor is a contiguous CPU tensor — and keeps a reference to the tensor for
+//! the whole call. This is the contract every [`LocalBuffer`] relies on; the `_native` functions
+//! that take such pairs are private to the package.
+//!
+//! Symmetric tensors (views of the shared heap) never come through here: the wrapper passes them
+//! as regions `(allocation index, generation, byte offset, bytes)` and the runtime copies them
+//! with its own raw copies, so no `&[u8]` ever aliases memory that other processes write
+//! (ARCHITECTURE decision 7).
+
+#![allow(unsafe_code)]
+
+use pyo3::exceptions::PyValueError;
+use pyo3::PyResult;
+
+/// `len` bytes of ordinary process memory at `address`, owned by a Python object that the caller
+/// keeps alive (see the module docs).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LocalBuffer {
+    address: usize,
+    len: usize,
+}
+
+impl LocalBuffer {
+    /// Checks what can be checked of a pair the wrapper handed in: a non-null address (unless the
+    /// buffer is empty) and a range that does not wrap around the address space.
+    pub(crate) fn new(address: usize, len: usize) -> PyResult<LocalBuffer> {
+        if len > 0 && address == 0 {
+            return Err(PyValueError::new_err(format!(
+                "a local buffer of {len} bytes has a null address"
+            )));
+        }
+        if address.checked_add(len).is_none() || len > isize::MAX as usize {
+            return Err(PyValueError::new_err(format!(
+                "a local buffer of {len} bytes at {address:#x} wraps around the address space"
+            )));
+        }
+        Ok(LocalBuffer { address, len })
+    }
+
+    /// Runs `f` on the buffer's bytes.
+    pub(crate) fn with_bytes<R>(self, f: impl FnOnce(&[u8]) -> R) -> R {
+        if self.len == 0 {
+            return f(&[]);
+        }
+        // SAFETY: by the module contract `address..address + len` is the memory of a live,
+        // contiguous CPU tensor or array of this process that the Python caller keeps referenced
+        // for this call; it is process-private (symmetric tensors never come here), non-null and
+        // in range (checked in `new`), and any `u8` bit pattern is valid.
+        let bytes = unsafe { std::slice::from_raw_parts(self.address as *const u8, self.len) };
+        f(bytes)
+    }
+
+    /// Runs `f` on the buffer's bytes, writable.
+    pub(crate) fn with_bytes_mut<R>(self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        if self.len == 0 {
+            return f(&mut []);
+        }
+        // SAFETY: as in `with_bytes`; the wrapper passes a writable tensor or array as the
+        // destination, and no other Rust reference to this memory exists during the call.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.address as *mut u8, self.len) };
+        f(bytes)
+    }
+}

@@ -1,0 +1,202 @@
+"""Tensors: PyTorch CPU tensors when torch is importable, NumPy arrays otherwise.
+
+This module builds the zero-copy tensors that view the symmetric heap and reads what the data
+plane needs from any tensor (address, byte length, dtype, contiguity).
+
+Zero copy: the native ``HeapBuffer`` of an allocation holds the address of its bytes in this
+process and keeps the runtime's shared mapping alive. A ``ctypes`` array placed at that address
+(``from_address``, the one raw-memory step of the package) holds the ``HeapBuffer``;
+``torch.frombuffer`` / ``numpy.frombuffer`` make a tensor over the ctypes array and keep it
+referenced from the tensor's storage. So the memory stays mapped for as long as any tensor or
+view of it lives, and a stale tensor can never fault the interpreter.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import operator
+from typing import Any
+
+from .. import _native
+
+try:  # torch is optional: NumPy arrays stand in for tensors without it.
+    import torch
+except ImportError:  # pragma: no cover - exercised by the numpy-only test run
+    torch = None  # type: ignore[assignment]
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover
+    np = None  # type: ignore[assignment]
+
+if torch is None and np is None:  # pragma: no cover
+    raise ImportError("hyper_multicore.shmem needs torch or numpy")
+
+#: Element types the heap can hold, as torch spells them.
+DTYPE_NAMES: tuple[str, ...] = tuple(_native.DTYPES)
+#: The types of signal words and atomics.
+WORD_DTYPES = ("int32", "uint32", "int64", "uint64")
+_WORD_RANGES = {
+    "int32": (-(2**31), 2**31 - 1),
+    "uint32": (0, 2**32 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+    "uint64": (0, 2**64 - 1),
+}
+
+
+def backend() -> str:
+    """``"torch"`` if tensors are torch tensors, ``"numpy"`` if they are NumPy arrays."""
+    return "numpy" if torch is None else "torch"
+
+
+def _numpy_dtype(name: str) -> Any:
+    if name == "bfloat16":
+        try:  # NumPy has no bfloat16 of its own; ml_dtypes adds one if installed.
+            import ml_dtypes
+
+            return np.dtype(ml_dtypes.bfloat16)
+        except ImportError:
+            raise TypeError(
+                "bfloat16 arrays need torch or the ml_dtypes package; NumPy has no bfloat16"
+            ) from None
+    return np.dtype(name)
+
+
+def dtype_name(dtype: Any) -> str:
+    """The heap dtype name of a torch dtype, NumPy dtype-like, or name string."""
+    if isinstance(dtype, str):
+        name = dtype.removeprefix("torch.")
+    elif torch is not None and isinstance(dtype, torch.dtype):
+        name = str(dtype).removeprefix("torch.")
+    elif dtype is bool:
+        name = "bool"
+    elif dtype is int:
+        name = "int64"
+    elif dtype is float:
+        name = "float64"
+    elif np is not None:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            raise TypeError(f"{dtype!r} is not a dtype") from None
+    else:  # pragma: no cover
+        raise TypeError(f"{dtype!r} is not a dtype")
+    if name not in DTYPE_NAMES:
+        raise TypeError(
+            f"dtype {dtype!r} cannot live in the symmetric heap; use one of {list(DTYPE_NAMES)}"
+        )
+    return name
+
+
+def default_dtype_name() -> str:
+    """torch's default dtype (``torch.get_default_dtype()``), or float32 for NumPy."""
+    if torch is not None:
+        return dtype_name(torch.get_default_dtype())
+    return "float32"
+
+
+def to_dtype(name: str) -> Any:
+    """The backend's dtype object for a heap dtype name."""
+    if torch is not None:
+        return getattr(torch, name)
+    return _numpy_dtype(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _heap_bytes_type(nbytes: int) -> Any:
+    """A ctypes byte-array type of ``nbytes`` whose instances take attributes (the keepalive)."""
+    return type(f"HeapBytes{nbytes}", (ctypes.c_ubyte * nbytes,), {})
+
+
+def heap_tensor(
+    buffer: _native.HeapBuffer, shape: tuple[int, ...], dtype: str, record: Any
+) -> tuple[Any, Any]:
+    """A tensor of ``shape`` and ``dtype`` viewing the allocation ``buffer`` without a copy, and
+    the ctypes array it is made over.
+
+    ``record`` is attached to the ctypes array so NumPy views can find their allocation.
+    """
+    nbytes = buffer.nbytes
+    # A zero-byte allocation still owns one granule of the heap, so one byte is addressable.
+    span = max(nbytes, 1)
+    # The raw step: valid because ``buffer`` (kept below, for as long as the ctypes array lives)
+    # holds the shared mapping that contains address .. address + span.
+    raw = _heap_bytes_type(span).from_address(buffer.address)
+    raw.heap_buffer = buffer
+    raw.hm_allocation = record
+    if torch is not None:
+        flat = torch.frombuffer(raw, dtype=torch.uint8, count=span)[:nbytes]
+        return flat.view(getattr(torch, dtype)).view(shape), raw
+    flat = np.frombuffer(raw, dtype=np.uint8, count=span)[:nbytes]
+    return flat.view(_numpy_dtype(dtype)).reshape(shape), raw
+
+
+def is_tensor(x: Any) -> bool:
+    """True for a torch tensor or NumPy array."""
+    return (torch is not None and isinstance(x, torch.Tensor)) or (
+        np is not None and isinstance(x, np.ndarray)
+    )
+
+
+def storage_key(x: Any) -> Any:
+    """What identifies the memory a torch tensor views (its storage), or None otherwise."""
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.untyped_storage()._cdata
+    return None
+
+
+def heap_bytes_of(x: Any) -> Any:
+    """For a NumPy array, the ctypes array at the root of its ``base`` chain, if any."""
+    base = x
+    while np is not None and isinstance(base, np.ndarray):
+        base = base.base
+    return base
+
+
+class Layout:
+    """What the data plane needs to know about one tensor or array."""
+
+    __slots__ = ("address", "nbytes", "numel", "dtype", "contiguous", "writable")
+
+    def __init__(self, x: Any, role: str) -> None:
+        if torch is not None and isinstance(x, torch.Tensor):
+            if x.device.type != "cpu":
+                raise ValueError(f"{role} must be a CPU tensor, not on {x.device}")
+            self.address = x.data_ptr()
+            self.numel = x.numel()
+            self.nbytes = self.numel * x.element_size()
+            self.dtype = str(x.dtype).removeprefix("torch.")
+            self.contiguous = x.is_contiguous()
+            self.writable = True
+        elif np is not None and isinstance(x, np.ndarray):
+            self.address = x.__array_interface__["data"][0]
+            self.numel = x.size
+            self.nbytes = x.nbytes
+            self.dtype = x.dtype.name
+            self.contiguous = bool(x.flags.c_contiguous)
+            self.writable = bool(x.flags.writeable)
+        else:
+            kind = "a torch tensor" if torch is not None else "a NumPy array"
+            raise TypeError(f"{role} must be {kind}, not {type(x).__name__}")
+        if self.dtype not in DTYPE_NAMES:
+            raise TypeError(f"{role} has dtype {self.dtype}, which the heap cannot hold")
+
+
+def check_int(value: Any, what: str) -> int:
+    """``value`` as an int; a bool is not an integer."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an integer, not a bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
+
+
+def check_word(value: Any, dtype: str, what: str) -> int:
+    """``value`` as an int that fits the word type ``dtype``."""
+    number = check_int(value, what)
+    low, high = _WORD_RANGES[dtype]
+    if not low <= number <= high:
+        raise ValueError(f"{what} {number} does not fit in {dtype} ({low}..{high})")
+    return number

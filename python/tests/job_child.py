@@ -1,0 +1,91 @@
+"""One PE of a job that ``test_failures.py`` starts under hmrun (not collected by pytest).
+
+``python job_child.py SCENARIO OUT_DIR``: runs SCENARIO and writes what this rank saw to
+``OUT_DIR/rank<R>.json``. The PE that a scenario kills dies before writing. Survivors ignore
+hmrun's SIGTERM (sent when a rank dies) so they can report how *they* failed; hmrun's
+``--grace`` gives them the time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import sys
+import time
+
+from hyper_multicore import shmem
+
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+SCENARIO, OUT = sys.argv[1], sys.argv[2]
+RANK = int(os.environ["RANK"])
+report: dict = {"rank": RANK, "backend": shmem.backend()}
+
+if os.environ.get("HM_CHILD_DIST") == "1":
+    import torch.distributed as dist
+
+    timeout = float(os.environ["HYPER_MULTICORE_SHMEM_TIMEOUT_SEC"])
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
+    report["channel"] = "torch"
+else:
+    report["channel"] = "world"
+
+
+def outcome(call) -> dict:
+    started = time.monotonic()
+    try:
+        call()
+        return {"error": None, "elapsed": time.monotonic() - started}
+    except Exception as error:  # noqa: BLE001 - the report says what it was
+        cause = error.__cause__
+        return {
+            "error": type(error).__name__,
+            "message": str(error),
+            "stage": getattr(error, "stage", None),
+            "recovery": getattr(error, "recovery", None),
+            "peer": getattr(error, "peer", None),
+            "cause": None if cause is None else type(cause).__name__,
+            "elapsed": time.monotonic() - started,
+        }
+
+
+def replacements(tensors):
+    return [shmem.AllocationReplacement(t, shmem.AllocationSpec.like(t)) for t in tensors]
+
+
+shmem.acquire(heap_size_bytes=8 << 20)
+tensors = [shmem.empty(64), shmem.empty(8, dtype="int64")]
+
+if SCENARIO == "restart":
+    # HYPER_MULTICORE_TEST_FAULT makes a stage fail or a rank die.
+    report["restart"] = outcome(
+        lambda: shmem.restart(heap_size_bytes=16 << 20, replacements=replacements(tensors))
+    )
+    os.environ.pop("HYPER_MULTICORE_TEST_FAULT", None)
+    report["after"] = outcome(lambda: shmem.barrier())
+    if report["restart"]["error"] == "RetryableError":
+        # Retryable: the same restart works once the cause is gone.
+        result = {}
+        report["retry"] = outcome(
+            lambda: result.update(
+                r=shmem.restart(heap_size_bytes=16 << 20, replacements=replacements(tensors))
+            )
+        )
+        for tensor in result["r"].tensors:
+            shmem.free(tensor)
+        shmem.release()
+    else:
+        report["acquire"] = outcome(lambda: shmem.acquire(heap_size_bytes=8 << 20))
+elif SCENARIO == "peer_lost":
+    shmem.barrier()
+    if RANK == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    # Outside the lifecycle: a barrier and a wait that the dead PE can never complete.
+    report["barrier"] = outcome(shmem.barrier)
+    report["wait"] = outcome(lambda: shmem.wait_signal(tensors[1][0:1], 1))
+else:  # pragma: no cover
+    raise SystemExit(f"unknown scenario {SCENARIO}")
+
+with open(os.path.join(OUT, f"rank{RANK}.json"), "w") as out:
+    json.dump(report, out)

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The Python front's tests: installs what they need from PyPI (maturin, pytest, numpy, torch),
+# builds and installs the package in editable mode with test-only fault injection, then runs the
+# pytest suite
+#   - in one process (standalone root, plus the failure tests that start their own hmrun jobs),
+#   - on every rank of hmrun jobs of 2 and 4 PEs (torch.distributed/gloo root groups),
+#   - the same three again with torch hidden (the NumPy-only path),
+# and the MoE dispatch/combine example on 4 PEs. Exits non-zero on the first failure.
+#
+# Environment: PYTHON (default python3), CARGO_TARGET_DIR (default ./target),
+# HYPER_MULTICORE_SHMEM_TIMEOUT_SEC (default 20: every wait of the suite is bounded by it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+PYTHON="${PYTHON:-python3}"
+
+missing=()
+for module in maturin pytest numpy torch; do
+  "$PYTHON" -c "import $module" 2>/dev/null || missing+=("$module")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing ${missing[*]} from PyPI"
+  "$PYTHON" -m pip install --quiet "${missing[@]}"
+fi
+
+echo "== building hmrun and the extension (feature fault-injection)"
+cargo build --quiet -p hmrun
+MATURIN_PEP517_ARGS="--features fault-injection" \
+  "$PYTHON" -m pip install --quiet --no-build-isolation --no-deps -e .
+"$PYTHON" -c "from hyper_multicore import _native; assert _native.FAULT_INJECTION, 'built without fault-injection'"
+
+export HMRUN="$CARGO_TARGET_DIR/debug/hmrun"
+export HYPER_MULTICORE_SHMEM_TIMEOUT_SEC="${HYPER_MULTICORE_SHMEM_TIMEOUT_SEC:-20}"
+export PYTHONDONTWRITEBYTECODE=1
+# More PEs than cores: torch's thread pool would only oversubscribe them.
+export OMP_NUM_THREADS=1
+PYTEST=("$PYTHON" -m pytest python/tests -q -p no:cacheprovider)
+NUMPY_ONLY="$PWD/python/tests/numpy_only${PYTHONPATH:+:$PYTHONPATH}"
+
+run() {
+  echo "== $1"
+  shift
+  "$@"
+}
+
+run "torch, one process" "${PYTEST[@]}"
+for pes in 2 4; do
+  run "torch, hmrun -n $pes" "$HMRUN" -n "$pes" --timeout 600 -- "${PYTEST[@]}"
+done
+run "numpy only, one process" env PYTHONPATH="$NUMPY_ONLY" "${PYTEST[@]}"
+for pes in 2 4; do
+  run "numpy only, hmrun -n $pes" env PYTHONPATH="$NUMPY_ONLY" \
+    "$HMRUN" -n "$pes" --timeout 600 -- "${PYTEST[@]}"
+done
+run "example: MoE dispatch/combine, hmrun -n 4" \
+  "$HMRUN" -n 4 --timeout 300 -- "$PYTHON" examples/moe_dispatch_combine.py
+echo "== all Python tests passed"
