@@ -3,6 +3,11 @@
 //! `unavailable` (fails saying the runtime is unusable), `differ` (the stage's value differs on
 //! that rank), `abort` (the process SIGKILLs itself at the start of the stage).
 //!
+//! `acquire` (first reference) has two injection points, named after the restart stages that
+//! do the same work: `acquire:Bootstrap` (root rank 0 creates and distributes the unique ID;
+//! `retryable` / `unavailable` fail that rank's part, `abort` kills it) and `acquire:Initialize`
+//! (just before the rank joins the new runtime's rendezvous; only `abort` applies).
+//!
 //! Compiled in only with the `fault-injection` cargo feature; without it, [`injected`] always
 //! answers `None` and the variable is ignored.
 

@@ -189,6 +189,9 @@ fn start_runtime(channel: &dyn GroupChannel, heap_size: Option<u64>) -> Result<S
     const OP: &str = "acquire";
     channel.barrier()?;
     let (config, id, listener) = distribute_unique_id(channel, OP)?;
+    // Test-only: `acquire:Initialize:<rank>:abort` kills this rank before it joins the new
+    // runtime (the other actions need a converged step, which this one is not: they are ignored).
+    let _ = fault::injected(OP, Stage::Initialize, channel.rank());
     let watch = || channel.ensure_alive();
     Shmem::initialize_watched(
         config,
@@ -220,6 +223,14 @@ fn distribute_unique_id(
     let (config, local) = match local {
         Ok((config, id)) => (Some(config), Ok(id)),
         Err(error) => (None, Err(error.on_rank(rank))),
+    };
+    // Test-only: `acquire:Bootstrap:<rank>:<action>` fails (or kills) this rank's part of the
+    // unique-ID step, as a real failure to create the ID would.
+    let local = match fault::injected(operation, Stage::Bootstrap, rank) {
+        Some(fault::Fault::Retryable | fault::Fault::Unavailable) => {
+            Err(stage::injected_error(operation, Stage::Bootstrap, rank))
+        }
+        Some(fault::Fault::Differ) | None => local,
     };
     let ids = crate::shmem::converge::converge(channel, operation, local)?;
     let id_bytes = ids[0].as_deref().unwrap_or_default();

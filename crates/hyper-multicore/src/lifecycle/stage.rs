@@ -142,7 +142,7 @@ pub(crate) fn run<T: Serialize + DeserializeOwned + std::fmt::Debug + PartialEq>
     })
 }
 
-fn injected_error(operation: &str, stage: Stage, rank: usize) -> Error {
+pub(crate) fn injected_error(operation: &str, stage: Stage, rank: usize) -> Error {
     Error::new(
         ErrorKind::Backend,
         operation,
