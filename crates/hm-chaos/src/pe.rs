@@ -1,0 +1,266 @@
+//! The PE side of the fault points: every PE of a job runs `hm-chaos pe '<scenario>'`, joins
+//! the world, takes its resource baseline, plays its part — the victim dies or fails at the
+//! point, the survivors report what they saw — then reports what it still holds.
+//!
+//! Survivors ignore SIGTERM: when the victim dies, hmrun stops the other ranks (SIGTERM, then
+//! SIGKILL after `--grace`), and the point of the suite is to see the survivors notice the loss
+//! themselves and clean up, not to see them terminated by the launcher.
+
+use std::io::Write;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use hyper_multicore::lifecycle::{self, Replacement, FAULT_VARIABLE};
+use hyper_multicore::shmem::{AllocationSpec, Comparison, Dtype, ReduceOp, Symmetric};
+use hyper_multicore::world::World;
+use hyper_multicore::{Error, Recovery};
+
+use crate::probe::{monotonic_ns, Snapshot};
+use crate::scenario::{Action, DataOp, Operation, Record, Scenario, HEAP};
+
+/// Prints one record as a JSON line and flushes it (so it is out before a SIGKILL).
+pub fn emit(record: &Record) {
+    let line = serde_json::to_string(record).expect("records serialize");
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+}
+
+/// Reports the moment, then SIGKILLs this process.
+pub fn die() -> ! {
+    emit(&Record::Dying {
+        t_ns: monotonic_ns(),
+    });
+    let me = rustix::process::getpid();
+    let _ = rustix::process::kill_process(me, rustix::process::Signal::KILL);
+    unreachable!("SIGKILL cannot be caught")
+}
+
+/// Runs `call`, reports how it ended and how long it blocked, and returns its result.
+pub fn timed<T>(
+    call: &str,
+    f: impl FnOnce() -> hyper_multicore::Result<T>,
+) -> hyper_multicore::Result<T> {
+    let started = Instant::now();
+    let result = f();
+    let wait_ms = started.elapsed().as_secs_f64() * 1e3;
+    match &result {
+        Ok(_) => emit(&Record::Succeeded { call: call.into() }),
+        Err(error) => emit(&failed(call, error, wait_ms)),
+    }
+    result
+}
+
+fn failed(call: &str, error: &Error, wait_ms: f64) -> Record {
+    Record::Failed {
+        call: call.into(),
+        kind: format!("{:?}", error.kind()),
+        recovery: error.recovery().map(|r| format!("{r:?}")),
+        stage: error.stage().map(str::to_string),
+        peer: error.peer(),
+        message: error.to_string(),
+        wait_ms,
+        t_ns: monotonic_ns(),
+    }
+}
+
+fn after(what: &str, ok: bool, detail: impl Into<String>) {
+    emit(&Record::After {
+        what: what.into(),
+        ok,
+        detail: detail.into(),
+    });
+}
+
+/// The PE entry point.
+pub fn run(scenario: &str) -> Result<()> {
+    let scenario: Scenario = serde_json::from_str(scenario).context("parse the scenario")?;
+    // Registered, SIGTERM only sets this flag: the PE finishes its report (see the module docs).
+    signal_hook::flag::register(
+        signal_hook::consts::SIGTERM,
+        Arc::new(AtomicBool::new(false)),
+    )
+    .context("install the SIGTERM handler")?;
+    let world = World::global().context("join the world")?;
+    let baseline = Snapshot::take();
+    match scenario {
+        Scenario::Lifecycle {
+            operation,
+            stage,
+            victim,
+            action,
+        } => lifecycle_point(&world, operation, &stage, victim, action)?,
+        Scenario::DataPlane { op, victim } => data_point(&world, op, victim)?,
+        Scenario::Soak {
+            cycles,
+            warmup,
+            sample_every,
+        } => crate::soak::run_pe(cycles, warmup, sample_every)?,
+        Scenario::Bootstrap => crate::abuse::run_pe(&world)?,
+    }
+    report_resources(&baseline);
+    Ok(())
+}
+
+/// Reports what this process holds beyond `baseline`.
+pub fn report_resources(baseline: &Snapshot) {
+    let now = Snapshot::take();
+    let leaks = now.leaks_since(baseline);
+    emit(&Record::Resources {
+        sockets: leaks.sockets(),
+        leaks,
+        rss_kib: now.rss_kib,
+        hwm_kib: now.hwm_kib,
+    });
+}
+
+/// Stops injecting faults in this process: "fix the cause and call again".
+fn clear_fault() {
+    std::env::remove_var(FAULT_VARIABLE);
+}
+
+/// A collective round trip on the active runtime: allocate, put to the next PE, barrier, free.
+fn exercise(rank: usize, size: usize) -> hyper_multicore::Result<()> {
+    lifecycle::guarded("exercise", |s| {
+        let x = s.allocate::<u64>(64, None)?;
+        s.put(&x, &[rank as u64; 64], (rank + 1) % size)?;
+        s.barrier()?;
+        s.free(x)
+    })
+}
+
+fn acquire() -> hyper_multicore::Result<()> {
+    lifecycle::acquire(None, Some(HEAP))
+}
+
+fn lifecycle_point(
+    world: &World,
+    operation: Operation,
+    stage: &str,
+    victim: usize,
+    action: Action,
+) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    match operation {
+        Operation::Acquire => {
+            if stage == "Entry" && rank == victim {
+                die();
+            }
+            match timed("acquire", acquire) {
+                Ok(()) => {
+                    exercise(rank, size)?;
+                    lifecycle::release()?;
+                }
+                Err(_) if action == Action::Kill => {
+                    // The group lost a member: a retry must fail too (quickly), not wait.
+                    let again = timed("acquire again", acquire);
+                    after("retry_refused", again.is_err(), format!("{again:?}"));
+                    if again.is_ok() {
+                        let _ = lifecycle::release();
+                    }
+                }
+                Err(_) => {
+                    clear_fault();
+                    let again = acquire()
+                        .and_then(|()| exercise(rank, size))
+                        .and_then(|()| lifecycle::release());
+                    after("recovered", again.is_ok(), format!("{again:?}"));
+                }
+            }
+        }
+        Operation::Release => {
+            acquire().context("acquire before the release")?;
+            exercise(rank, size).context("exercise before the release")?;
+            if let Err(error) = timed("release", lifecycle::release) {
+                settle(&error, lifecycle::release);
+            }
+        }
+        Operation::Restart => {
+            acquire().context("acquire before the restart")?;
+            let a = lifecycle::guarded("allocate", |s| s.allocate::<u32>(16, None))?;
+            let restart = || {
+                let replacement = Replacement {
+                    current: a.region(),
+                    target: AllocationSpec {
+                        shape: vec![32],
+                        dtype: Dtype::U32,
+                        alignment: None,
+                    },
+                };
+                lifecycle::restart(2 * HEAP, &[replacement], None)
+            };
+            let finish = |result: lifecycle::RestartResult| {
+                lifecycle::guarded("free", |s| {
+                    for record in &result.allocations {
+                        s.free_id(record.id)?;
+                    }
+                    Ok(())
+                })
+                .and_then(|()| lifecycle::release())
+            };
+            match timed("restart", restart) {
+                Ok(result) => finish(result)?,
+                Err(error) => settle(&error, || restart().and_then(finish)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// After a lifecycle error: a retryable one is fixed (the fault removed) and retried, which
+/// must succeed; any other must leave the lifecycle refusing a new acquire.
+fn settle(error: &Error, retry: impl FnOnce() -> hyper_multicore::Result<()>) {
+    if error.recovery() == Some(Recovery::Retryable) {
+        clear_fault();
+        let again = retry();
+        after("recovered", again.is_ok(), format!("{again:?}"));
+    } else {
+        let again = acquire();
+        let refused = matches!(&again, Err(e) if e.to_string().contains("restart the process"));
+        after("refused", refused, format!("{again:?}"));
+    }
+}
+
+fn data_point(world: &World, op: DataOp, victim: usize) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    acquire().context("acquire")?;
+    let (gathered, flag, reduced, spare) = lifecycle::guarded("allocate", |s| {
+        let gathered = s.allocate::<u64>(8 * size, None)?;
+        let flag = s.allocate::<u64>(1, None)?;
+        let reduced = s.allocate::<i64>(8, None)?;
+        let spare = s.allocate::<u8>(64, None)?;
+        s.barrier()?;
+        Ok((gathered, flag, reduced, spare))
+    })
+    .context("allocate the buffers")?;
+    if rank == victim {
+        die();
+    }
+    let mine = vec![rank as u64; 8];
+    let everyone = vec![rank as u64; 8 * size];
+    let _ = timed(op.name(), || {
+        lifecycle::guarded(op.name(), |s| match op {
+            DataOp::Barrier => s.barrier(),
+            // Only the victim would set it.
+            DataOp::WaitSignal => s.wait_signal(&flag, 1u64, Comparison::Eq, None).map(drop),
+            DataOp::AllGather => s.all_gather(&gathered, &mine),
+            DataOp::Broadcast => s.broadcast(&gathered, &everyone, 0),
+            DataOp::AllToAll => s.all_to_all(&gathered, &everyone),
+            DataOp::AllReduce => s.all_reduce(&reduced, &reduced, ReduceOp::Sum),
+            DataOp::Allocate => s.allocate::<u8>(128, None).map(drop),
+            DataOp::Free => s.free(spare),
+        })
+    });
+    // The group is broken: release cannot converge; it must fail (not wait) and invalidate,
+    // dropping the runtime, after which a new acquire is refused.
+    let released = timed("release", lifecycle::release);
+    let again = acquire();
+    let refused = matches!(&again, Err(e) if e.to_string().contains("restart the process"));
+    after(
+        "release_refused",
+        released.is_err() && refused,
+        format!("release: {released:?}; acquire: {again:?}"),
+    );
+    Ok(())
+}
