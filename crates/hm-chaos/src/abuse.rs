@@ -299,9 +299,10 @@ pub struct AbuseReport {
     pub problems: Vec<String>,
 }
 
-/// Runs the control job and the attacked job (`strangers` before the PEs start; about half as
-/// many while they do, and at the explicit plane).
-pub fn drive(launcher: &Launcher, strangers: usize) -> Result<AbuseReport> {
+/// Runs the control job and the attacked job: `strangers` before the PEs start (at most 1000:
+/// the listen queue holds 1024), half as many while they do, and `plane_strangers` at the
+/// explicit plane behind rank 1's hello.
+pub fn drive(launcher: &Launcher, strangers: usize, plane_strangers: usize) -> Result<AbuseReport> {
     let mut report = AbuseReport {
         control: None,
         attacked: None,
@@ -310,8 +311,11 @@ pub fn drive(launcher: &Launcher, strangers: usize) -> Result<AbuseReport> {
         leak: false,
         problems: Vec::new(),
     };
-    let control = run_job(launcher, 0, &mut report)?;
-    let attacked = run_job(launcher, strangers, &mut report)?;
+    if strangers > 1000 {
+        bail!("at most 1000 strangers fit in the listen queue before the PEs start");
+    }
+    let control = run_job(launcher, 0, 0, &mut report)?;
+    let attacked = run_job(launcher, strangers, plane_strangers, &mut report)?;
     if let (Some(control), Some(attacked)) = (&control, &attacked) {
         let extra = attacked.rank0_hwm_kib.saturating_sub(control.rank0_hwm_kib);
         if extra > MEMORY_BOUND_KIB {
@@ -337,6 +341,7 @@ enum Event {
 fn run_job(
     launcher: &Launcher,
     strangers: usize,
+    plane_strangers: usize,
     report: &mut AbuseReport,
 ) -> Result<Option<AbuseJob>> {
     let label = if strangers == 0 {
@@ -433,7 +438,7 @@ fn run_job(
     let mut hello_sent = false;
     let mut acquired = 0;
     let mut released_gate = false;
-    let mut plane_strangers: Vec<(Option<Stranger>, TcpStream)> = Vec::new();
+    let mut at_plane: Vec<(Option<Stranger>, TcpStream)> = Vec::new();
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; PES];
     let mut records: Vec<(usize, Record)> = Vec::new();
     let mut other = Vec::new();
@@ -479,12 +484,12 @@ fn run_job(
                 let mut bytes = Vec::new();
                 write_frame(&mut bytes, Kind::Hello, 0, &[&duplicate])?;
                 let stream = connect_and_send(id.endpoint(), &bytes).context("duplicate claim")?;
-                plane_strangers.push((None, stream));
-                for i in 0..strangers / 4 {
+                at_plane.push((None, stream));
+                for i in 0..plane_strangers {
                     let kind = Stranger::ALL[i % Stranger::ALL.len()];
                     if let Some(stream) = connect_and_send(id.endpoint(), &kind.bytes(&secret, PES))
                     {
-                        plane_strangers.push((Some(kind), stream));
+                        at_plane.push((Some(kind), stream));
                     }
                 }
             }
@@ -514,7 +519,7 @@ fn run_job(
     for (kind, mut stream) in queued
         .into_iter()
         .map(|(k, s)| (Some(k), s))
-        .chain(plane_strangers)
+        .chain(at_plane)
     {
         let expected = match kind {
             Some(kind) => kind.expected_refusal(),
@@ -578,7 +583,11 @@ fn run_job(
         before: strangers,
         during_world,
         during_runtime,
-        plane: if strangers > 0 { strangers / 4 + 1 } else { 0 },
+        plane: if strangers > 0 {
+            plane_strangers + 1
+        } else {
+            0
+        },
         rank0_rss_kib: rss,
         rank0_hwm_kib: hwm,
         elapsed_s: elapsed.as_secs_f64(),

@@ -8,7 +8,10 @@
 //!
 //! Around each job, [`SystemView`] records what the machine holds that the job could leave
 //! behind: files in `/dev/shm`, in `/tmp` and in the job's own `TMPDIR`, and processes still
-//! carrying the job's tag in their environment.
+//! carrying the job's tag in their environment. The machine is shared (other builds and
+//! benchmarks run), so a new file in `/dev/shm` or `/tmp` counts against the job only if its
+//! name could be the runtime's; others are listed as unattributed. The job's own `TMPDIR`
+//! must simply stay empty.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -57,7 +60,8 @@ pub struct JobRun {
     pub stderr: String,
     /// What the job left on the machine.
     pub left_behind: Vec<String>,
-    /// Files that appeared in `/tmp` or `/dev/shm` during the job but cannot be the job's.
+    /// Files that appeared in `/tmp` or `/dev/shm` during the job under names the runtime
+    /// would not use (another program's, on this shared machine).
     pub unattributed: Vec<String>,
     /// Wall time.
     pub elapsed: Duration,
@@ -243,7 +247,12 @@ impl SystemView {
         let mut left = Vec::new();
         let mut unattributed = Vec::new();
         for name in self.dev_shm.difference(&before.dev_shm) {
-            left.push(format!("/dev/shm/{}", name.to_string_lossy()));
+            let name = name.to_string_lossy();
+            if ours(&name) {
+                left.push(format!("/dev/shm/{name}"));
+            } else {
+                unattributed.push(format!("/dev/shm/{name}"));
+            }
         }
         for name in self.job_tmp.difference(&before.job_tmp) {
             left.push(format!("$TMPDIR/{}", name.to_string_lossy()));

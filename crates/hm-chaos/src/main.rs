@@ -68,14 +68,15 @@ enum Command {
 /// Options of `run`.
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// The bounded form CI runs (a 200-cycle soak; every fault point all the same).
+    /// The bounded form CI runs: fault points on 3 and 4 PEs within a time budget, a 200-cycle
+    /// soak (the full form: 2, 3 and 4 PEs, 1000 cycles).
     #[arg(long)]
     ci: bool,
     /// The hmrun binary (default: next to this one).
     #[arg(long, value_name = "PATH")]
     hmrun: Option<PathBuf>,
-    /// PEs per fault-point job; several counts run every point at each (default 3 with
-    /// --ci, else 3,4).
+    /// PEs per fault-point job; several counts run every point at each (default 3,4 with
+    /// --ci, else 2,3,4).
     #[arg(long, value_name = "N,...", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(2..=4))]
     pes: Vec<u32>,
     /// Only the fault points whose label contains TEXT (the soak and the abuse scenario run
@@ -88,9 +89,17 @@ struct RunArgs {
     /// Strangers queued at the world rendezvous before the PEs start.
     #[arg(long, value_name = "N", default_value_t = 200)]
     strangers: usize,
+    /// Strangers queued at the explicit plane behind a real member's hello (default 50; the
+    /// rendezvous keeps at most 256 unauthenticated connections pending).
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    plane_strangers: usize,
     /// HYPER_MULTICORE_SHMEM_TIMEOUT_SEC given to every PE.
     #[arg(long, value_name = "S", default_value_t = 10)]
     runtime_timeout: u64,
+    /// Stop starting fault points after S seconds (default 300 with --ci, so the bounded form
+    /// stays bounded even if every point hung); the points not run fail the run.
+    #[arg(long, value_name = "S")]
+    budget: Option<u64>,
     /// Write the whole run as JSON here.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
@@ -132,8 +141,8 @@ fn run(args: &RunArgs) -> Result<bool> {
         scratch: scratch.clone(),
     };
     let pes: Vec<usize> = match args.pes.as_slice() {
-        [] if args.ci => vec![3],
-        [] => vec![3, 4],
+        [] if args.ci => vec![3, 4],
+        [] => vec![2, 3, 4],
         given => given.iter().map(|&n| n as usize).collect(),
     };
     let wanted = |label: &str| {
@@ -155,8 +164,17 @@ fn run(args: &RunArgs) -> Result<bool> {
         watchdog.as_secs(),
         launcher.hmrun.display()
     );
+    let budget = args
+        .budget
+        .or(args.ci.then_some(300))
+        .map(Duration::from_secs);
     let mut verdicts: Vec<Verdict> = Vec::new();
+    let mut not_run = 0;
     for point in &points {
+        if budget.is_some_and(|budget| started.elapsed() > budget) {
+            not_run += 1;
+            continue;
+        }
         let run = launcher.run(point.pes, &point.scenario, &point.env(), watchdog)?;
         let verdict = points::judge(point, &run, launcher.runtime_timeout);
         println!(
@@ -213,7 +231,7 @@ fn run(args: &RunArgs) -> Result<bool> {
 
     let abuse =
         if args.only.as_deref().map_or(true, |o| o == "bootstrap") {
-            let abuse = abuse::drive(&launcher, args.strangers)?;
+            let abuse = abuse::drive(&launcher, args.strangers, args.plane_strangers)?;
             println!(
                 "{} bootstrap abuse: {} strangers before the world rendezvous",
                 if abuse.survived { "ok  " } else { "FAIL" },
@@ -281,6 +299,9 @@ fn run(args: &RunArgs) -> Result<bool> {
     }
     let _ = std::fs::remove_dir(&scratch);
     println!("run time {:.0} s", report.elapsed_s);
+    if not_run > 0 {
+        println!("budget exhausted: {not_run} fault points were not run");
+    }
     println!("fault points: {tried} tried, {survived} survived, hangs: {hangs}, leaks: {leaks}");
-    Ok(tried == survived)
+    Ok(tried == survived && not_run == 0)
 }
