@@ -387,7 +387,18 @@ impl ControlPlane {
 
     /// Fails if the plane is already broken.
     fn check_usable(&self, op: &str) -> Result<()> {
-        let broken = self.shared.update(|inbox| inbox.broken.clone());
+        // A break marked but not yet announced has its aborts still going out: wait for them,
+        // so that nothing this process does about the break can overtake them.
+        let broken = self
+            .shared
+            .wait_until(Instant::now() + VERDICT_GRACE, |inbox| {
+                match &inbox.broken {
+                    Some(wire) if inbox.announced => Some(Some(wire.clone())),
+                    Some(_) => None,
+                    None => Some(None),
+                }
+            })
+            .unwrap_or_else(|| self.shared.update(|inbox| inbox.broken.clone()));
         match broken {
             Some(wire) => Err(self.rebrand(&wire, op)),
             None => Ok(()),
@@ -459,7 +470,8 @@ impl ControlPlane {
         let size = self.size;
         let gathered = self.shared.wait_until(deadline, |inbox| {
             if let Some(wire) = &inbox.broken {
-                return Some(Err(self.rebrand(wire, op.name())));
+                // Not before the break is announced (its aborts have gone out): see check_usable.
+                return inbox.announced.then(|| Err(self.rebrand(wire, op.name())));
             }
             if let Some(left) =
                 (1..size).find(|&r| inbox.departed[r] && inbox.contributions[r].is_empty())

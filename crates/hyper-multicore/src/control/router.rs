@@ -87,6 +87,10 @@ pub(crate) struct Inbox {
     pub(crate) mailbox: HashMap<(usize, u64), VecDeque<Vec<u8>>>,
     /// Why the plane can no longer be used (a peer was lost, calls mismatched, ...).
     pub(crate) broken: Option<WireError>,
+    /// The break has been announced: on root rank 0, its aborts have gone out. Until then this
+    /// process waits instead of acting on the break (a caller that fails on it may end the
+    /// process at once, and the members must learn the cause first).
+    pub(crate) announced: bool,
     /// Root: the last collective whose outcome is final (it is being, or has been, sent).
     pub(crate) completed: u64,
     /// The last collective root rank 0 had completed when the plane broke: its outcome still
@@ -211,6 +215,7 @@ impl Shared {
 
     /// Second half of a break: wakes every waiter and runs the hooks.
     pub(crate) fn announce_broken(&self, reason: &WireError) {
+        lock(&self.inbox).announced = true;
         self.changed.notify_all();
         for hook in lock(&self.hooks).iter() {
             hook(reason);
