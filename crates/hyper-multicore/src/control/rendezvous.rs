@@ -95,8 +95,12 @@ pub(crate) fn accept_members(
 
     while members.iter().skip(1).any(Option::is_none) {
         if let Err(error) = watch() {
-            for member in members.iter_mut().flatten() {
-                reject(&mut member.stream, &error);
+            // Everyone still waiting hears why, also the connections not judged yet: a member
+            // whose hello is queued would otherwise see a bare hang-up and blame root rank 0.
+            let _ = accept_all(&listener, &mut pending);
+            let waiting = members.iter_mut().flatten().map(|m| &mut m.stream);
+            for stream in waiting.chain(pending.iter_mut().map(|p| &mut p.connection.stream)) {
+                reject(stream, &error);
             }
             return Err(error);
         }
@@ -153,9 +157,11 @@ pub(crate) fn accept_members(
             // correct member, and it means that process is gone.
             let member = members[rank].as_mut().expect("polled members exist");
             if let Err(why) = member.read_frame() {
-                let error =
+                // A member that gave up because the watched group broke left for that reason.
+                let error = watch().err().unwrap_or_else(|| {
                     Error::peer_lost(OP, rank, &format!("it left during the rendezvous: {why}"))
-                        .on_rank(0);
+                        .on_rank(0)
+                });
                 members[rank] = None;
                 for member in members.iter_mut().flatten() {
                     reject(&mut member.stream, &error);
