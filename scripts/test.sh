@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the project: unit, property and multi-process tests of every crate, the
-# loom models of the shared-memory protocols, then the benchmark harness in smoke mode.
+# loom models of the shared-memory protocols, the chaos suite's bounded form, the benchmark harness
+# in smoke mode and the Python front's pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace --all-targets
@@ -8,6 +9,8 @@ cargo test --workspace --doc
 # The barrier / signal / abort protocols under loom (a separate build with --cfg loom).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p hyper-multicore --lib --release loom_tests
+# The chaos suite, bounded form: every fault point on 3 and 4 PEs, a soak, bootstrap abuse.
+scripts/chaos.sh --ci
 if [ -x bench/smoke.sh ]; then
   bench/smoke.sh
 fi

@@ -1,7 +1,8 @@
 //! The one crate-local gateway to atomics, spin hints and yielding (crossbeam's `primitive`
-//! pattern): every atomic that lives in shared memory is declared through this module, so that a
-//! `--cfg loom` build swaps in loom's model-checked versions and the synchronisation protocols
-//! can be explored exhaustively.
+//! pattern): every atomic of the synchronisation protocols (barrier, doorbells, abort word) is
+//! declared through this module, so that a `--cfg loom` build swaps in loom's model-checked
+//! versions and those protocols can be explored exhaustively. (Header words written once and the
+//! user's own signal words are plain `std` atomics: they take part in no protocol of ours.)
 //!
 //! ```ignore
 //! use crate::primitive::{AtomicU32, Ordering};
@@ -9,14 +10,11 @@
 //! word.fetch_add(1, Ordering::AcqRel);
 //! ```
 
-// Not every item is used yet: the heap and runtime take what they need from here.
-#![allow(unused_imports)]
-
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicU32, Ordering};
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicU32, Ordering};
 
 /// Processor hint for a busy-wait loop (`PAUSE` on x86).
 #[cfg(not(loom))]

@@ -188,7 +188,10 @@ impl FrameDecoder {
     /// Performs one `read` from `source` into the buffer; returns the bytes read (0 = end of stream).
     pub fn read_from(&mut self, source: &mut impl Read) -> io::Result<usize> {
         self.compact();
-        let wanted = self.bytes_wanted().clamp(64 << 10, 8 << 20);
+        // Never read more than one largest frame allows: an unauthenticated peer (4 KiB cap) costs
+        // a few KiB of buffer, not 64.
+        let floor = (self.cap as usize + HEADER_LEN).min(64 << 10);
+        let wanted = self.bytes_wanted().clamp(floor, 8 << 20);
         let old_len = self.buffer.len();
         self.buffer.resize(old_len + wanted, 0);
         let result = source.read(&mut self.buffer[old_len..]);

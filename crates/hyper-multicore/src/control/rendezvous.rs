@@ -22,6 +22,8 @@ use crate::error::{Error, ErrorKind, Result};
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 /// Most unauthenticated connections kept at once; beyond it the oldest is dropped.
 const MAX_PENDING: usize = 256;
+/// Most connections accepted before the pending ones are read again.
+const ACCEPT_BATCH: usize = 32;
 /// How often a waiting rendezvous runs its watch.
 const WATCH_INTERVAL: Duration = Duration::from_millis(50);
 /// Extra time a member waits for root rank 0's verdict after its own deadline, so that root's
@@ -171,6 +173,7 @@ pub(crate) fn accept_members(
         }
     }
 
+    answer_stragglers(&listener, &mut pending, &id, size, &mut members);
     let mut connections = Vec::with_capacity(size - 1);
     for (rank, member) in members.into_iter().enumerate().skip(1) {
         let mut member = member.expect("every member arrived");
@@ -180,6 +183,34 @@ pub(crate) fn accept_members(
         connections.push(member);
     }
     Ok(connections)
+}
+
+/// Once every rank has arrived: connections still queued or not yet judged get an answer if they
+/// already said something (a wrong secret is told so; a valid hello learns its rank is taken),
+/// instead of a bare reset when the listener closes. Bounded: one more accept pass and one read
+/// per connection, no waiting.
+fn answer_stragglers(
+    listener: &std::net::TcpListener,
+    pending: &mut Vec<Pending>,
+    id: &UniqueId,
+    size: usize,
+    members: &mut [Option<Connection>],
+) {
+    while pending.len() < MAX_PENDING {
+        let before = pending.len();
+        if accept_all(listener, pending).is_err() || pending.len() == before {
+            break;
+        }
+    }
+    let Ok(ready) = wait_readable(listener, pending, &[], Duration::ZERO) else {
+        return;
+    };
+    for index in ready.pending {
+        if let Ok(Some(frame)) = pending[index].connection.read_frame() {
+            admit(id, size, members, &mut pending[index], frame);
+        }
+    }
+    pending.clear();
 }
 
 struct Readiness {
@@ -227,8 +258,11 @@ fn wait_readable(
     })
 }
 
+/// Accepts queued connections, at most [`ACCEPT_BATCH`] per call: hellos already waiting are
+/// read between batches, so a flood of strangers queued behind a member can never push it out
+/// of the pending list before it was heard.
 fn accept_all(listener: &std::net::TcpListener, pending: &mut Vec<Pending>) -> Result<()> {
-    loop {
+    for _ in 0..ACCEPT_BATCH {
         match listener.accept() {
             Ok((stream, peer)) => {
                 if stream.set_nonblocking(false).is_err() || stream.set_nodelay(true).is_err() {
@@ -253,6 +287,7 @@ fn accept_all(listener: &std::net::TcpListener, pending: &mut Vec<Pending>) -> R
             }
         }
     }
+    Ok(())
 }
 
 /// Checks a hello and either seats the member or rejects it with a clear reason.

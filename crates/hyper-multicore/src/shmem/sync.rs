@@ -29,9 +29,6 @@
 //! most [`SLEEP_SLICE`], every phase checks the deadline and the abort word, and the condition
 //! wins over an abort that races it.
 
-// Used by the same-host runtime, which lands separately.
-#![allow(dead_code)]
-
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -55,13 +52,14 @@ const GENERATION_ABORT_FLAG: u32 = 1;
 /// What a completed round adds to `generation` (the round number lives in bits 1..).
 const GENERATION_STEP: u32 = 2;
 
-/// Declares `new()` (all words zero): `const` normally, plain under loom (whose atomics are not
-/// const-constructible).
+/// Declares `new()` (all words zero) for the in-process tests and models; the runtime gets the
+/// same state from a freshly zero-filled segment. `const` normally, plain under loom (whose
+/// atomics are not const-constructible).
 macro_rules! zeroed_words {
     ($name:ident: $($field:ident),+) => {
         impl $name {
             /// All words zero: the state of a freshly created (zero-filled) segment.
-            #[cfg(not(loom))]
+            #[cfg(all(test, not(loom)))]
             pub(crate) const fn new() -> Self {
                 Self { $($field: AtomicU32::new(0)),+ }
             }

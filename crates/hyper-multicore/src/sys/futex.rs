@@ -18,9 +18,6 @@
 //! only if the word still equals `expected` while holding the model's lock (the kernel's
 //! hash-bucket lock), and timeouts are ignored, so a lost wake-up shows up as a loom deadlock.
 
-// Used by the same-host runtime, which lands separately.
-#![allow(dead_code)]
-
 use std::time::Duration;
 
 use crate::primitive::AtomicU32;
