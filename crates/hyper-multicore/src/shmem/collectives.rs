@@ -77,7 +77,7 @@ impl Shmem {
             operation,
             outcome,
             started,
-            "not every PE reached the barrier",
+            || "not every PE reached the barrier".to_string(),
         )
     }
 

@@ -406,8 +406,9 @@ impl Shmem {
         comparison: Comparison,
         timeout: Option<Duration>,
     ) -> Result<W> {
-        let deadline = Instant::now() + timeout.unwrap_or(self.config.timeout);
-        self.wait_signal_deadline(signal, value, comparison, deadline)
+        self.wait_for_signal(signal, value, comparison, |started| {
+            started + timeout.unwrap_or(self.config.timeout)
+        })
     }
 
     /// [`Shmem::wait_signal`] with a deadline.
@@ -417,6 +418,19 @@ impl Shmem {
         value: W,
         comparison: Comparison,
         deadline: Instant,
+    ) -> Result<W> {
+        self.wait_for_signal(signal, value, comparison, |_| deadline)
+    }
+
+    /// The signal wait: a satisfied condition returns before the clock is even read; otherwise
+    /// one clock read sets the deadline (`deadline(start)`), and nothing is formatted unless the
+    /// wait fails.
+    fn wait_for_signal<W: AtomicWord>(
+        &self,
+        signal: &impl Symmetric<W>,
+        value: W,
+        comparison: Comparison,
+        deadline: impl FnOnce(Instant) -> Instant,
     ) -> Result<W> {
         const OP: &str = "wait_signal";
         let region = signal.region();
@@ -438,7 +452,7 @@ impl Shmem {
         let started = Instant::now();
         let policy = WaitPolicy {
             spin: self.spin,
-            deadline,
+            deadline: deadline(started),
         };
         let control = self.segment.control();
         let bell = &self.segment.pe_words(self.rank).doorbell;
@@ -451,12 +465,9 @@ impl Shmem {
             &control.abort,
             &policy,
         );
-        self.wait_outcome(
-            OP,
-            outcome,
-            started,
-            &format!("the signal is {seen:?}, waiting for {comparison:?} {value:?}"),
-        )?;
+        self.wait_outcome(OP, outcome, started, || {
+            format!("the signal is {seen:?}, waiting for {comparison:?} {value:?}")
+        })?;
         Ok(seen)
     }
 
@@ -466,12 +477,12 @@ impl Shmem {
         operation: &str,
         outcome: std::result::Result<(), WaitError>,
         started: Instant,
-        waiting_for: &str,
+        waiting_for: impl FnOnce() -> String,
     ) -> Result<()> {
         match outcome {
             Ok(()) => Ok(()),
             Err(WaitError::Timeout) => {
-                Err(Error::timeout(operation, started.elapsed(), waiting_for).on_rank(self.rank))
+                Err(Error::timeout(operation, started.elapsed(), &waiting_for()).on_rank(self.rank))
             }
             Err(WaitError::Aborted { lost_rank }) => {
                 // The control plane's own report is the most precise; the shared abort word may
