@@ -14,8 +14,9 @@
  *
  * Method (shared/BENCHMARKS.md, as hm-bench): every batch starts after shmem_barrier_all; root
  * PE 0's duration is handed to every PE (shmem_long_p + barrier) so all calibrate alike; batches
- * double until two in a row last >= 20 ms (2 ms with --quick); then 11 trials (5) of that size;
- * min / median / max per operation. Point-to-point patterns run from PE 0 to PE 1, timed by PE 0.
+ * double until two in a row last >= 20 ms (2 ms with --quick); then 11 trials (5) of that size,
+ * each operation's trials interleaved with those of its same-run reference; min / median / max
+ * per operation. Point-to-point patterns run from PE 0 to PE 1, timed by PE 0.
  * After shmem_init, PE r pins itself to CPU r % CPUs (as hm-bench does after initialize).
  *
  * Deliberately avoided: the 32-bit compare-swap (it smashes the stack in OSHMEM 4.1.4).
@@ -97,7 +98,7 @@ static uint64_t together(batch_fn batch, uint64_t ops, void *state) {
     return (uint64_t)batch_ns_word;
 }
 
-static timing_t time_batches(batch_fn batch, void *state) {
+static uint64_t calibrate(batch_fn batch, void *state) {
     uint64_t ops = 1;
     while ((double)together(batch, ops, state) < batch_target_ns ||
            (double)together(batch, ops, state) < batch_target_ns) {
@@ -105,10 +106,29 @@ static timing_t time_batches(batch_fn batch, void *state) {
         if (ops > (1ull << 40))
             die("a batch of 2^40 calls still took less than the batch target");
     }
-    double samples[64];
-    for (int i = 0; i < trials; i++)
-        samples[i] = (double)together(batch, ops, state) / (double)ops;
-    return summarise(samples, trials, ops);
+    return ops;
+}
+
+/* Times n batches in the same stretch of time: each calibrated alone, then one batch of each,
+ * in order, per trial (a reference and its operation see the same machine). */
+static void time_interleaved(int n, batch_fn *batches, void **states, timing_t *out) {
+    uint64_t ops[8];
+    double samples[8][64];
+    if (n > 8)
+        die("too many interleaved batches");
+    for (int b = 0; b < n; b++)
+        ops[b] = calibrate(batches[b], states[b]);
+    for (int t = 0; t < trials; t++)
+        for (int b = 0; b < n; b++)
+            samples[b][t] = (double)together(batches[b], ops[b], states[b]) / (double)ops[b];
+    for (int b = 0; b < n; b++)
+        out[b] = summarise(samples[b], trials, ops[b]);
+}
+
+static timing_t time_batches(batch_fn batch, void *state) {
+    timing_t t;
+    time_interleaved(1, &batch, &state, &t);
+    return t;
 }
 
 static timing_t halve(timing_t t) {
@@ -153,15 +173,29 @@ typedef struct {
     long *flag;          /* symmetric, 1 long: signal word */
     long *data;          /* symmetric, 1 long: put_signal payload */
     long *counter;       /* symmetric, 1 long: fetch-add target */
-    long *raw;           /* symmetric, 1 long: raw ping-pong via shmem_ptr */
     char *remote;        /* symmetric, LARGEST bytes */
     char *a2a;           /* symmetric, npes * A2A_BLOCK bytes */
-    char *source, *destination; /* private, LARGEST bytes (or npes * A2A_BLOCK) */
-    char *a2a_source;    /* private */
+    char *source, *destination; /* private, LARGEST bytes: memcpy reference */
+    char *landing;       /* private, LARGEST bytes: where gets land */
+    char *a2a_source;    /* private, npes * A2A_BLOCK bytes */
+    char *a2a_alone, *a2a_concurrent; /* private, npes * A2A_BLOCK: memcpy references */
     size_t bytes;
-    long sequence;
-    int with_data;
 } state_t;
+
+/* A raw cache-line ping-pong through shmem_ptr: PE r spins on its own copy of words[r] and
+ * stores into the peer's copy of words[peer] (two words: different offsets, as hm-bench's
+ * reference; one word twice: the same offset, as a signal word's copies). */
+typedef struct {
+    long *words[2];
+    long sequence;
+} raw_t;
+
+/* One ping-pong: its own signal word and count of round trips. */
+typedef struct {
+    long *flag;
+    long *data; /* NULL: signal only; else put 8 B, fence, signal */
+    long sequence;
+} ping_pong_t;
 
 static uint64_t batch_barrier(uint64_t ops, void *s) {
     (void)s;
@@ -229,20 +263,21 @@ static uint64_t batch_get_bandwidth(uint64_t ops, void *p) {
         return 0;
     uint64_t start = mono();
     for (uint64_t i = 0; i < ops; i++) {
-        shmem_getmem(s->destination, s->remote, s->bytes, 1);
-        __asm__ volatile("" ::"r"(s->destination) : "memory");
+        shmem_getmem(s->landing, s->remote, s->bytes, 1);
+        __asm__ volatile("" ::"r"(s->landing) : "memory");
     }
     return mono() - start;
 }
 
-/* Raw cache-line ping-pong through shmem_ptr: the floor for the signal ping-pong. */
+/* Raw cache-line ping-pong through shmem_ptr: the floor for the barrier and the signals. */
 static uint64_t batch_raw_round_trip(uint64_t ops, void *p) {
-    state_t *s = p;
-    _Atomic long *mine = (_Atomic long *)s->raw;
-    _Atomic long *theirs = (_Atomic long *)shmem_ptr(s->raw, 1 - me);
+    raw_t *r = p;
+    int peer = 1 - me;
+    _Atomic long *mine = (_Atomic long *)r->words[me];
+    _Atomic long *theirs = (_Atomic long *)shmem_ptr(r->words[peer], peer);
     uint64_t start = mono();
     for (uint64_t i = 0; i < ops; i++) {
-        long seq = ++s->sequence;
+        long seq = ++r->sequence;
         if (me == 0) {
             atomic_store_explicit(theirs, seq, memory_order_release);
             while (atomic_load_explicit(mine, memory_order_acquire) != seq)
@@ -256,27 +291,27 @@ static uint64_t batch_raw_round_trip(uint64_t ops, void *p) {
     return mono() - start;
 }
 
-static void send_signal(state_t *s, long seq) {
+static void send_signal(ping_pong_t *p, long seq) {
     int peer = 1 - me;
-    if (s->with_data) {
+    if (p->data) {
         /* OpenSHMEM 1.4 has no put-with-signal: put, fence (orders the two), signal. */
-        shmem_putmem(s->data, &seq, WORD_BYTES, peer);
+        shmem_putmem(p->data, &seq, WORD_BYTES, peer);
         shmem_fence();
     }
-    shmem_long_p(s->flag, seq, peer);
+    shmem_long_p(p->flag, seq, peer);
 }
 
-static uint64_t batch_ping_pong(uint64_t ops, void *p) {
-    state_t *s = p;
+static uint64_t batch_ping_pong(uint64_t ops, void *state) {
+    ping_pong_t *p = state;
     uint64_t start = mono();
     for (uint64_t i = 0; i < ops; i++) {
-        long seq = ++s->sequence;
+        long seq = ++p->sequence;
         if (me == 0) {
-            send_signal(s, seq);
-            shmem_long_wait_until(s->flag, SHMEM_CMP_EQ, seq);
+            send_signal(p, seq);
+            shmem_long_wait_until(p->flag, SHMEM_CMP_EQ, seq);
         } else {
-            shmem_long_wait_until(s->flag, SHMEM_CMP_EQ, seq);
-            send_signal(s, seq);
+            shmem_long_wait_until(p->flag, SHMEM_CMP_EQ, seq);
+            send_signal(p, seq);
         }
     }
     return mono() - start;
@@ -306,17 +341,30 @@ static uint64_t batch_malloc_free(uint64_t ops, void *p) {
     return mono() - start;
 }
 
+static void copy_blocks(state_t *s, char *destination) {
+    for (int b = 0; b < npes; b++)
+        memcpy(destination + (size_t)b * A2A_BLOCK, s->a2a_source + (size_t)b * A2A_BLOCK,
+               A2A_BLOCK);
+    __asm__ volatile("" ::"r"(destination) : "memory");
+}
+
+/* The all-to-all reference: PE 0 alone copies what each PE copies. */
 static uint64_t batch_memcpy_blocks(uint64_t ops, void *p) {
     state_t *s = p;
     if (me != 0)
         return 0;
     uint64_t start = mono();
-    for (uint64_t i = 0; i < ops; i++) {
-        for (int b = 0; b < npes; b++)
-            memcpy(s->destination + (size_t)b * A2A_BLOCK, s->a2a_source + (size_t)b * A2A_BLOCK,
-                   A2A_BLOCK);
-        __asm__ volatile("" ::"r"(s->destination) : "memory");
-    }
+    for (uint64_t i = 0; i < ops; i++)
+        copy_blocks(s, s->a2a_alone);
+    return mono() - start;
+}
+
+/* Context: every PE copies at once. */
+static uint64_t batch_memcpy_blocks_concurrent(uint64_t ops, void *p) {
+    state_t *s = p;
+    uint64_t start = mono();
+    for (uint64_t i = 0; i < ops; i++)
+        copy_blocks(s, s->a2a_concurrent);
     return mono() - start;
 }
 
@@ -433,69 +481,95 @@ int main(int argc, char **argv) {
     }
 
     s.word = symmetric(sizeof(long));
-    s.flag = symmetric(sizeof(long));
-    s.data = symmetric(sizeof(long));
     s.counter = symmetric(sizeof(long));
-    s.raw = symmetric(sizeof(long));
+    long *raw_a = symmetric(sizeof(long)), *raw_b = symmetric(sizeof(long));
+    long *raw_c = symmetric(sizeof(long)), *raw_d = symmetric(sizeof(long));
+    long *raw_same = symmetric(sizeof(long));
+    raw_t barrier_pair = {{raw_a, raw_b}, 0};
+    raw_t pair = {{raw_c, raw_d}, 0};
+    raw_t same_offset = {{raw_same, raw_same}, 0};
+    ping_pong_t signal = {symmetric(sizeof(long)), NULL, 0};
+    ping_pong_t put_signal = {symmetric(sizeof(long)), symmetric(sizeof(long)), 0};
     s.remote = symmetric(LARGEST);
     s.a2a = symmetric((size_t)npes * A2A_BLOCK);
     /* Private buffers start on a cache line, like the symmetric ones (and as hm-bench's), so
      * memcpy sees the same relative alignment in the reference and in the puts/gets. */
+    size_t a2a_bytes = (size_t)npes * A2A_BLOCK;
     s.source = aligned_alloc(64, LARGEST);
     s.destination = aligned_alloc(64, LARGEST);
-    s.a2a_source = aligned_alloc(64, (size_t)npes * A2A_BLOCK);
-    if (!s.source || !s.destination || !s.a2a_source)
-        die("malloc failed");
+    s.landing = aligned_alloc(64, LARGEST);
+    s.a2a_source = aligned_alloc(64, a2a_bytes);
+    s.a2a_alone = aligned_alloc(64, a2a_bytes);
+    s.a2a_concurrent = aligned_alloc(64, a2a_bytes);
+    if (!s.source || !s.destination || !s.landing || !s.a2a_source || !s.a2a_alone ||
+        !s.a2a_concurrent)
+        die("aligned_alloc failed");
     for (size_t i = 0; i < LARGEST; i++)
         s.source[i] = (char)(i % 251);
     memset(s.destination, 0x5a, LARGEST);
-    for (size_t i = 0; i < (size_t)npes * A2A_BLOCK; i++)
+    memset(s.landing, 0xa5, LARGEST);
+    for (size_t i = 0; i < a2a_bytes; i++)
         s.a2a_source[i] = (char)((i % 241) ^ me);
+    memset(s.a2a_alone, 0x5a, a2a_bytes);
+    memset(s.a2a_concurrent, 0x5a, a2a_bytes);
     memcpy(s.remote, s.source, LARGEST);
-    int have_ptr = shmem_ptr(s.raw, 1 - me) != NULL;
+    int have_ptr = shmem_ptr(raw_a, 1 - me) != NULL;
     shmem_barrier_all();
 
-    timing_t round_trip = {0};
+    timing_t t[4];
     if (have_ptr) {
-        round_trip = time_batches(batch_raw_round_trip, &s);
-        report_reference("raw_round_trip", WORD_BYTES, round_trip);
+        batch_fn fns[] = {batch_raw_round_trip, batch_barrier};
+        void *states[] = {&barrier_pair, &s};
+        time_interleaved(2, fns, states, t);
+        report_reference("raw_round_trip", WORD_BYTES, t[0]);
+        report("barrier", 0, t[1], "raw cache-line round trip (shmem_ptr)", &t[0]);
+    } else {
+        report("barrier", 0, time_batches(batch_barrier, &s), NULL, NULL);
     }
-    timing_t barrier = time_batches(batch_barrier, &s);
-    report("barrier", 0, barrier, "raw cache-line round trip (shmem_ptr)",
-           have_ptr ? &round_trip : NULL);
-
-    report("put_quiet", WORD_BYTES, time_batches(batch_put_quiet, &s), NULL, NULL);
-    report("get", WORD_BYTES, time_batches(batch_get, &s), NULL, NULL);
-
+    {
+        batch_fn fns[] = {batch_put_quiet, batch_get};
+        void *states[] = {&s, &s};
+        time_interleaved(2, fns, states, t);
+        report("put_quiet", WORD_BYTES, t[0], NULL, NULL);
+        report("get", WORD_BYTES, t[1], NULL, NULL);
+    }
     for (size_t k = 0; k < sizeof bandwidth_bytes / sizeof *bandwidth_bytes; k++) {
         s.bytes = bandwidth_bytes[k];
-        timing_t memcpy_t = time_batches(batch_memcpy, &s);
-        report_reference("memcpy", s.bytes, memcpy_t);
-        report("put_bandwidth", s.bytes, time_batches(batch_put_bandwidth, &s),
-               "memcpy of the same size", &memcpy_t);
-        report("get_bandwidth", s.bytes, time_batches(batch_get_bandwidth, &s),
-               "memcpy of the same size", &memcpy_t);
+        batch_fn fns[] = {batch_memcpy, batch_put_bandwidth, batch_get_bandwidth};
+        void *states[] = {&s, &s, &s};
+        time_interleaved(3, fns, states, t);
+        report_reference("memcpy", s.bytes, t[0]);
+        report("put_bandwidth", s.bytes, t[1], "memcpy of the same size", &t[0]);
+        report("get_bandwidth", s.bytes, t[2], "memcpy of the same size", &t[0]);
     }
-
-    const char *ping_pongs[] = {"pingpong_signal", "pingpong_put_signal"};
-    for (int k = 0; k < 2; k++) {
-        timing_t one_way = {0};
-        if (have_ptr) {
-            one_way = halve(time_batches(batch_raw_round_trip, &s));
-            report_reference("raw_one_way", WORD_BYTES, one_way);
-        }
-        s.with_data = k;
-        report(ping_pongs[k], WORD_BYTES, halve(time_batches(batch_ping_pong, &s)),
-               "raw cache-line ping-pong, one way (shmem_ptr)", have_ptr ? &one_way : NULL);
+    if (have_ptr) {
+        batch_fn fns[] = {batch_raw_round_trip, batch_raw_round_trip, batch_ping_pong,
+                          batch_ping_pong};
+        void *states[] = {&pair, &same_offset, &signal, &put_signal};
+        time_interleaved(4, fns, states, t);
+        timing_t one_way = halve(t[0]);
+        const char *ref = "raw cache-line ping-pong, one way (shmem_ptr)";
+        report_reference("raw_one_way", WORD_BYTES, one_way);
+        report_reference("raw_one_way_same_offset", WORD_BYTES, halve(t[1]));
+        report("pingpong_signal", WORD_BYTES, halve(t[2]), ref, &one_way);
+        report("pingpong_put_signal", WORD_BYTES, halve(t[3]), ref, &one_way);
+    } else {
+        batch_fn fns[] = {batch_ping_pong, batch_ping_pong};
+        void *states[] = {&signal, &put_signal};
+        time_interleaved(2, fns, states, t);
+        report("pingpong_signal", WORD_BYTES, halve(t[0]), NULL, NULL);
+        report("pingpong_put_signal", WORD_BYTES, halve(t[1]), NULL, NULL);
     }
-
     report("fetch_add", WORD_BYTES, time_batches(batch_fetch_add, &s), NULL, NULL);
     report("malloc_free", MALLOC_BYTES, time_batches(batch_malloc_free, &s), NULL, NULL);
-
-    timing_t memcpy_x2 = time_batches(batch_memcpy_blocks, &s);
-    report_reference("memcpy_x2", A2A_BLOCK, memcpy_x2);
-    report("all_to_all", A2A_BLOCK, time_batches(batch_all_to_all, &s), "memcpy of 1 MiB x2",
-           &memcpy_x2);
+    {
+        batch_fn fns[] = {batch_memcpy_blocks, batch_memcpy_blocks_concurrent, batch_all_to_all};
+        void *states[] = {&s, &s, &s};
+        time_interleaved(3, fns, states, t);
+        report_reference("memcpy_x2", A2A_BLOCK, t[0]);
+        report_reference("memcpy_x2_concurrent", A2A_BLOCK, t[1]);
+        report("all_to_all", A2A_BLOCK, t[2], "memcpy of 1 MiB x2", &t[0]);
+    }
 
     /* Check the all-to-all delivered: block `pe` of mine came from PE pe's block `me`. */
     for (int pe = 0; pe < npes; pe++)
@@ -508,14 +582,22 @@ int main(int argc, char **argv) {
     shmem_barrier_all();
     shmem_free(s.a2a);
     shmem_free(s.remote);
-    shmem_free(s.raw);
+    shmem_free(put_signal.data);
+    shmem_free(put_signal.flag);
+    shmem_free(signal.flag);
+    shmem_free(raw_same);
+    shmem_free(raw_d);
+    shmem_free(raw_c);
+    shmem_free(raw_b);
+    shmem_free(raw_a);
     shmem_free(s.counter);
-    shmem_free(s.data);
-    shmem_free(s.flag);
     shmem_free(s.word);
     free(s.source);
     free(s.destination);
+    free(s.landing);
     free(s.a2a_source);
+    free(s.a2a_alone);
+    free(s.a2a_concurrent);
     shmem_finalize();
     return 0;
 }

@@ -1,7 +1,10 @@
 //! Data-plane benchmarks of the native runtime ([`Shmem`]): start-up and shutdown, barrier,
 //! put/get latency and bandwidth, signal ping-pong, remote fetch-add, collective malloc+free
 //! and all-to-all — each next to a reference measured in the same run (memcpy of the same size
-//! in the same process, or a raw cache-line ping-pong between the same two processes).
+//! in the same process, or a raw cache-line ping-pong between the same two processes), its
+//! trials interleaved with the operation's ([`time_interleaved`]): on these VMs a cache-line
+//! transfer between the two CPUs costs 30 ns or 250 ns depending on where the host runs them
+//! at the moment, so a reference taken a second earlier may belong to another machine.
 //!
 //! Driver ([`drive`]), for each PE count N:
 //! 1. launches [`Method::launches`] jobs of N PEs that only initialize a runtime, allocate once,
@@ -19,7 +22,7 @@
 //!
 //! Every batch starts after a barrier on the shared heap, and root rank 0's duration is then
 //! broadcast over the control plane, so every rank makes the same calibration decisions (see
-//! [`time_together`]). Point-to-point operations are run by rank 0 towards rank 1, timed by
+//! [`together`]). Point-to-point operations are run by rank 0 towards rank 1, timed by
 //! rank 0; rank 1 waits in the control-plane broadcast meanwhile (asleep in the kernel).
 //!
 //! ```text
@@ -35,6 +38,7 @@ use anyhow::{bail, ensure, Context, Result};
 use clap::builder::RangedU64ValueParser;
 use clap::Args;
 use hyper_multicore::control::UniqueId;
+use hyper_multicore::lifecycle;
 use hyper_multicore::shmem::{Allocation, Comparison, Shmem, SignalOp};
 use hyper_multicore::world::World;
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
@@ -43,7 +47,7 @@ use serde::{Deserialize, Serialize};
 use crate::launch::{self, emit};
 use crate::report::{Report, Row};
 use crate::shared_word::{shared_word, spin_until};
-use crate::stats::{time_batches, Method, Summary, Timing};
+use crate::stats::{time_batches, time_interleaved, Batch, Method, Summary, Timing};
 
 /// The layer reported for the runtime's rows.
 const LAYER: &str = "shmem";
@@ -105,6 +109,10 @@ pub enum Group {
     MallocFree,
     /// `all_to_all`.
     AllToAll,
+    /// `put_quiet_guarded`, `get_guarded`, `fetch_add_guarded`: the word operations through
+    /// `lifecycle::guarded`, in a job of their own whose runtime comes from
+    /// `lifecycle::acquire` (2 PEs only).
+    Guarded,
 }
 
 impl Group {
@@ -119,6 +127,7 @@ impl Group {
             Group::FetchAdd => "fetch-add",
             Group::MallocFree => "malloc-free",
             Group::AllToAll => "all-to-all",
+            Group::Guarded => "guarded",
         }
     }
 }
@@ -141,6 +150,9 @@ pub struct PeArgs {
     /// Run only these groups (all if empty).
     #[arg(long, value_delimiter = ',', value_enum)]
     only: Vec<Group>,
+    /// Take the runtime from `lifecycle::acquire` and time the guarded word operations.
+    #[arg(long)]
+    lifecycle: bool,
 }
 
 /// What a PE prints, one JSON line each.
@@ -209,35 +221,48 @@ pub fn drive(args: &DriverArgs) -> Result<()> {
         if wants(Group::Init) {
             report_start_up(&mut report, pes, &method, &pe_args)?;
         }
-        let timed_here = if pes == 2 {
-            args.only != [Group::Init]
+        let native = if pes == 2 {
+            args.only.is_empty()
+                || args
+                    .only
+                    .iter()
+                    .any(|g| !matches!(g, Group::Init | Group::Guarded))
         } else {
             wants(Group::Barrier)
         };
-        if !timed_here {
-            continue;
+        if native {
+            report_job(&mut report, pes, &pe_args, "data-plane job")?;
         }
-        let job = launch::run_job(pes, &pe_args)
-            .with_context(|| format!("data-plane job of {pes} PEs"))?;
-        let mut timed = 0;
-        for (rank, _, message) in job.messages::<PeMessage>()? {
-            let PeMessage::Timed {
-                op,
-                layer,
-                bytes,
-                timing,
-                reference,
-            } = message
-            else {
-                continue;
-            };
-            ensure!(rank == 0, "PE {rank} reported a timing; only rank 0 should");
-            let reference = reference.as_ref().map(|(name, ns)| (name.as_str(), *ns));
-            report.row(&Row::new(&op, &layer, bytes, pes, &timing, reference))?;
-            timed += 1;
+        if pes == 2 && wants(Group::Guarded) {
+            let mut lifecycle_args = pe_args.clone();
+            lifecycle_args.push("--lifecycle");
+            report_job(&mut report, pes, &lifecycle_args, "guarded job")?;
         }
-        ensure!(timed > 0, "the job of {pes} PEs reported no timing");
     }
+    Ok(())
+}
+
+/// Runs one job of `pes` PEs and reports the rows root rank 0 timed (at least one).
+fn report_job(report: &mut Report, pes: usize, pe_args: &[&str], what: &str) -> Result<()> {
+    let job = launch::run_job(pes, pe_args).with_context(|| format!("{what} of {pes} PEs"))?;
+    let mut timed = 0;
+    for (rank, _, message) in job.messages::<PeMessage>()? {
+        let PeMessage::Timed {
+            op,
+            layer,
+            bytes,
+            timing,
+            reference,
+        } = message
+        else {
+            continue;
+        };
+        ensure!(rank == 0, "PE {rank} reported a timing; only rank 0 should");
+        let reference = reference.as_ref().map(|(name, ns)| (name.as_str(), *ns));
+        report.row(&Row::new(&op, &layer, bytes, pes, &timing, reference))?;
+        timed += 1;
+    }
+    ensure!(timed > 0, "the {what} of {pes} PEs reported no timing");
     Ok(())
 }
 
@@ -345,6 +370,9 @@ fn time_start_up(pes: usize, method: &Method, pe_args: &[&str]) -> Result<Vec<Ti
 
 /// The PE side.
 pub fn run_pe(args: &PeArgs) -> Result<()> {
+    if args.lifecycle {
+        return run_pe_lifecycle(args);
+    }
     let started = Instant::now();
     let world = World::from_env().context("join the world")?;
     let joined = Instant::now();
@@ -387,6 +415,33 @@ pub fn run_pe(args: &PeArgs) -> Result<()> {
         .shutdown()
         .map_err(|e| anyhow::anyhow!("shutdown: {e}"))?;
     world.control().barrier().context("leave the job")
+}
+
+/// The PE side of the guarded job: the runtime comes from `lifecycle::acquire` (over the whole
+/// world) and the whole benchmark runs inside one `lifecycle::guarded` call, in which each
+/// timed call takes the guard again (it nests).
+fn run_pe_lifecycle(args: &PeArgs) -> Result<()> {
+    lifecycle::acquire(None, Some(args.heap)).context("acquire the runtime")?;
+    let mut outcome = Ok(());
+    lifecycle::guarded("hm-bench", |shmem| {
+        outcome = (|| {
+            if !args.no_pin {
+                pin_main_thread(shmem.rank())?;
+            }
+            let bench = Bench {
+                shmem,
+                method: method(args.quick),
+                only: Vec::new(),
+            };
+            bench
+                .guarded_word_ops()
+                .with_context(|| format!("guarded benchmarks on rank {}", shmem.rank()))
+        })();
+        Ok(())
+    })
+    .context("enter the lifecycle guard")?;
+    outcome?;
+    lifecycle::release().context("release the runtime")
 }
 
 /// Initializes a runtime over every rank of `world` (collective): root rank 0 creates the
@@ -434,36 +489,20 @@ struct Bench<'a> {
 /// The other PE of a 2-PE job.
 const PEER: usize = 1;
 
-impl Bench<'_> {
+impl<'s> Bench<'s> {
     /// Runs every benchmark for this job's size, root rank 0 reporting.
     fn run(&self) -> Result<()> {
         let shmem = self.shmem;
-        let raw = shmem.allocate::<u64>(1, None)?;
-        shmem.atomic_set(&raw, 0, shmem.rank())?;
-        shmem.barrier()?;
         if shmem.size() != 2 {
             if self.wants(Group::Barrier) {
                 let barrier =
                     self.time_together(|ops| self.repeat(ops, || Ok(shmem.barrier()?)))?;
                 self.report("barrier", LAYER, 0, barrier, None)?;
             }
-            shmem.barrier()?;
-            shmem.free(raw)?;
-            return Ok(());
+            return Ok(shmem.barrier()?);
         }
-
         if self.wants(Group::Barrier) {
-            // Against a raw cache-line round trip between the same two processes.
-            let round_trip = self.raw_round_trip(&raw)?;
-            self.report("raw_round_trip", REFERENCE, WORD_BYTES, round_trip, None)?;
-            let barrier = self.time_together(|ops| self.repeat(ops, || Ok(shmem.barrier()?)))?;
-            self.report(
-                "barrier",
-                LAYER,
-                0,
-                barrier,
-                Some(("raw cache-line round trip", round_trip)),
-            )?;
+            self.barrier()?;
         }
         if self.wants(Group::Latency) {
             self.word_latency()?;
@@ -472,7 +511,7 @@ impl Bench<'_> {
             self.bandwidth()?;
         }
         if self.wants(Group::Pingpong) {
-            self.ping_pong(&raw)?;
+            self.ping_pong()?;
         }
         if self.wants(Group::FetchAdd) {
             self.fetch_add()?;
@@ -489,9 +528,99 @@ impl Bench<'_> {
         if self.wants(Group::AllToAll) {
             self.all_to_all()?;
         }
+        Ok(shmem.barrier()?)
+    }
+
+    /// Put 8 B + quiet, get 8 B and fetch-add on the peer's word, each through
+    /// `lifecycle::guarded` (one guard per API call, as a front calling them one by one),
+    /// interleaved with the same calls made directly (the reference: the guard's cost).
+    fn guarded_word_ops(&self) -> Result<()> {
+        let shmem = self.shmem;
+        let word = shmem.allocate::<u64>(1, None)?;
+        let counter = shmem.allocate::<u64>(1, None)?;
+        shmem.put(&word, &[0], shmem.rank())?;
+        shmem.atomic_set(&counter, 0, shmem.rank())?;
         shmem.barrier()?;
-        shmem.free(raw)?;
-        Ok(())
+        let put = |s: &Shmem, i: u64| s.put(&word, &[black_box(i)], PEER);
+        let get = |s: &Shmem, value: &mut [u64; 1]| s.get(value, &word, PEER);
+        let fetch_add = |s: &Shmem| s.atomic_fetch_add(&counter, 1u64, PEER);
+        let timings = self.time(vec![
+            self.on_root(|ops| {
+                let start = Instant::now();
+                for i in 0..ops {
+                    put(shmem, i)?;
+                    shmem.quiet();
+                }
+                Ok(start.elapsed())
+            }),
+            self.on_root(|ops| {
+                let start = Instant::now();
+                for i in 0..ops {
+                    lifecycle::guarded("put", |s| put(s, i))?;
+                    lifecycle::guarded("quiet", |s| {
+                        s.quiet();
+                        Ok(())
+                    })?;
+                }
+                Ok(start.elapsed())
+            }),
+            self.on_root(|ops| {
+                let mut value = [0u64];
+                let start = Instant::now();
+                for _ in 0..ops {
+                    get(shmem, &mut value)?;
+                    black_box(&mut value);
+                }
+                Ok(start.elapsed())
+            }),
+            self.on_root(|ops| {
+                let mut value = [0u64];
+                let start = Instant::now();
+                for _ in 0..ops {
+                    lifecycle::guarded("get", |s| get(s, &mut value))?;
+                    black_box(&mut value);
+                }
+                Ok(start.elapsed())
+            }),
+            self.on_root(|ops| {
+                let start = Instant::now();
+                for _ in 0..ops {
+                    black_box(fetch_add(shmem)?);
+                }
+                Ok(start.elapsed())
+            }),
+            self.on_root(|ops| {
+                let start = Instant::now();
+                for _ in 0..ops {
+                    black_box(lifecycle::guarded("atomic_fetch_add", fetch_add)?);
+                }
+                Ok(start.elapsed())
+            }),
+        ])?;
+        let [put, put_guarded, get, get_guarded, fetch_add, fetch_add_guarded] = timings[..] else {
+            unreachable!("six batches were timed")
+        };
+        let rows = [
+            (
+                "put_quiet_guarded",
+                put_guarded,
+                "put_quiet without the guard",
+                put,
+            ),
+            ("get_guarded", get_guarded, "get without the guard", get),
+            (
+                "fetch_add_guarded",
+                fetch_add_guarded,
+                "fetch_add without the guard",
+                fetch_add,
+            ),
+        ];
+        for (op, timing, reference, direct) in rows {
+            self.report(op, LAYER, WORD_BYTES, timing, Some((reference, direct)))?;
+        }
+        shmem.barrier()?;
+        shmem.free(counter)?;
+        Ok(shmem.free(word)?)
     }
 
     /// Whether `group` is to run.
@@ -499,7 +628,36 @@ impl Bench<'_> {
         self.only.is_empty() || self.only.contains(&group)
     }
 
-    /// Put 8 B + quiet and get 8 B towards the peer, and the raw store+fence / load floors.
+    /// The barrier of 2 PEs, interleaved with a raw cache-line round trip between them.
+    fn barrier(&self) -> Result<()> {
+        let shmem = self.shmem;
+        let raw = [
+            shmem.allocate::<u64>(1, None)?,
+            shmem.allocate::<u64>(1, None)?,
+        ];
+        for word in &raw {
+            shmem.atomic_set(word, 0, shmem.rank())?;
+        }
+        shmem.barrier()?;
+        let timings = self.time(vec![
+            self.raw_round_trip([&raw[0], &raw[1]])?,
+            self.together(|ops| self.repeat(ops, || Ok(shmem.barrier()?))),
+        ])?;
+        let [round_trip, barrier] = timings[..] else {
+            unreachable!("two batches were timed")
+        };
+        self.report("raw_round_trip", REFERENCE, WORD_BYTES, round_trip, None)?;
+        let reference = Some(("raw cache-line round trip", round_trip));
+        self.report("barrier", LAYER, 0, barrier, reference)?;
+        shmem.barrier()?;
+        for word in raw {
+            shmem.free(word)?;
+        }
+        Ok(())
+    }
+
+    /// Put 8 B + quiet and get 8 B towards the peer, interleaved with the raw store+fence and
+    /// load on the same word (context, no bar ratio).
     fn word_latency(&self) -> Result<()> {
         let shmem = self.shmem;
         let word = shmem.allocate::<u64>(1, None)?;
@@ -520,55 +678,57 @@ impl Bench<'_> {
             );
         }
         shmem.barrier()?;
-        {
-            let theirs = shared_word(shmem, &word, PEER)?;
-            let store_fence = self.time_on_root(|ops| {
+        let theirs = shared_word(shmem, &word, PEER)?;
+        let timings = self.time(vec![
+            self.on_root(|ops| {
                 let start = Instant::now();
                 for i in 0..ops {
                     theirs.store(black_box(i), Ordering::Relaxed);
                     fence(Ordering::SeqCst);
                 }
                 Ok(start.elapsed())
-            })?;
-            self.report("raw_store_fence", REFERENCE, WORD_BYTES, store_fence, None)?;
-            let load = self.time_on_root(|ops| {
+            }),
+            self.on_root(|ops| {
+                let start = Instant::now();
+                for i in 0..ops {
+                    shmem.put(&word, &[black_box(i)], PEER)?;
+                    shmem.quiet();
+                }
+                Ok(start.elapsed())
+            }),
+            self.on_root(|ops| {
                 let start = Instant::now();
                 for _ in 0..ops {
                     black_box(theirs.load(Ordering::Relaxed));
                 }
                 Ok(start.elapsed())
-            })?;
-            self.report("raw_load", REFERENCE, WORD_BYTES, load, None)?;
-        }
-        let put = self.time_on_root(|ops| {
-            let start = Instant::now();
-            for i in 0..ops {
-                shmem.put(&word, &[black_box(i)], PEER)?;
-                shmem.quiet();
-            }
-            Ok(start.elapsed())
-        })?;
+            }),
+            self.on_root(|ops| {
+                let mut value = [0u64];
+                let start = Instant::now();
+                for _ in 0..ops {
+                    shmem.get(&mut value, &word, PEER)?;
+                    black_box(&mut value);
+                }
+                Ok(start.elapsed())
+            }),
+        ])?;
+        let [store_fence, put, load, get] = timings[..] else {
+            unreachable!("four batches were timed")
+        };
+        self.report("raw_store_fence", REFERENCE, WORD_BYTES, store_fence, None)?;
         self.report("put_quiet", LAYER, WORD_BYTES, put, None)?;
-        let get = self.time_on_root(|ops| {
-            let mut value = [0u64];
-            let start = Instant::now();
-            for _ in 0..ops {
-                shmem.get(&mut value, &word, PEER)?;
-                black_box(&mut value);
-            }
-            Ok(start.elapsed())
-        })?;
+        self.report("raw_load", REFERENCE, WORD_BYTES, load, None)?;
         self.report("get", LAYER, WORD_BYTES, get, None)?;
         shmem.barrier()?;
-        shmem.free(word)?;
-        Ok(())
+        Ok(shmem.free(word)?)
     }
 
-    /// Put and get bandwidth per size, each against memcpy between two private buffers of the
-    /// same size (the same working set: source + destination of that size). The private
+    /// Put and get bandwidth per size, interleaved with memcpy between two private buffers of
+    /// the same size (the same working set: source + destination of that size). The private
     /// buffers start on a cache line, like every heap allocation, so memcpy sees the same
     /// relative alignment in the reference and in the put/get (a source 16 bytes off a line,
-    /// as `malloc` gives, makes a 64 KiB `rep movsb` copy up to ≈ 30 % slower on this CPU).
+    /// as `malloc` gives, made a 64 KiB `rep movsb` copy up to ≈ 30 % slower on this CPU).
     fn bandwidth(&self) -> Result<()> {
         let shmem = self.shmem;
         let largest = BANDWIDTH_BYTES[BANDWIDTH_BYTES.len() - 1];
@@ -580,140 +740,183 @@ impl Bench<'_> {
             *byte = (i % 251) as u8;
         }
         let source = source.bytes();
-        let mut destination = LineAligned::new(largest, 0x5a);
-        let destination = destination.bytes_mut();
+        let mut copy = LineAligned::new(largest, 0x5a);
+        let mut landing = LineAligned::new(largest, 0xa5);
         shmem.put(&remote, source, shmem.rank())?;
         shmem.barrier()?;
         for bytes in BANDWIDTH_BYTES {
             let target = remote.view(..bytes)?;
-            let memcpy = self.time_on_root(|ops| {
-                let start = Instant::now();
-                for _ in 0..ops {
-                    destination[..bytes].copy_from_slice(black_box(&source[..bytes]));
-                    black_box(&mut *destination);
-                }
-                Ok(start.elapsed())
-            })?;
+            let copy = &mut copy.bytes_mut()[..bytes];
+            let landing = &mut landing.bytes_mut()[..bytes];
+            let source = &source[..bytes];
+            let timings = self.time(vec![
+                self.on_root(|ops| {
+                    let start = Instant::now();
+                    for _ in 0..ops {
+                        copy.copy_from_slice(black_box(source));
+                        black_box(&mut *copy);
+                    }
+                    Ok(start.elapsed())
+                }),
+                self.on_root(|ops| {
+                    let start = Instant::now();
+                    for _ in 0..ops {
+                        shmem.put(&target, black_box(source), PEER)?;
+                        shmem.quiet();
+                    }
+                    Ok(start.elapsed())
+                }),
+                self.on_root(|ops| {
+                    let start = Instant::now();
+                    for _ in 0..ops {
+                        shmem.get(&mut *landing, &target, PEER)?;
+                        black_box(&mut *landing);
+                    }
+                    Ok(start.elapsed())
+                }),
+            ])?;
+            let [memcpy, put, get] = timings[..] else {
+                unreachable!("three batches were timed")
+            };
             self.report("memcpy", REFERENCE, bytes, memcpy, None)?;
             let same_size = Some(("memcpy of the same size", memcpy));
-            let put = self.time_on_root(|ops| {
-                let start = Instant::now();
-                for _ in 0..ops {
-                    shmem.put(&target, black_box(&source[..bytes]), PEER)?;
-                    shmem.quiet();
-                }
-                Ok(start.elapsed())
-            })?;
             self.report("put_bandwidth", LAYER, bytes, put, same_size)?;
-            let get = self.time_on_root(|ops| {
-                let start = Instant::now();
-                for _ in 0..ops {
-                    shmem.get(&mut destination[..bytes], &target, PEER)?;
-                    black_box(&mut *destination);
-                }
-                Ok(start.elapsed())
-            })?;
             self.report("get_bandwidth", LAYER, bytes, get, same_size)?;
         }
         if shmem.rank() == 0 {
-            shmem.get(destination, &remote, PEER)?;
+            let landing = landing.bytes_mut();
+            shmem.get(landing, &remote, PEER)?;
             ensure!(
-                destination[..] == source[..],
+                landing == source,
                 "get of {largest} bytes from PE {PEER} returned other bytes than were put"
             );
         }
         shmem.barrier()?;
-        shmem.free(remote)?;
-        Ok(())
+        Ok(shmem.free(remote)?)
     }
 
-    /// One-way signal ping-pong (signal, and put_signal of 8 B) between PEs 0 and 1, each right
-    /// after a raw cache-line ping-pong between the same two processes.
-    fn ping_pong(&self, raw: &Allocation<u64>) -> Result<()> {
+    /// One-way signal ping-pong (signal, and put_signal of 8 B) between PEs 0 and 1,
+    /// interleaved with a raw cache-line ping-pong between the same two processes on a pair of
+    /// symmetric words (the reference: PE 0 spins on one, PE 1 on the other), and for context
+    /// on one word (each PE spins on its copy: the two lines then sit at the same offset of
+    /// the two heaps, as a signal word's copies do).
+    fn ping_pong(&self) -> Result<()> {
         let shmem = self.shmem;
+        let raw = shmem.allocate::<u64>(1, None)?;
+        let raw_pair = shmem.allocate::<u64>(1, None)?;
         let flag = shmem.allocate::<u64>(1, None)?;
+        let put_flag = shmem.allocate::<u64>(1, None)?;
         let data = shmem.allocate::<u64>(1, None)?;
-        shmem.atomic_set(&flag, 0, shmem.rank())?;
+        for word in [&raw, &raw_pair, &flag, &put_flag, &data] {
+            shmem.atomic_set(word, 0, shmem.rank())?;
+        }
         shmem.barrier()?;
         let peer = 1 - shmem.rank();
-        let mut sequence = 0u64;
-        for (op, with_data) in [("pingpong_signal", false), ("pingpong_put_signal", true)] {
-            let raw_one_way = half(self.raw_round_trip(raw)?);
-            self.report("raw_one_way", REFERENCE, WORD_BYTES, raw_one_way, None)?;
-            let timing = self.time_together(|ops| {
+        // Each ping-pong counts its own round trips (both PEs alike) on its own flag.
+        let mut signals = 0u64;
+        let mut put_signals = 0u64;
+        let timings = self.time(vec![
+            self.raw_round_trip([&raw, &raw_pair])?,
+            self.raw_round_trip([&raw, &raw])?,
+            self.together(|ops| {
                 let start = Instant::now();
                 for _ in 0..ops {
-                    sequence += 1;
-                    let send = |sequence: u64| -> Result<()> {
-                        if with_data {
-                            shmem.put_signal(
-                                &data,
-                                &[sequence],
-                                &flag,
-                                sequence,
-                                SignalOp::Set,
-                                peer,
-                            )?;
-                        } else {
-                            shmem.signal(&flag, sequence, SignalOp::Set, peer)?;
-                        }
-                        Ok(())
-                    };
+                    signals += 1;
                     if shmem.rank() == 0 {
-                        send(sequence)?;
-                        shmem.wait_signal(&flag, sequence, Comparison::Eq, None)?;
+                        shmem.signal(&flag, signals, SignalOp::Set, peer)?;
+                        shmem.wait_signal(&flag, signals, Comparison::Eq, None)?;
                     } else {
-                        shmem.wait_signal(&flag, sequence, Comparison::Eq, None)?;
-                        send(sequence)?;
+                        shmem.wait_signal(&flag, signals, Comparison::Eq, None)?;
+                        shmem.signal(&flag, signals, SignalOp::Set, peer)?;
                     }
                 }
                 Ok(start.elapsed())
-            })?;
-            self.report(
-                op,
-                LAYER,
-                WORD_BYTES,
-                half(timing),
-                Some(("raw cache-line ping-pong, one way", raw_one_way)),
-            )?;
-        }
+            }),
+            self.together(|ops| {
+                let start = Instant::now();
+                for _ in 0..ops {
+                    put_signals += 1;
+                    let n = put_signals;
+                    if shmem.rank() == 0 {
+                        shmem.put_signal(&data, &[n], &put_flag, n, SignalOp::Set, peer)?;
+                        shmem.wait_signal(&put_flag, n, Comparison::Eq, None)?;
+                    } else {
+                        shmem.wait_signal(&put_flag, n, Comparison::Eq, None)?;
+                        shmem.put_signal(&data, &[n], &put_flag, n, SignalOp::Set, peer)?;
+                    }
+                }
+                Ok(start.elapsed())
+            }),
+        ])?;
+        let [round_trip, round_trip_same_offset, signal, put_signal] = timings[..] else {
+            unreachable!("four batches were timed")
+        };
+        let one_way = half(round_trip);
+        self.report("raw_one_way", REFERENCE, WORD_BYTES, one_way, None)?;
+        let same_offset = half(round_trip_same_offset);
+        self.report(
+            "raw_one_way_same_offset",
+            REFERENCE,
+            WORD_BYTES,
+            same_offset,
+            None,
+        )?;
+        let reference = Some(("raw cache-line ping-pong, one way", one_way));
+        self.report(
+            "pingpong_signal",
+            LAYER,
+            WORD_BYTES,
+            half(signal),
+            reference,
+        )?;
+        self.report(
+            "pingpong_put_signal",
+            LAYER,
+            WORD_BYTES,
+            half(put_signal),
+            reference,
+        )?;
         let mut last = [0u64];
         shmem.get(&mut last, &data, shmem.rank())?;
         ensure!(
-            last == [sequence],
-            "put_signal delivered {last:?}, expected [{sequence}]"
+            last == [put_signals],
+            "put_signal delivered {last:?}, expected [{put_signals}]"
         );
         shmem.barrier()?;
-        shmem.free(data)?;
-        shmem.free(flag)?;
+        for word in [data, put_flag, flag, raw_pair, raw] {
+            shmem.free(word)?;
+        }
         Ok(())
     }
 
-    /// Remote fetch-add on the peer's word, and the raw `lock xadd` on the same word.
+    /// Remote fetch-add on the peer's word, interleaved with the raw `lock xadd` on the same
+    /// word (context, no bar ratio).
     fn fetch_add(&self) -> Result<()> {
         let shmem = self.shmem;
         let counter = shmem.allocate::<u64>(1, None)?;
         shmem.atomic_set(&counter, 0, shmem.rank())?;
         shmem.barrier()?;
-        {
-            let theirs = shared_word(shmem, &counter, PEER)?;
-            let raw = self.time_on_root(|ops| {
+        let theirs = shared_word(shmem, &counter, PEER)?;
+        let mut previous = None;
+        let timings = self.time(vec![
+            self.on_root(|ops| {
                 let start = Instant::now();
                 for _ in 0..ops {
                     black_box(theirs.fetch_add(1, Ordering::SeqCst));
                 }
                 Ok(start.elapsed())
-            })?;
-            self.report("raw_fetch_add", REFERENCE, WORD_BYTES, raw, None)?;
-        }
-        let mut previous = None;
-        let fetch_add = self.time_on_root(|ops| {
-            let start = Instant::now();
-            for _ in 0..ops {
-                previous = Some(black_box(shmem.atomic_fetch_add(&counter, 1u64, PEER)?));
-            }
-            Ok(start.elapsed())
-        })?;
+            }),
+            self.on_root(|ops| {
+                let start = Instant::now();
+                for _ in 0..ops {
+                    previous = Some(black_box(shmem.atomic_fetch_add(&counter, 1u64, PEER)?));
+                }
+                Ok(start.elapsed())
+            }),
+        ])?;
+        let [raw, fetch_add] = timings[..] else {
+            unreachable!("two batches were timed")
+        };
         if shmem.rank() == 0 {
             let now = shmem.atomic_fetch(&counter, PEER)?;
             ensure!(
@@ -721,14 +924,15 @@ impl Bench<'_> {
                 "fetch-add returned {previous:?} but the word now holds {now}"
             );
         }
+        self.report("raw_fetch_add", REFERENCE, WORD_BYTES, raw, None)?;
         self.report("fetch_add", LAYER, WORD_BYTES, fetch_add, None)?;
         shmem.barrier()?;
-        shmem.free(counter)?;
-        Ok(())
+        Ok(shmem.free(counter)?)
     }
 
-    /// All-to-all of [`ALL_TO_ALL_BLOCK`] per pair, against two memcpys of a block (what each
-    /// PE copies), same working set.
+    /// All-to-all of [`ALL_TO_ALL_BLOCK`] per pair, interleaved with two memcpys of a block by
+    /// PE 0 alone (what each PE copies, same working set: the reference) and by both PEs at
+    /// once (context).
     fn all_to_all(&self) -> Result<()> {
         let shmem = self.shmem;
         let total = ALL_TO_ALL_BLOCK * shmem.size();
@@ -738,11 +942,11 @@ impl Bench<'_> {
             *byte = (i % 241) as u8 ^ shmem.rank() as u8;
         }
         let source = source.bytes();
-        let mut destination = LineAligned::new(total, 0x5a);
-        let destination = destination.bytes_mut();
-        shmem.put(&target, destination, shmem.rank())?;
+        let mut alone = LineAligned::new(total, 0x5a);
+        let mut concurrent = LineAligned::new(total, 0x5a);
+        shmem.put(&target, alone.bytes(), shmem.rank())?;
         shmem.barrier()?;
-        let mut copy_blocks = |ops: u64| {
+        let copy_blocks = |destination: &mut [u8], ops: u64| {
             let start = Instant::now();
             for _ in 0..ops {
                 for block in 0..shmem.size() {
@@ -753,27 +957,26 @@ impl Bench<'_> {
             }
             Ok(start.elapsed())
         };
-        // Context: the same copies on every PE at once (both cores share caches and memory).
-        let concurrent = self.time_together(&mut copy_blocks)?;
+        let alone = alone.bytes_mut();
+        let concurrent = concurrent.bytes_mut();
+        let timings = self.time(vec![
+            self.on_root(|ops| copy_blocks(alone, ops)),
+            self.together(|ops| copy_blocks(concurrent, ops)),
+            self.together(|ops| self.repeat(ops, || Ok(shmem.all_to_all(&target, source)?))),
+        ])?;
+        let [memcpy, memcpy_concurrent, all_to_all] = timings[..] else {
+            unreachable!("three batches were timed")
+        };
+        self.report("memcpy_x2", REFERENCE, ALL_TO_ALL_BLOCK, memcpy, None)?;
         self.report(
             "memcpy_x2_concurrent",
             REFERENCE,
             ALL_TO_ALL_BLOCK,
-            concurrent,
+            memcpy_concurrent,
             None,
         )?;
-        // The reference of the bar: PE 0 alone.
-        let memcpy = self.time_on_root(&mut copy_blocks)?;
-        self.report("memcpy_x2", REFERENCE, ALL_TO_ALL_BLOCK, memcpy, None)?;
-        let all_to_all =
-            self.time_together(|ops| self.repeat(ops, || Ok(shmem.all_to_all(&target, source)?)))?;
-        self.report(
-            "all_to_all",
-            LAYER,
-            ALL_TO_ALL_BLOCK,
-            all_to_all,
-            Some(("memcpy of 1 MiB x2", memcpy)),
-        )?;
+        let reference = Some(("memcpy of 1 MiB x2", memcpy));
+        self.report("all_to_all", LAYER, ALL_TO_ALL_BLOCK, all_to_all, reference)?;
         // Block `peer` of this PE's target came from `peer`'s block `rank`.
         let mut received = vec![0u8; total];
         shmem.get(&mut received, &target, shmem.rank())?;
@@ -787,19 +990,21 @@ impl Bench<'_> {
             );
         }
         shmem.barrier()?;
-        shmem.free(target)?;
-        Ok(())
+        Ok(shmem.free(target)?)
     }
 
-    /// Round trip of a raw cache-line ping-pong between PEs 0 and 1 on `raw` (each PE spins on
-    /// its own copy and stores into the peer's), timed by rank 0.
-    fn raw_round_trip(&self, raw: &Allocation<u64>) -> Result<Timing> {
+    /// A batch of raw cache-line round trips between PEs 0 and 1, timed by rank 0: PE r spins
+    /// on its own copy of `words[r]` and stores into the peer's copy of `words[peer]`. With two
+    /// words the two lines sit at different offsets of the two heaps; with the same word twice
+    /// at the same offset, as a signal word's copies do (a power-of-two distance apart).
+    fn raw_round_trip<'b>(&'b self, words: [&'b Allocation<u64>; 2]) -> Result<Batch<'b>> {
         let shmem = self.shmem;
-        let mine = shared_word(shmem, raw, shmem.rank())?;
-        let theirs = shared_word(shmem, raw, 1 - shmem.rank())?;
+        let (rank, peer) = (shmem.rank(), 1 - shmem.rank());
+        let mine = shared_word(shmem, words[rank], rank)?;
+        let theirs = shared_word(shmem, words[peer], peer)?;
         // Both copies hold the last value this PE received (the peer's sequence is the same).
         let mut sequence = mine.load(Ordering::Acquire);
-        self.time_together(|ops| {
+        Ok(self.together(move |ops| {
             let start = Instant::now();
             for _ in 0..ops {
                 sequence += 1;
@@ -812,7 +1017,7 @@ impl Bench<'_> {
                 }
             }
             Ok(start.elapsed())
-        })
+        }))
     }
 
     /// Calls `op` `ops` times on this PE; the batch's duration.
@@ -824,15 +1029,25 @@ impl Bench<'_> {
         Ok(start.elapsed())
     }
 
-    /// [`Bench::time_together`] where only root rank 0 runs `batch` (the others wait).
-    fn time_on_root(&self, mut batch: impl FnMut(u64) -> Result<Duration>) -> Result<Timing> {
-        let root = self.shmem.rank() == 0;
-        self.time_together(|ops| if root { batch(ops) } else { Ok(Duration::ZERO) })
+    /// `batch` as every rank runs it: see [`together`].
+    fn together<'b>(&'b self, batch: impl FnMut(u64) -> Result<Duration> + 'b) -> Batch<'b> {
+        together(self.shmem, batch)
     }
 
-    /// See [`time_together`].
+    /// [`Bench::together`] where only root rank 0 runs `batch` (the others wait).
+    fn on_root<'b>(&'b self, mut batch: impl FnMut(u64) -> Result<Duration> + 'b) -> Batch<'b> {
+        let root = self.shmem.rank() == 0;
+        self.together(move |ops| if root { batch(ops) } else { Ok(Duration::ZERO) })
+    }
+
+    /// Times one batch made by [`Bench::together`].
     fn time_together(&self, batch: impl FnMut(u64) -> Result<Duration>) -> Result<Timing> {
-        time_together(self.shmem, &self.method, batch)
+        time_batches(&self.method, together(self.shmem, batch))
+    }
+
+    /// Times batches made by [`Bench::together`] / [`Bench::on_root`], interleaved.
+    fn time(&self, mut batches: Vec<Batch<'_>>) -> Result<Vec<Timing>> {
+        time_interleaved(&self.method, &mut batches)
     }
 
     /// Root rank 0 prints a row (the other ranks measured along but print nothing).
@@ -857,15 +1072,14 @@ impl Bench<'_> {
     }
 }
 
-/// Times `batch` on every rank alike: each batch starts right after a barrier on the shared
-/// heap, and root rank 0's duration is broadcast over the control plane (after the clock
-/// stops), so every rank calibrates the same way and makes the same calls.
-fn time_together(
-    shmem: &Shmem,
-    method: &Method,
-    mut batch: impl FnMut(u64) -> Result<Duration>,
-) -> Result<Timing> {
-    time_batches(method, |ops| {
+/// `batch` made collective: each call starts right after a barrier on the shared heap, and
+/// root rank 0's duration is broadcast over the control plane (after the clock stops) and
+/// returned on every rank, so every rank calibrates the same way and makes the same calls.
+fn together<'b>(
+    shmem: &'b Shmem,
+    mut batch: impl FnMut(u64) -> Result<Duration> + 'b,
+) -> Batch<'b> {
+    Box::new(move |ops| {
         shmem.barrier()?;
         let took = nanos(batch(ops)?);
         let root_took = shmem.control().broadcast(&took.to_le_bytes())?;

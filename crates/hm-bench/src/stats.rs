@@ -103,16 +103,53 @@ pub struct Timing {
 /// Most calls a calibrated batch may hold before the clock is deemed broken.
 const MAX_BATCH_OPS: u64 = 1 << 40;
 
+/// A timed batch: `batch(ops)` makes `ops` calls and returns how long they took.
+pub type Batch<'a> = Box<dyn FnMut(u64) -> Result<Duration> + 'a>;
+
 /// Times an operation: `batch(ops)` makes `ops` calls and returns how long they took.
 ///
 /// Warm-up is the calibration: batches of 1, 2, 4, … calls until two batches of one size in a
 /// row take at least [`Method::batch_target`] (one slow batch — a descheduled PE, a late
 /// wake-up — must not stop the calibration at a size that is far too small); then
 /// [`Method::trials`] batches of that size are timed.
-pub fn time_batches(
-    method: &Method,
-    mut batch: impl FnMut(u64) -> Result<Duration>,
-) -> Result<Timing> {
+pub fn time_batches(method: &Method, batch: impl FnMut(u64) -> Result<Duration>) -> Result<Timing> {
+    let mut batches: [Batch<'_>; 1] = [Box::new(batch)];
+    let mut timings = time_interleaved(method, &mut batches)?;
+    Ok(timings.remove(0))
+}
+
+/// Times several operations in the same stretch of time: each is calibrated as by
+/// [`time_batches`], then the trials alternate — one batch of each, in order, per trial — so
+/// a reference and the operation compared with it see the same machine (on a shared VM the
+/// cost of a cache-line transfer can change several-fold when the host moves a virtual CPU).
+pub fn time_interleaved(method: &Method, batches: &mut [Batch<'_>]) -> Result<Vec<Timing>> {
+    let mut sizes = Vec::with_capacity(batches.len());
+    for batch in batches.iter_mut() {
+        sizes.push(calibrate(method, batch)?);
+    }
+    let mut samples: Vec<Vec<f64>> = batches
+        .iter()
+        .map(|_| Vec::with_capacity(method.trials))
+        .collect();
+    for _ in 0..method.trials {
+        for ((batch, &ops), samples) in batches.iter_mut().zip(&sizes).zip(&mut samples) {
+            samples.push(batch(ops)?.as_nanos() as f64 / ops as f64);
+        }
+    }
+    samples
+        .iter()
+        .zip(sizes)
+        .map(|(samples, ops)| {
+            Ok(Timing {
+                per_op: Summary::of(samples)?,
+                batch_ops: ops,
+            })
+        })
+        .collect()
+}
+
+/// The calls per batch: doubles until two batches in a row reach the target.
+fn calibrate(method: &Method, batch: &mut Batch<'_>) -> Result<u64> {
     let mut ops: u64 = 1;
     while batch(ops)? < method.batch_target || batch(ops)? < method.batch_target {
         ops = ops
@@ -122,13 +159,7 @@ pub fn time_batches(
             "a batch of 2^40 calls still took less than the batch target; is the clock working?",
         )?;
     }
-    let samples = (0..method.trials)
-        .map(|_| batch(ops).map(|took| took.as_nanos() as f64 / ops as f64))
-        .collect::<Result<Vec<f64>>>()?;
-    Ok(Timing {
-        per_op: Summary::of(&samples)?,
-        batch_ops: ops,
-    })
+    Ok(ops)
 }
 
 #[cfg(test)]
@@ -187,6 +218,46 @@ mod tests {
         .unwrap();
         assert_eq!(sizes, [1, 2, 2, 4, 8, 16, 16, 16]);
         assert_eq!(timing.batch_ops, 16);
+    }
+
+    #[test]
+    fn interleaved_operations_are_calibrated_apart_and_alternate_trials() {
+        let method = Method {
+            batch_target: Duration::from_micros(100),
+            trials: 2,
+            launches: 1,
+        };
+        let calls = std::cell::RefCell::new(Vec::new());
+        let mut batches: [Batch<'_>; 2] = [
+            Box::new(|ops| {
+                calls.borrow_mut().push(('a', ops));
+                Ok(Duration::from_micros(50 * ops))
+            }),
+            Box::new(|ops| {
+                calls.borrow_mut().push(('b', ops));
+                Ok(Duration::from_micros(30 * ops))
+            }),
+        ];
+        let timings = time_interleaved(&method, &mut batches).unwrap();
+        drop(batches);
+        assert_eq!(
+            calls.into_inner(),
+            [
+                ('a', 1),
+                ('a', 2),
+                ('a', 2),
+                ('b', 1),
+                ('b', 2),
+                ('b', 4),
+                ('b', 4),
+                ('a', 2),
+                ('b', 4),
+                ('a', 2),
+                ('b', 4)
+            ]
+        );
+        assert_eq!(timings[0].per_op.median_ns, 50_000.0);
+        assert_eq!(timings[1].per_op.median_ns, 30_000.0);
     }
 
     #[test]
