@@ -73,12 +73,9 @@ impl Shmem {
         };
         let control = self.segment.control();
         let outcome = sync::barrier(&control.barrier, self.size as u32, &control.abort, &policy);
-        self.wait_outcome(
-            operation,
-            outcome,
-            started,
-            || "not every PE reached the barrier".to_string(),
-        )
+        self.wait_outcome(operation, outcome, started, || {
+            "not every PE reached the barrier".to_string()
+        })
     }
 
     /// Gathers every PE's `input` into every PE's `output`, in rank order: `output` holds
