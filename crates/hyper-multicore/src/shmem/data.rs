@@ -440,13 +440,14 @@ impl Shmem {
         }
         let offset = self.locate(OP, region, self.rank)?;
         let mapping = self.segment.mapping();
+        // The word is located and checked once, not on every spin of the wait.
+        let narrow = (std::mem::size_of::<W>() == 4).then(|| mapping.words::<AtomicU32>(offset));
+        let wide = (std::mem::size_of::<W>() == 8).then(|| mapping.words::<AtomicU64>(offset));
         let load = || -> W {
-            if std::mem::size_of::<W>() == 4 {
-                W::from_bits(u64::from(
-                    mapping.words::<AtomicU32>(offset).load(Ordering::SeqCst),
-                ))
-            } else {
-                W::from_bits(mapping.words::<AtomicU64>(offset).load(Ordering::SeqCst))
+            match (narrow, wide) {
+                (Some(word), _) => W::from_bits(u64::from(word.load(Ordering::SeqCst))),
+                (_, Some(word)) => W::from_bits(word.load(Ordering::SeqCst)),
+                (None, None) => unreachable!("atomic words are 4 or 8 bytes"),
             }
         };
         let started = Instant::now();

@@ -16,7 +16,7 @@ use rustix::net::{
     recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags,
 };
-use rustix::process::{getpid, getuid, Pid};
+use rustix::process::{getuid, Pid};
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -200,9 +200,4 @@ pub(crate) fn receive(name: &[u8], root_pid: u32, deadline: Instant) -> Result<O
             "root rank 0 closed the handoff without sending the heap segment",
         )
     })
-}
-
-/// This process's pid, as exchanged during initialize.
-pub(crate) fn own_pid() -> u32 {
-    getpid().as_raw_nonzero().get() as u32
 }

@@ -590,7 +590,7 @@ fn introduce(heap_size: u64) -> Result<Introduction> {
         heap_size,
         host,
         uid: rustix::process::getuid().as_raw(),
-        pid: handoff::own_pid(),
+        pid: std::process::id(),
     })
 }
 
