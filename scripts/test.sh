@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Runs every test of the project: unit, property and multi-process tests of every crate, the
-# loom models of the shared-memory protocols, the chaos suite's bounded form, the benchmark harness
-# in smoke mode and the Python front's pytest suite.
+# Runs every test of the project: rustfmt and clippy, unit, property and multi-process tests of
+# every crate, the loom models of the shared-memory protocols, the chaos suite's bounded form, the
+# benchmark harness in smoke mode and the Python front's pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Lints first: formatting, then clippy with every warning an error (undocumented unsafe blocks
+# among them, see [workspace.lints] in Cargo.toml).
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 # The barrier / signal / abort protocols under loom (a separate build with --cfg loom).

@@ -174,6 +174,33 @@ impl JobResult {
         self
     }
 
+    /// Panics unless every PE ran exactly one test, the one named `test`: a child started with
+    /// a name that matches no test runs nothing and exits 0, which would let a job pass
+    /// vacuously. libtest announces `running N tests` before the test starts (a line on a pipe,
+    /// so it is out even when the PE is killed afterwards).
+    fn assert_each_ran(&self, test: &str) {
+        let idle: Vec<String> = self
+            .pes
+            .iter()
+            .filter(|p| !p.stdout.lines().any(|l| l.trim() == "running 1 test"))
+            .map(|p| {
+                let announced = p
+                    .stdout
+                    .lines()
+                    .find(|l| l.starts_with("running "))
+                    .unwrap_or("no test run announced");
+                format!("rank {} ({announced})", p.rank)
+            })
+            .collect();
+        assert!(
+            idle.is_empty(),
+            "PEs ran no test named {test:?} (or more than one): {}; name the child test by the \
+             test function itself (stringify!) so it cannot drift\n{}",
+            idle.join(", "),
+            self.describe()
+        );
+    }
+
     /// The result of PE `rank`.
     pub fn pe(&self, rank: usize) -> &PeResult {
         self.pes
@@ -299,7 +326,9 @@ impl Job {
                 });
             }
         }
-        JobResult { pes }
+        let result = JobResult { pes };
+        result.assert_each_ran(&self.test);
+        result
     }
 
     fn kill_all(&self) {
