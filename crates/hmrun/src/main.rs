@@ -118,6 +118,7 @@ fn launch(cli: Cli) -> anyhow::Result<u8> {
     let mut command = cli.command.into_iter();
     let arg0 = command.next().expect("clap requires PROGRAM");
     let config = Config::from_env().map_err(|err| UsageError(err.to_string()))?;
+    hyper_multicore::logging::install_as("hmrun").map_err(|err| UsageError(err.to_string()))?;
     let program = program::resolve(&arg0, std::env::var_os("PATH").as_deref())
         .map_err(|err| UsageError(err.to_string()))?;
     let spec = JobSpec {

@@ -38,6 +38,9 @@ pub const TIMEOUT_SEC: &str = "HYPER_MULTICORE_SHMEM_TIMEOUT_SEC";
 pub const BOOTSTRAP_ENDPOINT: &str = "HYPER_MULTICORE_SHMEM_BOOTSTRAP_ENDPOINT";
 /// Log level of the runtime's tracing output.
 pub const LOG_LEVEL: &str = "HYPER_MULTICORE_SHMEM_LOG_LEVEL";
+/// The control plane's rendezvous secret where no private channel distributes one (torchrun):
+/// 32 hex digits, or the path of a file holding them.
+pub const SECRET: &str = "HYPER_MULTICORE_SHMEM_SECRET";
 /// This process's rank in the world (set by hmrun).
 pub const RANK: &str = "HYPER_MULTICORE_RANK";
 /// Number of processes in the world (set by hmrun).
@@ -78,6 +81,15 @@ pub const VARIABLES: &[Variable] = &[
         name: LOG_LEVEL,
         default: "warn",
         meaning: "runtime log level: off, error, warn, info, debug or trace",
+    },
+    Variable {
+        name: SECRET,
+        default: "(unset: under torchrun the secret is derived from public launch values, with a \
+                  warning)",
+        meaning: "the world control plane's rendezvous secret under torchrun: 32 hex digits \
+                  (128 bits), or the path of a file holding them; give every rank the same value \
+                  (e.g. `export HYPER_MULTICORE_SHMEM_SECRET=$(openssl rand -hex 16)` on the \
+                  launching host); the Python front under torch.distributed sets it itself",
     },
     Variable {
         name: RANK,
@@ -234,6 +246,45 @@ pub fn parse_endpoint(text: &str) -> std::result::Result<SocketAddr, String> {
         .ok_or_else(|| format!("{host_port:?} resolves to no address"))
 }
 
+/// Reads [`SECRET`]: `Ok(None)` when unset; the secret when it holds 32 hex digits or names a
+/// file holding them; else an error naming the variable.
+pub fn secret_from_lookup(
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Option<[u8; crate::control::SECRET_LEN]>> {
+    let Some(text) = lookup(SECRET) else {
+        return Ok(None);
+    };
+    let text = text.trim();
+    if let Some(secret) = parse_secret(text) {
+        return Ok(Some(secret));
+    }
+    let content = std::fs::read_to_string(text).map_err(|e| {
+        invalid_variable(
+            SECRET,
+            "(hidden)",
+            &format!("it is neither 32 hex digits nor a readable file ({e})"),
+        )
+    })?;
+    parse_secret(content.trim()).map(Some).ok_or_else(|| {
+        invalid_variable(
+            SECRET,
+            text,
+            "the file does not hold 32 hex digits (128 bits)",
+        )
+    })
+}
+
+fn parse_secret(text: &str) -> Option<[u8; crate::control::SECRET_LEN]> {
+    let mut secret = [0u8; crate::control::SECRET_LEN];
+    if text.len() != 2 * secret.len() || !text.is_ascii() {
+        return None;
+    }
+    for (byte, pair) in secret.iter_mut().zip(text.as_bytes().chunks(2)) {
+        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(secret)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -307,6 +358,30 @@ mod tests {
                 "docs/configuration.md misses {}",
                 variable.name
             );
+        }
+    }
+
+    #[test]
+    fn secrets_are_hex_or_a_file_of_hex() {
+        let hex = "00112233445566778899aabbccddeeff";
+        let expected: [u8; 16] = std::array::from_fn(|i| (i as u8) * 0x11);
+        let lookup = |value: String| move |n: &str| (n == SECRET).then(|| value.clone());
+        assert_eq!(secret_from_lookup(|_| None).unwrap(), None);
+        assert_eq!(
+            secret_from_lookup(lookup(hex.into())).unwrap(),
+            Some(expected)
+        );
+        let file = std::env::temp_dir().join(format!("hm-secret-{}", std::process::id()));
+        std::fs::write(&file, format!("{hex}\n")).unwrap();
+        let from_file = secret_from_lookup(lookup(file.display().to_string()));
+        std::fs::write(&file, "not hex").unwrap();
+        let bad_file = secret_from_lookup(lookup(file.display().to_string()));
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(from_file.unwrap(), Some(expected));
+        for bad in [bad_file, secret_from_lookup(lookup("0011".into()))] {
+            let error = bad.unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::InvalidConfig);
+            assert!(error.to_string().contains(SECRET), "{error}");
         }
     }
 

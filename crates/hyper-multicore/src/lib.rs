@@ -25,6 +25,7 @@ pub mod control;
 pub mod error;
 pub mod launch;
 pub mod lifecycle;
+pub mod logging;
 mod primitive;
 pub mod shmem;
 mod sys;

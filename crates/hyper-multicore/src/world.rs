@@ -5,8 +5,11 @@
 //! 1. hmrun's variables (`HYPER_MULTICORE_RANK`, `HYPER_MULTICORE_WORLD_SIZE`,
 //!    `HYPER_MULTICORE_LOCAL_RANK`, `HYPER_MULTICORE_WORLD_ID`),
 //! 2. torchrun's (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`): root rank 0
-//!    listens on `MASTER_PORT + 1` (or `HYPER_MULTICORE_SHMEM_BOOTSTRAP_ENDPOINT`), and the
-//!    secret is derived from the master address, port and `TORCHELASTIC_RUN_ID`,
+//!    listens on `MASTER_PORT + 1` (or `HYPER_MULTICORE_SHMEM_BOOTSTRAP_ENDPOINT`); the secret
+//!    is `HYPER_MULTICORE_SHMEM_SECRET` (the Python front sets it from a value rank 0 draws and
+//!    broadcasts over torch.distributed) — without it the secret is derived from the public
+//!    master address, port and `TORCHELASTIC_RUN_ID`, and a warning says the rendezvous is
+//!    unauthenticated,
 //! 3. nothing: a standalone world of one process.
 //!
 //! ```no_run
@@ -22,7 +25,9 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::config::{self, Config};
 use crate::control::frame::WireError;
@@ -55,6 +60,7 @@ impl World {
     /// every process of the job must make it).
     pub fn from_env() -> Result<World> {
         let config = Config::from_env()?;
+        crate::logging::install_if_unset(&config);
         World::from_lookup(|name| std::env::var(name).ok(), config)
     }
 
@@ -134,11 +140,22 @@ impl World {
             None => config::parse_endpoint(&format!("tcp://{master_addr}:{port}"))
                 .map_err(|why| invalid("MASTER_ADDR", &master_addr, &why))?,
         };
-        let run_id = lookup("TORCHELASTIC_RUN_ID").unwrap_or_default();
-        let id = UniqueId::new(
-            endpoint,
-            derive_secret(&[&master_addr, &master_port.to_string(), &run_id]),
-        );
+        let secret = match config::secret_from_lookup(lookup)? {
+            Some(secret) => secret,
+            None => {
+                tracing::warn!(
+                    "the world's rendezvous is UNAUTHENTICATED: under torchrun without {} the \
+                     secret is derived from MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RUN_ID, \
+                     which anyone on the network can know; give every rank the same secret in \
+                     {} (32 hex digits, or a file holding them)",
+                    config::SECRET,
+                    config::SECRET
+                );
+                let run_id = lookup("TORCHELASTIC_RUN_ID").unwrap_or_default();
+                derive_secret(&[&master_addr, &master_port.to_string(), &run_id])
+            }
+        };
+        let id = UniqueId::new(endpoint, secret);
         let listener = if rank == 0 && size > 1 {
             Some(bind_for(&id)?)
         } else {
@@ -159,6 +176,7 @@ impl World {
         config: Config,
         control: ControlPlane,
     ) -> World {
+        crate::logging::set_rank(control.rank());
         World {
             launcher,
             local_rank,
@@ -208,7 +226,7 @@ impl World {
         const OP: &str = "new group";
         let group_rank = self.check_members(members)?;
         let tag = {
-            let mut created = crate::control::lock_unpoisoned(&self.groups_created);
+            let mut created = self.groups_created.lock();
             let counter = created.entry(members.to_vec()).or_insert(0);
             *counter += 1;
             group_tag(members, *counter)
@@ -395,7 +413,7 @@ impl World {
     /// The process-wide world, created from the environment by the first call (a collective
     /// call then: every process of the job must make it). Later calls return the same world.
     pub fn global() -> Result<Arc<World>> {
-        let mut global = crate::control::lock_unpoisoned(&GLOBAL_WORLD);
+        let mut global = GLOBAL_WORLD.lock();
         if let Some(world) = global.as_ref() {
             return Ok(Arc::clone(world));
         }

@@ -417,3 +417,140 @@ fn a_group_root_that_cannot_create_the_id_fails_every_member() {
     }
     drop(occupied);
 }
+
+/// A PE of a torchrun-style world (the lookup hides hmrun's variables): `RANK`, `WORLD_SIZE`,
+/// `MASTER_ADDR`, `MASTER_PORT`, and the secret variable if the test set one. Barriers once.
+fn join_torchrun_world() -> hyper_multicore::Result<()> {
+    use hyper_multicore::config::{RANK, SECRET};
+    hyper_multicore::logging::install()?;
+    let rank = std::env::var(RANK).unwrap();
+    let master_port = std::env::var("HM_TEST_MASTER_PORT").unwrap();
+    let lookup = |name: &str| match name {
+        "RANK" => Some(rank.clone()),
+        "WORLD_SIZE" => Some("2".to_string()),
+        "MASTER_ADDR" => Some("127.0.0.1".to_string()),
+        "MASTER_PORT" => Some(master_port.clone()),
+        "TORCHELASTIC_RUN_ID" => Some("public-run-id".to_string()),
+        SECRET => std::env::var(SECRET).ok(),
+        _ => None,
+    };
+    let config = Config {
+        timeout: Duration::from_secs(5),
+        ..Config::default()
+    };
+    let world = World::from_lookup(lookup, config)?;
+    world.control().barrier()
+}
+
+/// Options for a torchrun-style job: a free port for the root's listener (`MASTER_PORT + 1`).
+fn torchrun_options() -> Options {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port();
+    Options::default().env("HM_TEST_MASTER_PORT", port - 1)
+}
+
+#[test]
+fn torchrun_worlds_authenticate_with_the_secret_variable() {
+    if is_pe() {
+        join_torchrun_world().unwrap();
+        return;
+    }
+    let secret = "0123456789abcdef0123456789abcdef";
+    let options = torchrun_options().env(hyper_multicore::config::SECRET, secret);
+    let job = Job::launch_with(
+        stringify!(torchrun_worlds_authenticate_with_the_secret_variable),
+        2,
+        options,
+    )
+    .wait();
+    job.assert_all_succeeded();
+    for pe in &job.pes {
+        assert!(!pe.stderr.contains("UNAUTHENTICATED"), "{}", job.describe());
+    }
+}
+
+#[test]
+fn torchrun_worlds_with_different_secrets_never_meet() {
+    if is_pe() {
+        let error = join_torchrun_world().unwrap_err();
+        println!("error: {error}");
+        std::process::exit(3);
+    }
+    let options = torchrun_options()
+        .rank_env(0, hyper_multicore::config::SECRET, "00".repeat(16))
+        .rank_env(1, hyper_multicore::config::SECRET, "11".repeat(16));
+    let job = Job::launch_with(
+        stringify!(torchrun_worlds_with_different_secrets_never_meet),
+        2,
+        options,
+    )
+    .wait();
+    let member = job.pe(1).lines_with("error: ").join("\n");
+    assert!(member.contains("wrong secret"), "{}", job.describe());
+    let root = job.pe(0).lines_with("error: ").join("\n");
+    assert!(root.contains("ranks [1]"), "{}", job.describe());
+}
+
+#[test]
+fn torchrun_worlds_without_a_secret_warn_that_they_are_unauthenticated() {
+    if is_pe() {
+        join_torchrun_world().unwrap();
+        return;
+    }
+    let job = Job::launch_with(
+        stringify!(torchrun_worlds_without_a_secret_warn_that_they_are_unauthenticated),
+        2,
+        torchrun_options(),
+    )
+    .wait();
+    job.assert_all_succeeded();
+    for pe in &job.pes {
+        let warning = pe.stderr.lines().find(|l| l.contains("UNAUTHENTICATED"));
+        let warning = warning.unwrap_or_else(|| panic!("no warning: {}", job.describe()));
+        assert!(
+            warning.starts_with(&format!("[pe {}]", pe.rank)),
+            "{warning}"
+        );
+    }
+}
+
+/// Another user on the same host cannot join a job's rendezvous, even with the right secret:
+/// rank 1 connects from a thread running as uid 65534 (Linux credentials are per thread at the
+/// system-call level), and root rank 0 refuses it by the owner of its socket.
+#[test]
+fn a_local_member_of_another_user_is_refused() {
+    if is_pe() {
+        let joined = std::thread::spawn(|| {
+            if std::env::var("HYPER_MULTICORE_RANK").as_deref() == Ok("1") {
+                rustix::thread::set_thread_uid(rustix::process::Uid::from_raw(65534))
+                    .expect("drop to uid 65534");
+            }
+            World::from_env().map(drop)
+        })
+        .join()
+        .unwrap();
+        if let Err(error) = joined {
+            println!("error: {error}");
+            std::process::exit(3);
+        }
+        return;
+    }
+    if !rustix::process::getuid().is_root() {
+        println!("SKIPPED a_local_member_of_another_user_is_refused: needs root to run a PE as another user");
+        return;
+    }
+    let options = Options::default().env(TIMEOUT_SEC, 3);
+    let job = Job::launch_with(
+        stringify!(a_local_member_of_another_user_is_refused),
+        2,
+        options,
+    )
+    .wait();
+    let member = job.pe(1).lines_with("error: ").join("\n");
+    assert!(
+        member.contains("belongs to uid 65534"),
+        "{}",
+        job.describe()
+    );
+    assert!(!job.pe(0).status.success(), "{}", job.describe());
+}

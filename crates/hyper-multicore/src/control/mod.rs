@@ -30,7 +30,9 @@ mod router;
 mod unique_id;
 
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -38,8 +40,6 @@ pub use unique_id::{BootstrapListener, UniqueId, PROTOCOL_VERSION, SECRET_LEN};
 
 use frame::{Kind, WireError};
 use rendezvous::VERDICT_GRACE;
-pub(crate) use router::lock as lock_unpoisoned;
-use router::lock;
 use router::{broadcast_abort, Link, MemberRouter, RootRouter, Shared};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -444,7 +444,7 @@ impl ControlPlane {
         deadline: Instant,
         combine: impl FnOnce(Vec<Vec<u8>>) -> Vec<u8>,
     ) -> Result<Vec<u8>> {
-        let mut sequence = lock(&self.collective_sequence);
+        let mut sequence = self.collective_sequence.lock();
         *sequence += 1;
         let Some(network) = &self.network else {
             return Ok(combine(vec![data.to_vec()]));
@@ -762,7 +762,7 @@ fn spawn_router(run: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
 }
 
 fn join_router(router: &Mutex<Option<JoinHandle<()>>>) {
-    if let Some(handle) = lock(router).take() {
+    if let Some(handle) = router.lock().take() {
         let _ = handle.join();
     }
 }
@@ -809,6 +809,13 @@ fn decode_parts(bytes: &[u8], expected: usize) -> Option<Vec<Vec<u8>>> {
         offset += len;
     }
     (offset == bytes.len()).then_some(parts)
+}
+
+/// Locks a std mutex, recovering the data if a panicking thread poisoned it.
+pub(crate) fn lock_unpoisoned<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -298,7 +298,7 @@ fn admit(
     entry: &mut Pending,
     frame: Frame,
 ) {
-    let verdict = check_hello(id, size, members, &frame);
+    let verdict = check_owner(entry).and_then(|()| check_hello(id, size, members, &frame));
     match verdict {
         Ok(rank) => {
             let stream = entry.connection.stream.try_clone();
@@ -315,6 +315,35 @@ fn admit(
             tracing::warn!(peer = ?entry.peer, "rejected a bootstrap connection: {error}");
             reject(&mut entry.connection.stream, &error);
         }
+    }
+}
+
+/// A connection from this host must come from a process of this user (the kernel's socket
+/// tables tell, as `SO_PEERCRED` does for Unix sockets): another local user cannot join even
+/// with a leaked secret. Connections from other hosts are judged by the secret alone.
+fn check_owner(entry: &Pending) -> Result<()> {
+    use crate::sys::socket_owner::{tcp_peer_owner, PeerOwner};
+    let (Some(peer), Ok(local)) = (entry.peer, entry.connection.stream.local_addr()) else {
+        return Ok(());
+    };
+    if !peer.ip().is_loopback() {
+        return Ok(());
+    }
+    let uid = rustix::process::getuid().as_raw();
+    let refuse = |message: String| {
+        Err(Error::new(ErrorKind::InvalidArgument, "rendezvous", message).on_rank(0))
+    };
+    match tcp_peer_owner(local, peer) {
+        PeerOwner::Uid(owner) if owner == uid => Ok(()),
+        PeerOwner::Uid(owner) => refuse(format!(
+            "a local connection from {peer} belongs to uid {owner}, but this job runs as uid \
+             {uid}; every PE of a job on one host must run as the same user"
+        )),
+        PeerOwner::NotFound => refuse(format!(
+            "the local connection from {peer} has no owner in the kernel's socket tables (it \
+             closed, or the tables are hidden); reconnect"
+        )),
+        PeerOwner::Unknown => Ok(()),
     }
 }
 

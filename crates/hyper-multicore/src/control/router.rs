@@ -10,7 +10,9 @@ use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
 use std::time::Instant;
 
 use rustix::event::{poll, PollFd, PollFlags};
@@ -43,7 +45,7 @@ impl Link {
 
     /// Sends one frame made of `parts`.
     pub(crate) fn send(&self, kind: Kind, parts: &[&[u8]]) -> std::io::Result<()> {
-        let mut writer = lock(&self.writer);
+        let mut writer = self.writer.lock();
         let sequence = writer.next_sequence;
         writer.next_sequence += 1;
         write_frame(&mut writer.stream, kind, sequence, parts)
@@ -52,7 +54,7 @@ impl Link {
     /// Says goodbye and shuts the connection down (best effort: the peer may be gone).
     pub(crate) fn close(&self) {
         let _ = self.send(Kind::Bye, &[]);
-        let writer = lock(&self.writer);
+        let writer = self.writer.lock();
         let _ = writer.stream.shutdown(Shutdown::Both);
     }
 }
@@ -121,14 +123,6 @@ impl std::fmt::Debug for Shared {
     }
 }
 
-/// Locks a mutex, recovering the data if a panicking thread poisoned it (the inbox stays
-/// consistent: every update is a single push or flag store).
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl Shared {
     pub(crate) fn new(size: usize) -> Shared {
         let inbox = Inbox {
@@ -145,7 +139,7 @@ impl Shared {
 
     /// Runs `update` on the inbox and wakes every waiter.
     pub(crate) fn update<T>(&self, update: impl FnOnce(&mut Inbox) -> T) -> T {
-        let result = update(&mut lock(&self.inbox));
+        let result = update(&mut self.inbox.lock());
         self.changed.notify_all();
         result
     }
@@ -156,7 +150,7 @@ impl Shared {
         deadline: Instant,
         mut ready: impl FnMut(&mut Inbox) -> Option<T>,
     ) -> Option<T> {
-        let mut inbox = lock(&self.inbox);
+        let mut inbox = self.inbox.lock();
         loop {
             if let Some(value) = ready(&mut inbox) {
                 return Some(value);
@@ -165,11 +159,7 @@ impl Shared {
             if now >= deadline {
                 return None;
             }
-            inbox = self
-                .changed
-                .wait_timeout(inbox, deadline - now)
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .0;
+            self.changed.wait_until(&mut inbox, deadline);
         }
     }
 
@@ -202,10 +192,11 @@ impl Shared {
         wire: WireError,
         completed: Option<u64>,
     ) -> (WireError, u64, bool) {
-        let mut inbox = lock(&self.inbox);
+        let mut inbox = self.inbox.lock();
         match &inbox.broken {
             Some(existing) => (existing.clone(), inbox.broken_after, false),
             None => {
+                tracing::debug!(reason = ?wire, "the control plane broke");
                 inbox.broken = Some(wire.clone());
                 inbox.broken_after = completed.unwrap_or(inbox.completed);
                 (wire, inbox.broken_after, true)
@@ -215,17 +206,17 @@ impl Shared {
 
     /// Second half of a break: wakes every waiter and runs the hooks.
     pub(crate) fn announce_broken(&self, reason: &WireError) {
-        lock(&self.inbox).announced = true;
+        self.inbox.lock().announced = true;
         self.changed.notify_all();
-        for hook in lock(&self.hooks).iter() {
+        for hook in self.hooks.lock().iter() {
             hook(reason);
         }
     }
 
     /// Adds a hook run when the plane breaks (at once if it is broken already).
     pub(crate) fn on_break(&self, hook: BreakHook) {
-        let mut hooks = lock(&self.hooks);
-        let broken = lock(&self.inbox).broken.clone();
+        let mut hooks = self.hooks.lock();
+        let broken = self.inbox.lock().broken.clone();
         match broken {
             Some(reason) => hook(&reason),
             None => hooks.push(hook),
