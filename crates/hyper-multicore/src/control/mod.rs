@@ -24,23 +24,25 @@
 //! # Ok::<(), hyper_multicore::Error>(())
 //! ```
 
+mod collectives;
 pub mod frame;
+mod network;
+mod point_to_point;
 mod rendezvous;
 mod router;
 mod unique_id;
 
-use std::os::unix::net::UnixStream;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 pub use unique_id::{BootstrapListener, UniqueId, PROTOCOL_VERSION, SECRET_LEN};
 
-use frame::{Kind, WireError};
+use frame::WireError;
+use network::Network;
 use rendezvous::VERDICT_GRACE;
-use router::{broadcast_abort, Link, MemberRouter, RootRouter, Shared};
+use router::Shared;
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -53,35 +55,6 @@ pub type Watch<'a> = &'a (dyn Fn() -> Result<()> + Sync);
 pub fn unwatched() -> Result<()> {
     Ok(())
 }
-
-/// The collective operations, as numbered on the wire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-enum Collective {
-    Allgather = 1,
-    Broadcast = 2,
-    Barrier = 3,
-}
-
-impl Collective {
-    fn name(self) -> &'static str {
-        match self {
-            Collective::Allgather => "allgather",
-            Collective::Broadcast => "broadcast",
-            Collective::Barrier => "barrier",
-        }
-    }
-
-    fn name_of(op: u8) -> String {
-        match op {
-            1 => "allgather".into(),
-            2 => "broadcast".into(),
-            3 => "barrier".into(),
-            other => format!("unknown collective {other}"),
-        }
-    }
-}
-
 /// A connected control plane of one group: this process is `rank` of `size`.
 ///
 /// All methods take `&self`; collectives from several threads are serialized (but every rank
@@ -96,15 +69,6 @@ pub struct ControlPlane {
     shared: Arc<Shared>,
     network: Option<Network>,
 }
-
-#[derive(Debug)]
-struct Network {
-    /// Root: link to each member by rank (index 0 empty). Member: one link, to the root.
-    links: Vec<Option<Arc<Link>>>,
-    router: Mutex<Option<JoinHandle<()>>>,
-    wake: Option<UnixStream>,
-}
-
 impl ControlPlane {
     /// Joins the group's rendezvous and returns the connected plane.
     ///
@@ -230,137 +194,6 @@ impl ControlPlane {
         self.timeout
     }
 
-    /// Gathers every rank's `data`; the result is indexed by rank. Zero-byte inputs are fine.
-    pub fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.allgather_deadline(data, self.default_deadline())
-    }
-
-    /// [`ControlPlane::allgather`] with an explicit deadline.
-    pub fn allgather_deadline(&self, data: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
-        let outcome = self.collective(Collective::Allgather, data, deadline, |parts| {
-            encode_parts(&parts)
-        })?;
-        decode_parts(&outcome, self.size).ok_or_else(|| {
-            self.error(
-                ErrorKind::Protocol,
-                "allgather",
-                "root rank 0 sent a malformed allgather result",
-            )
-        })
-    }
-
-    /// Returns root rank 0's `data` on every rank (the other ranks' `data` is ignored).
-    pub fn broadcast(&self, data: &[u8]) -> Result<Vec<u8>> {
-        self.broadcast_deadline(data, self.default_deadline())
-    }
-
-    /// [`ControlPlane::broadcast`] with an explicit deadline.
-    pub fn broadcast_deadline(&self, data: &[u8], deadline: Instant) -> Result<Vec<u8>> {
-        let own = if self.rank == 0 { data } else { &[] };
-        self.collective(Collective::Broadcast, own, deadline, |mut parts| {
-            std::mem::take(&mut parts[0])
-        })
-    }
-
-    /// Returns once every rank has called `barrier`.
-    pub fn barrier(&self) -> Result<()> {
-        self.barrier_deadline(self.default_deadline())
-    }
-
-    /// [`ControlPlane::barrier`] with an explicit deadline.
-    pub fn barrier_deadline(&self, deadline: Instant) -> Result<()> {
-        self.collective(Collective::Barrier, &[], deadline, |_| Vec::new())
-            .map(drop)
-    }
-
-    /// Sends `data` to rank `destination` under `tag` (routed through root rank 0).
-    pub fn send(&self, destination: usize, tag: u64, data: &[u8]) -> Result<()> {
-        const OP: &str = "send";
-        if destination >= self.size {
-            return Err(self.error(
-                ErrorKind::InvalidArgument,
-                OP,
-                &format!(
-                    "destination rank {destination} is out of range for a group of {}",
-                    self.size
-                ),
-            ));
-        }
-        self.check_usable(OP)?;
-        if destination == self.rank {
-            let data = data.to_vec();
-            self.shared.update(|inbox| {
-                inbox
-                    .mailbox
-                    .entry((self.rank, tag))
-                    .or_default()
-                    .push_back(data)
-            });
-            return Ok(());
-        }
-        let network = self
-            .network
-            .as_ref()
-            .expect("a group of several ranks is networked");
-        let header = send_header(self.rank, destination, tag);
-        let link = if self.rank == 0 {
-            &network.links[destination]
-        } else {
-            &network.links[0]
-        };
-        let link = link.as_ref().expect("links exist for every peer");
-        link.send(Kind::Send, &[&header, data])
-            .map_err(|e| self.lost_link(OP, e))
-    }
-
-    /// Receives the next message from rank `source` under `tag`.
-    pub fn recv(&self, source: usize, tag: u64) -> Result<Vec<u8>> {
-        self.recv_deadline(source, tag, self.default_deadline())
-    }
-
-    /// Receives a message from `source` under `tag` if one has arrived, without waiting.
-    pub fn try_recv(&self, source: usize, tag: u64) -> Result<Option<Vec<u8>>> {
-        match self.recv_deadline(source, tag, Instant::now()) {
-            Ok(data) => Ok(Some(data)),
-            Err(e) if e.kind() == ErrorKind::Timeout => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// [`ControlPlane::recv`] with an explicit deadline.
-    pub fn recv_deadline(&self, source: usize, tag: u64, deadline: Instant) -> Result<Vec<u8>> {
-        const OP: &str = "recv";
-        if source >= self.size {
-            return Err(self.error(
-                ErrorKind::InvalidArgument,
-                OP,
-                &format!(
-                    "source rank {source} is out of range for a group of {}",
-                    self.size
-                ),
-            ));
-        }
-        let started = Instant::now();
-        let received = self.shared.wait_until(deadline, |inbox| {
-            if let Some(data) = inbox
-                .mailbox
-                .get_mut(&(source, tag))
-                .and_then(|q| q.pop_front())
-            {
-                return Some(Ok(data));
-            }
-            inbox.broken.as_ref().map(|w| Err(self.rebrand(w, OP)))
-        });
-        received.unwrap_or_else(|| {
-            Err(Error::timeout(
-                OP,
-                started.elapsed(),
-                &format!("no message from rank {source} with tag {tag}"),
-            )
-            .on_rank(self.rank))
-        })
-    }
-
     /// Registers `hook` to run once, from whichever thread notices, when the plane breaks (a
     /// peer lost, collective calls mismatched …); it runs at once if the plane is broken
     /// already. The hook receives the error kind, the peer it is about (if any) and the message.
@@ -434,222 +267,6 @@ impl ControlPlane {
         }
         error
     }
-
-    /// Runs one collective: every rank contributes `data`; root rank 0 combines the
-    /// contributions (in rank order) with `combine` and every rank returns the combined bytes.
-    fn collective(
-        &self,
-        op: Collective,
-        data: &[u8],
-        deadline: Instant,
-        combine: impl FnOnce(Vec<Vec<u8>>) -> Vec<u8>,
-    ) -> Result<Vec<u8>> {
-        let mut sequence = self.collective_sequence.lock();
-        *sequence += 1;
-        let Some(network) = &self.network else {
-            return Ok(combine(vec![data.to_vec()]));
-        };
-        self.check_usable(op.name())?;
-        if self.rank == 0 {
-            self.root_collective(network, op, *sequence, data, deadline, combine)
-        } else {
-            self.member_collective(network, op, *sequence, data, deadline)
-        }
-    }
-
-    fn root_collective(
-        &self,
-        network: &Network,
-        op: Collective,
-        sequence: u64,
-        data: &[u8],
-        deadline: Instant,
-        combine: impl FnOnce(Vec<Vec<u8>>) -> Vec<u8>,
-    ) -> Result<Vec<u8>> {
-        let started = Instant::now();
-        let size = self.size;
-        let gathered = self.shared.wait_until(deadline, |inbox| {
-            if let Some(wire) = &inbox.broken {
-                // Not before the break is announced (its aborts have gone out): see check_usable.
-                return inbox.announced.then(|| Err(self.rebrand(wire, op.name())));
-            }
-            if let Some(left) =
-                (1..size).find(|&r| inbox.departed[r] && inbox.contributions[r].is_empty())
-            {
-                return Some(Err(Error::peer_lost(
-                    op.name(),
-                    left,
-                    "it closed its control plane before joining this collective",
-                )
-                .on_rank(0)));
-            }
-            if (1..size).all(|r| !inbox.contributions[r].is_empty()) {
-                let parts: Vec<_> = (1..size)
-                    .map(|r| inbox.contributions[r].pop_front().expect("checked"))
-                    .collect();
-                return Some(Ok(parts));
-            }
-            None
-        });
-        let verdict = match gathered {
-            None => {
-                let missing = self.shared.update(|inbox| {
-                    (1..size)
-                        .filter(|&r| inbox.contributions[r].is_empty())
-                        .collect::<Vec<_>>()
-                });
-                Err(Error::timeout(
-                    op.name(),
-                    started.elapsed(),
-                    &format!(
-                        "ranks {missing:?} did not join {} #{sequence} of a group of {size}",
-                        op.name()
-                    ),
-                )
-                .on_rank(0))
-            }
-            Some(Err(error)) => Err(error),
-            Some(Ok(contributions)) => self
-                .check_same_call(op, sequence, &contributions)
-                .map(|()| contributions),
-        };
-        // The verdict becomes final under the inbox lock, so a break noticed by the router at
-        // the same moment is ordered before it (this collective fails everywhere) or after it
-        // (every member still receives this outcome: the abort says it was completed).
-        let verdict = verdict.and_then(|contributions| {
-            self.shared.update(|inbox| match &inbox.broken {
-                Some(wire) => Err(self.rebrand(wire, op.name())),
-                None => {
-                    inbox.completed = sequence;
-                    Ok(contributions)
-                }
-            })
-        });
-        let contributions = match verdict {
-            Ok(contributions) => contributions,
-            Err(error) => {
-                let (wire, completed) = self.shared.break_with(&error);
-                broadcast_abort(&network.links, &wire, completed, None);
-                return Err(error);
-            }
-        };
-        let mut parts = Vec::with_capacity(size);
-        parts.push(data.to_vec());
-        parts.extend(contributions.into_iter().map(|c| c.data));
-        let combined = combine(parts);
-        let header = outcome_header(sequence);
-        for link in network.links.iter().flatten() {
-            // A member that cannot be reached is dead; its hang-up breaks the plane for the
-            // next call, and this call's result is still right for everyone else.
-            let _ = link.send(Kind::Outcome, &[&header, &combined]);
-        }
-        Ok(combined)
-    }
-
-    fn check_same_call(
-        &self,
-        op: Collective,
-        sequence: u64,
-        contributions: &[router::Contribution],
-    ) -> Result<()> {
-        let differs = contributions
-            .iter()
-            .any(|c| c.op != op as u8 || c.sequence != sequence);
-        if !differs {
-            return Ok(());
-        }
-        let mut calls: Vec<(String, Vec<usize>)> = Vec::new();
-        let described = std::iter::once((0, op as u8, sequence)).chain(
-            contributions
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (i + 1, c.op, c.sequence)),
-        );
-        for (rank, call_op, call_sequence) in described {
-            let call = format!("{} #{call_sequence}", Collective::name_of(call_op));
-            match calls.iter_mut().find(|(c, _)| *c == call) {
-                Some((_, ranks)) => ranks.push(rank),
-                None => calls.push((call, vec![rank])),
-            }
-        }
-        let listing: Vec<String> = calls
-            .iter()
-            .map(|(call, ranks)| format!("ranks {ranks:?} called {call}"))
-            .collect();
-        Err(Error::new(
-            ErrorKind::Protocol,
-            op.name(),
-            format!(
-                "collective calls differ across ranks: {}; every rank must make the same \
-                 collective calls in the same order",
-                listing.join(", ")
-            ),
-        )
-        .on_rank(0))
-    }
-
-    fn member_collective(
-        &self,
-        network: &Network,
-        op: Collective,
-        sequence: u64,
-        data: &[u8],
-        deadline: Instant,
-    ) -> Result<Vec<u8>> {
-        let started = Instant::now();
-        let mut header = [0u8; 9];
-        header[0] = op as u8;
-        header[1..].copy_from_slice(&sequence.to_le_bytes());
-        let root = network.links[0].as_ref().expect("a member has a root link");
-        root.send(Kind::Contribute, &[&header, data])
-            .map_err(|e| self.lost_link(op.name(), e))?;
-        let outcome = self.shared.wait_until(deadline + VERDICT_GRACE, |inbox| {
-            if let Some(outcome) = inbox.outcomes.pop_front() {
-                return Some(Ok(outcome));
-            }
-            if let Some(wire) = &inbox.broken {
-                if inbox.broken_after >= sequence && !inbox.root_gone {
-                    // Root rank 0 completed this collective before the break: the outcome
-                    // is on its way.
-                    return None;
-                }
-                return Some(Err(self.rebrand(wire, op.name())));
-            }
-            if inbox.root_departed {
-                return Some(Err(Error::peer_lost(
-                    op.name(),
-                    0,
-                    "root rank 0 closed its control plane",
-                )
-                .on_rank(self.rank)));
-            }
-            None
-        });
-        let outcome = match outcome {
-            Some(outcome) => outcome?,
-            None => {
-                return Err(Error::timeout(
-                    op.name(),
-                    started.elapsed(),
-                    &format!("root rank 0 did not complete {} #{sequence}", op.name()),
-                )
-                .on_rank(self.rank))
-            }
-        };
-        if outcome.sequence != sequence {
-            return Err(self.error(
-                ErrorKind::Protocol,
-                op.name(),
-                &format!(
-                    "root rank 0 answered collective #{} while this rank waits for #{sequence}",
-                    outcome.sequence
-                ),
-            ));
-        }
-        outcome
-            .result
-            .map_err(|wire| self.rebrand(&wire, op.name()))
-    }
 }
 
 /// A member that has presented itself to root rank 0; see [`ControlPlane::start_joining`].
@@ -682,150 +299,9 @@ impl Drop for ControlPlane {
         self.close();
     }
 }
-
-impl Network {
-    fn root(shared: &Arc<Shared>, members: Vec<rendezvous::Connection>) -> Result<Network> {
-        const OP: &str = "rendezvous";
-        let mut links = vec![None];
-        let mut readers = vec![None];
-        for member in members {
-            let writer = member.stream.try_clone().map_err(|e| {
-                Error::backend(OP, "cannot clone a member connection", e).on_rank(0)
-            })?;
-            links.push(Some(Arc::new(Link::new(writer, 1))));
-            readers.push(Some((member.stream, member.decoder)));
-        }
-        let (wake_here, wake_router) = UnixStream::pair().map_err(|e| {
-            Error::backend(OP, "cannot create the router's wake-up socket", e).on_rank(0)
-        })?;
-        let router = RootRouter {
-            shared: Arc::clone(shared),
-            links: links.clone(),
-            readers,
-            wake: wake_router,
-        };
-        let handle = spawn_router(move || router.run())?;
-        Ok(Network {
-            links,
-            router: Mutex::new(Some(handle)),
-            wake: Some(wake_here),
-        })
-    }
-
-    fn member(shared: &Arc<Shared>, connection: rendezvous::Connection) -> Result<Network> {
-        let writer = connection
-            .stream
-            .try_clone()
-            .map_err(|e| Error::backend("rendezvous", "cannot clone the root connection", e))?;
-        let router = MemberRouter {
-            shared: Arc::clone(shared),
-            stream: connection.stream,
-            decoder: connection.decoder,
-        };
-        let handle = spawn_router(move || router.run())?;
-        Ok(Network {
-            links: vec![Some(Arc::new(Link::new(writer, 1)))],
-            router: Mutex::new(Some(handle)),
-            wake: None,
-        })
-    }
-
-    fn close(mut self, rank: usize) {
-        if rank == 0 {
-            if let Some(wake) = self.wake.as_mut() {
-                router::wake(wake);
-            }
-            join_router(&self.router);
-            for link in self.links.iter().flatten() {
-                link.close();
-            }
-        } else {
-            for link in self.links.iter().flatten() {
-                link.close();
-            }
-            join_router(&self.router);
-        }
-    }
-}
-
-fn spawn_router(run: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("hm-control".into())
-        .spawn(run)
-        .map_err(|e| {
-            Error::backend(
-                "rendezvous",
-                "cannot start the control-plane router thread",
-                e,
-            )
-        })
-}
-
-fn join_router(router: &Mutex<Option<JoinHandle<()>>>) {
-    if let Some(handle) = router.lock().take() {
-        let _ = handle.join();
-    }
-}
-
-fn send_header(source: usize, destination: usize, tag: u64) -> [u8; 16] {
-    let mut header = [0u8; 16];
-    header[0..4].copy_from_slice(&(source as u32).to_le_bytes());
-    header[4..8].copy_from_slice(&(destination as u32).to_le_bytes());
-    header[8..16].copy_from_slice(&tag.to_le_bytes());
-    header
-}
-
-fn outcome_header(sequence: u64) -> [u8; 9] {
-    let mut header = [0u8; 9];
-    header[..8].copy_from_slice(&sequence.to_le_bytes());
-    header
-}
-
-/// Encodes parts as: count u32, then each length u32, then the bytes.
-fn encode_parts(parts: &[Vec<u8>]) -> Vec<u8> {
-    let total: usize = parts.iter().map(Vec::len).sum();
-    let mut out = Vec::with_capacity(4 + 4 * parts.len() + total);
-    out.extend_from_slice(&(parts.len() as u32).to_le_bytes());
-    for part in parts {
-        out.extend_from_slice(&(part.len() as u32).to_le_bytes());
-    }
-    for part in parts {
-        out.extend_from_slice(part);
-    }
-    out
-}
-
-fn decode_parts(bytes: &[u8], expected: usize) -> Option<Vec<Vec<u8>>> {
-    let count = u32::from_le_bytes(bytes.get(0..4)?.try_into().ok()?) as usize;
-    if count != expected {
-        return None;
-    }
-    let mut offset = 4 + 4 * count;
-    let mut parts = Vec::with_capacity(count);
-    for i in 0..count {
-        let at = 4 + 4 * i;
-        let len = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize;
-        parts.push(bytes.get(offset..offset + len)?.to_vec());
-        offset += len;
-    }
-    (offset == bytes.len()).then_some(parts)
-}
-
 /// Locks a std mutex, recovering the data if a panicking thread poisoned it.
 pub(crate) fn lock_unpoisoned<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parts_round_trip() {
-        let parts = vec![vec![], vec![1, 2, 3], vec![9; 1000]];
-        assert_eq!(decode_parts(&encode_parts(&parts), 3), Some(parts));
-        assert_eq!(decode_parts(&encode_parts(&[vec![1]]), 2), None);
-    }
 }

@@ -1,0 +1,106 @@
+//! Point-to-point messages of a control plane: tagged, routed through root rank 0, received in
+//! order per (source, tag).
+
+use std::time::Instant;
+
+use super::frame::Kind;
+use super::ControlPlane;
+use crate::error::{Error, ErrorKind, Result};
+
+impl ControlPlane {
+    /// Sends `data` to rank `destination` under `tag` (routed through root rank 0).
+    pub fn send(&self, destination: usize, tag: u64, data: &[u8]) -> Result<()> {
+        const OP: &str = "send";
+        if destination >= self.size {
+            return Err(self.error(
+                ErrorKind::InvalidArgument,
+                OP,
+                &format!(
+                    "destination rank {destination} is out of range for a group of {}",
+                    self.size
+                ),
+            ));
+        }
+        self.check_usable(OP)?;
+        if destination == self.rank {
+            let data = data.to_vec();
+            self.shared.update(|inbox| {
+                inbox
+                    .mailbox
+                    .entry((self.rank, tag))
+                    .or_default()
+                    .push_back(data)
+            });
+            return Ok(());
+        }
+        let network = self
+            .network
+            .as_ref()
+            .expect("a group of several ranks is networked");
+        let header = send_header(self.rank, destination, tag);
+        let link = if self.rank == 0 {
+            &network.links[destination]
+        } else {
+            &network.links[0]
+        };
+        let link = link.as_ref().expect("links exist for every peer");
+        link.send(Kind::Send, &[&header, data])
+            .map_err(|e| self.lost_link(OP, e))
+    }
+
+    /// Receives the next message from rank `source` under `tag`.
+    pub fn recv(&self, source: usize, tag: u64) -> Result<Vec<u8>> {
+        self.recv_deadline(source, tag, self.default_deadline())
+    }
+
+    /// Receives a message from `source` under `tag` if one has arrived, without waiting.
+    pub fn try_recv(&self, source: usize, tag: u64) -> Result<Option<Vec<u8>>> {
+        match self.recv_deadline(source, tag, Instant::now()) {
+            Ok(data) => Ok(Some(data)),
+            Err(e) if e.kind() == ErrorKind::Timeout => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`ControlPlane::recv`] with an explicit deadline.
+    pub fn recv_deadline(&self, source: usize, tag: u64, deadline: Instant) -> Result<Vec<u8>> {
+        const OP: &str = "recv";
+        if source >= self.size {
+            return Err(self.error(
+                ErrorKind::InvalidArgument,
+                OP,
+                &format!(
+                    "source rank {source} is out of range for a group of {}",
+                    self.size
+                ),
+            ));
+        }
+        let started = Instant::now();
+        let received = self.shared.wait_until(deadline, |inbox| {
+            if let Some(data) = inbox
+                .mailbox
+                .get_mut(&(source, tag))
+                .and_then(|q| q.pop_front())
+            {
+                return Some(Ok(data));
+            }
+            inbox.broken.as_ref().map(|w| Err(self.rebrand(w, OP)))
+        });
+        received.unwrap_or_else(|| {
+            Err(Error::timeout(
+                OP,
+                started.elapsed(),
+                &format!("no message from rank {source} with tag {tag}"),
+            )
+            .on_rank(self.rank))
+        })
+    }
+}
+
+fn send_header(source: usize, destination: usize, tag: u64) -> [u8; 16] {
+    let mut header = [0u8; 16];
+    header[0..4].copy_from_slice(&(source as u32).to_le_bytes());
+    header[4..8].copy_from_slice(&(destination as u32).to_le_bytes());
+    header[8..16].copy_from_slice(&tag.to_le_bytes());
+    header
+}
