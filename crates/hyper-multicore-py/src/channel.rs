@@ -11,7 +11,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use hyper_multicore::world::{Group, GroupChannel, Launcher, World};
+use hyper_multicore::control::GroupChannel;
+use hyper_multicore::world::{Group, Launcher, World};
 use hyper_multicore::{Error, ErrorKind, Result};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;

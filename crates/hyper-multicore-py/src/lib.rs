@@ -33,11 +33,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper_multicore::control::GroupChannel;
 use hyper_multicore::lifecycle::{self, Replacement};
 use hyper_multicore::shmem::{
     AllocationId, AllocationSpec, AtomicWord, Comparison, Dtype, ReduceOp, Region, Shmem, SignalOp,
 };
-use hyper_multicore::world::GroupChannel;
 use hyper_multicore::ErrorKind;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;

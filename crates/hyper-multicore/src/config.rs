@@ -14,7 +14,7 @@
 //! assert_eq!(config.heap_size, 256 << 20);
 //! ```
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -132,6 +132,11 @@ pub struct Config {
     pub bootstrap_endpoint: Option<SocketAddr>,
     /// Log level name, one of [`LOG_LEVELS`].
     pub log_level: String,
+    /// The address of this host that PEs on other hosts reach: where unique IDs created here
+    /// listen when no bootstrap endpoint is set. `None` (a one-host job) means loopback. Found
+    /// from `MASTER_ADDR` when it names another host or a non-loopback address of this one: the
+    /// address of the interface that routes to it.
+    pub host_address: Option<IpAddr>,
 }
 
 impl Default for Config {
@@ -141,6 +146,7 @@ impl Default for Config {
             timeout: DEFAULT_TIMEOUT,
             bootstrap_endpoint: None,
             log_level: "warn".to_string(),
+            host_address: None,
         }
     }
 }
@@ -175,6 +181,12 @@ impl Config {
                 return Err(invalid_variable(LOG_LEVEL, &text, &why));
             }
             config.log_level = level;
+        }
+        if config.bootstrap_endpoint.is_none() {
+            if let Some(master) = lookup("MASTER_ADDR") {
+                config.host_address = address_towards(&master)
+                    .map_err(|why| invalid_variable("MASTER_ADDR", &master, &why))?;
+            }
         }
         Ok(config)
     }
@@ -285,6 +297,29 @@ fn parse_secret(text: &str) -> Option<[u8; crate::control::SECRET_LEN]> {
     Some(secret)
 }
 
+/// The address of this host's interface that routes to `host` (a name or an address), or
+/// `None` when `host` is a loopback address (a one-host job).
+fn address_towards(host: &str) -> std::result::Result<Option<IpAddr>, String> {
+    let target = (host.trim(), 9)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve it: {e}"))?
+        .next()
+        .ok_or_else(|| "it resolves to no address".to_string())?;
+    if target.ip().is_loopback() {
+        return Ok(None);
+    }
+    let unspecified = match target {
+        SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        SocketAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    };
+    // Connecting a datagram socket sends nothing; it only asks the kernel for the route.
+    let socket = UdpSocket::bind((unspecified, 0))
+        .and_then(|socket| socket.connect(target).map(|()| socket))
+        .and_then(|socket| socket.local_addr())
+        .map_err(|e| format!("no route to {target}: {e}"))?;
+    Ok(Some(socket.ip()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,6 +418,33 @@ mod tests {
             assert_eq!(error.kind(), ErrorKind::InvalidConfig);
             assert!(error.to_string().contains(SECRET), "{error}");
         }
+    }
+
+    #[test]
+    fn the_host_address_is_the_interface_towards_the_master() {
+        assert_eq!(
+            config_with("MASTER_ADDR", "127.0.0.1")
+                .unwrap()
+                .host_address,
+            None
+        );
+        assert_eq!(
+            config_with("MASTER_ADDR", "localhost")
+                .unwrap()
+                .host_address,
+            None
+        );
+        // An address of this host routes to itself.
+        let own = std::net::UdpSocket::bind("0.0.0.0:0")
+            .and_then(|s| s.connect("198.18.0.1:9").map(|()| s))
+            .and_then(|s| s.local_addr())
+            .map(|a| a.ip());
+        if let Ok(own) = own {
+            let config = config_with("MASTER_ADDR", &own.to_string()).unwrap();
+            assert_eq!(config.host_address, Some(own));
+        }
+        let error = config_with("MASTER_ADDR", "no-such-host.invalid").unwrap_err();
+        assert!(error.to_string().contains("MASTER_ADDR"), "{error}");
     }
 
     #[test]

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use hm_testkit::{is_pe, Job, Options};
+use hyper_multicore::control::GroupChannel;
 use hyper_multicore::lifecycle::{self, Replacement, Stage, FAULT_VARIABLE};
 use hyper_multicore::shmem::{AllocationSpec, Dtype, Symmetric};
-use hyper_multicore::world::{GroupChannel, World};
+use hyper_multicore::world::World;
 use hyper_multicore::{ErrorKind, Recovery};
 
 const MIB: u64 = 1 << 20;

@@ -24,6 +24,7 @@
 //! # Ok::<(), hyper_multicore::Error>(())
 //! ```
 
+mod channel;
 mod collectives;
 pub mod frame;
 mod network;
@@ -37,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+pub use channel::GroupChannel;
 pub use unique_id::{BootstrapListener, UniqueId, PROTOCOL_VERSION, SECRET_LEN};
 
 use frame::WireError;

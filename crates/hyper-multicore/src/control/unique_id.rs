@@ -48,12 +48,16 @@ impl UniqueId {
 
     /// Creates a fresh unique ID with a random secret and binds its listener (root rank 0 only).
     ///
-    /// The endpoint is `config.bootstrap_endpoint`, else loopback with an ephemeral port. The
+    /// The endpoint is `config.bootstrap_endpoint`, else this host's address for other hosts
+    /// (`config.host_address`; loopback in a one-host job) with an ephemeral port. The
     /// returned listener must be passed to [`crate::control::ControlPlane::connect`] on rank 0.
     pub fn create(config: &Config) -> Result<(UniqueId, BootstrapListener)> {
+        let host = config
+            .host_address
+            .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
         let requested = config
             .bootstrap_endpoint
-            .unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0));
+            .unwrap_or(SocketAddr::new(host, 0));
         let listener = bind_listener(requested).map_err(|e| {
             Error::backend(
                 "create unique id",

@@ -45,6 +45,7 @@ pub use fault::FAULT_VARIABLE;
 pub use stage::{Stage, StageTimings};
 
 use crate::config::Config;
+use crate::control::GroupChannel;
 use crate::control::{lock_unpoisoned, BootstrapListener, UniqueId};
 use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::Allocator;
@@ -53,7 +54,7 @@ use crate::shmem::{
     debug_state_inactive, AllocationRecord, AllocationSpec, DebugState, Region, Shmem,
     ShutdownError,
 };
-use crate::world::{GroupChannel, World};
+use crate::world::World;
 use stage::StageFailure;
 
 /// The device the heap lives on (host memory; GPUs come later).

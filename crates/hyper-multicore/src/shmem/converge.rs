@@ -7,8 +7,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::control::frame::WireError;
+use crate::control::GroupChannel;
 use crate::error::{Error, ErrorKind, Result};
-use crate::world::GroupChannel;
 
 /// One rank's outcome of a step, as exchanged.
 #[derive(Debug, Serialize, Deserialize)]
