@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use hyper_multicore::config::Config;
-use hyper_multicore::launch::JobPlan;
+use hyper_multicore::launch::{JobPlan, NodePlacement};
 use rustix::io::Errno;
 use rustix::process::{kill_process_group, waitid, Pid, Signal, WaitId, WaitIdOptions};
 use signal_hook::low_level::signal_name;
@@ -62,6 +62,15 @@ pub struct JobSpec {
     pub timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL when ranks are stopped.
     pub grace: Duration,
+    /// Where this host's ranks sit when the job spans hosts (hmrun as a per-host agent).
+    pub nodes: Option<NodePlacement>,
+}
+
+impl JobSpec {
+    /// The world rank of this host's rank `local` (they differ only across hosts).
+    fn world_rank(&self, local: usize) -> usize {
+        self.nodes.as_ref().map_or(0, |n| n.node_rank) * self.processes + local
+    }
 }
 
 /// Runs the job to its end and returns hmrun's exit code: 0 if every rank exited 0, else the
@@ -127,7 +136,11 @@ impl Job {
     /// Starts every rank of `spec`. If one cannot be started, the ones already running are
     /// killed and reaped, and the error names the rank.
     fn start(spec: &JobSpec, config: &Config, events: &Sender<Event>) -> Result<Job> {
-        let plan = JobPlan::new(spec.processes, config).context("cannot plan the job")?;
+        let plan = match &spec.nodes {
+            None => JobPlan::new(spec.processes, config),
+            Some(nodes) => JobPlan::across_nodes(spec.processes, nodes.clone(), config),
+        }
+        .context("cannot plan the job")?;
         let mut job = Job {
             ranks: Vec::with_capacity(spec.processes),
             threads: Vec::with_capacity(3 * spec.processes),
@@ -138,8 +151,9 @@ impl Job {
                 let started = job.ranks.len();
                 job.finish();
                 let mut context = format!(
-                    "cannot start rank {rank} of {} ('{}')",
-                    spec.processes,
+                    "cannot start rank {} of {} ('{}')",
+                    spec.world_rank(rank),
+                    plan.world_size(),
                     spec.program.display()
                 );
                 if started > 0 {
@@ -177,10 +191,11 @@ impl Job {
             child: Some(child),
             group,
         });
+        let label = spec.world_rank(rank);
         self.threads
-            .push(output::spawn_prefixer(rank, stdout, Destination::Stdout)?);
+            .push(output::spawn_prefixer(label, stdout, Destination::Stdout)?);
         self.threads
-            .push(output::spawn_prefixer(rank, stderr, Destination::Stderr)?);
+            .push(output::spawn_prefixer(label, stderr, Destination::Stderr)?);
         let events = events.clone();
         let waiter = thread::Builder::new()
             .name(format!("rank {rank} waiter"))
@@ -224,6 +239,7 @@ impl Job {
                     if let (Phase::Running, Some(code)) = (&phase, failure_code(status)) {
                         let others = stopping_the_others(self.running());
                         phase = self.stop(code, spec.grace);
+                        let rank = spec.world_rank(rank);
                         eprintln!("hmrun: rank {rank} {}{others}", describe(status));
                     }
                 }

@@ -2,7 +2,12 @@
 //!
 //! ```text
 //! hmrun -n N [--timeout S] [--grace S] [--] PROGRAM [ARGS...]
+//! hmrun -n N --nnodes M --node-rank R --master-addr HOST [--master-port P] -- PROGRAM [ARGS...]
 //! ```
+//!
+//! The second form is one per-host agent of a job spanning M hosts (the torchrun way): run it on
+//! every host with the same `-n`, `--nnodes`, `--master-addr` and `--master-port` and the host's
+//! own `--node-rank`; it starts this host's ranks `R × N .. R × N + N` of the world.
 //!
 //! - Every rank runs `PROGRAM ARGS...` with the world environment of
 //!   [`hyper_multicore::launch::JobPlan`]: `HYPER_MULTICORE_RANK`, `HYPER_MULTICORE_WORLD_SIZE`,
@@ -37,6 +42,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use hyper_multicore::config::{parse_seconds, Config};
+use hyper_multicore::launch::NodePlacement;
 
 use crate::job::JobSpec;
 
@@ -65,6 +71,24 @@ struct Cli {
     /// Seconds a stopping rank gets between SIGTERM (or a signal hmrun forwarded) and SIGKILL.
     #[arg(long, value_name = "S", value_parser = parse_seconds, default_value = "2")]
     grace: Duration,
+
+    /// Number of hosts of a job spanning hosts: run one hmrun per host, each with the same -n,
+    /// --nnodes, --master-addr and --master-port and its own --node-rank (and the same
+    /// HYPER_MULTICORE_SHMEM_SECRET, e.g. from a shared file, so the rendezvous is authenticated).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_process_count)]
+    nnodes: usize,
+
+    /// This host's index in 0..N; node 0 hosts world rank 0. Its ranks are node-rank × -n + 0..n.
+    #[arg(long, value_name = "R", default_value_t = 0)]
+    node_rank: usize,
+
+    /// An address of node 0 that every host reaches (required with --nnodes above 1).
+    #[arg(long, value_name = "HOST")]
+    master_addr: Option<String>,
+
+    /// torch's store port on node 0 (MASTER_PORT); the world's rendezvous uses the next port.
+    #[arg(long, value_name = "PORT", default_value_t = 29500)]
+    master_port: u16,
 
     /// The program every rank runs (searched in PATH unless it contains a '/'), then its
     /// arguments. Everything from PROGRAM on is passed to the ranks, options included.
@@ -121,7 +145,32 @@ fn launch(cli: Cli) -> anyhow::Result<u8> {
     hyper_multicore::logging::install_as("hmrun").map_err(|err| UsageError(err.to_string()))?;
     let program = program::resolve(&arg0, std::env::var_os("PATH").as_deref())
         .map_err(|err| UsageError(err.to_string()))?;
+    let nodes = match (cli.nnodes, cli.master_addr) {
+        (1, None) => None,
+        (nodes, Some(master_addr)) => Some(NodePlacement {
+            nodes,
+            node_rank: cli.node_rank,
+            master_addr,
+            master_port: cli.master_port,
+        }),
+        (_, None) => {
+            return Err(UsageError(
+                "--nnodes above 1 needs --master-addr: an address of node 0 that every host \
+                 reaches"
+                    .into(),
+            )
+            .into())
+        }
+    };
+    if cli.node_rank >= cli.nnodes {
+        return Err(UsageError(format!(
+            "--node-rank {} is outside 0..{} (--nnodes)",
+            cli.node_rank, cli.nnodes
+        ))
+        .into());
+    }
     let spec = JobSpec {
+        nodes,
         processes: cli.processes,
         program,
         arg0,

@@ -96,3 +96,31 @@ fn arguments_after_the_program_belong_to_it() {
     assert_eq!(finished.code(), 0, "{finished:#?}");
     assert_eq!(finished.stdout_lines(), ["[0] --timeout|-n|3|--|"]);
 }
+
+#[test]
+fn a_multi_host_job_needs_the_master_address_and_a_node_rank_inside_it() {
+    for (args, needle) in [
+        (
+            &["-n", "1", "--nnodes", "2", "true"][..],
+            "needs --master-addr",
+        ),
+        (
+            &[
+                "-n",
+                "1",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                "2",
+                "--master-addr",
+                "127.0.0.1",
+                "true",
+            ][..],
+            "--node-rank 2 is outside 0..2",
+        ),
+    ] {
+        let finished = run("multi-host-arguments", args);
+        assert_eq!(finished.code(), 2, "{finished:#?}");
+        assert!(finished.stderr_text().contains(needle), "{finished:#?}");
+    }
+}

@@ -3,6 +3,7 @@
 mod arguments;
 mod environment;
 mod exit_status;
+mod multinode;
 mod output;
 mod runtime_job;
 mod signals;

@@ -31,7 +31,7 @@ mod network;
 mod point_to_point;
 mod rendezvous;
 mod router;
-mod unique_id;
+pub(crate) mod unique_id;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -220,6 +220,39 @@ impl BootstrapListener {
         Ok(BootstrapListener { listener, id })
     }
 
+    /// Binds a listener for an ID made elsewhere (a launcher's or a derived one) on its
+    /// endpoint; on a host that does not own the endpoint's address (a name behind NAT, say), on
+    /// every interface at the endpoint's port.
+    pub fn bind(id: &UniqueId) -> Result<BootstrapListener> {
+        let endpoint = id.endpoint();
+        let listener = bind_listener(endpoint)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::AddrNotAvailable => {
+                    let any = match endpoint.ip() {
+                        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                    };
+                    bind_listener(SocketAddr::new(any, endpoint.port()))
+                }
+                _ => Err(e),
+            })
+            .map_err(|e| {
+                Error::backend(
+                    "bootstrap",
+                    &format!(
+                        "world rank 0 cannot listen on {endpoint} (set {} to a free \
+                         tcp://host:port of rank 0's host)",
+                        crate::config::BOOTSTRAP_ENDPOINT
+                    ),
+                    e,
+                )
+            })?;
+        Ok(BootstrapListener {
+            listener,
+            id: id.clone(),
+        })
+    }
+
     /// The unique ID this listener serves.
     pub fn id(&self) -> &UniqueId {
         &self.id
@@ -238,6 +271,22 @@ fn bind_listener(address: SocketAddr) -> std::io::Result<TcpListener> {
     socket.bind(&address.into())?;
     socket.listen(1024)?;
     Ok(socket.into())
+}
+
+/// A secret every rank derives alike from public launch values (FNV-1a, two lanes).
+pub(crate) fn derived_secret(parts: &[&str]) -> [u8; SECRET_LEN] {
+    let mut secret = [0u8; SECRET_LEN];
+    for (lane, chunk) in secret.chunks_mut(8).enumerate() {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ (lane as u64 + 1);
+        for part in parts {
+            for byte in part.bytes().chain([0xff]) {
+                hash ^= u64::from(byte);
+                hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+        chunk.copy_from_slice(&hash.to_le_bytes());
+    }
+    secret
 }
 
 /// A fresh 128-bit secret from the operating system's random source.
@@ -302,6 +351,12 @@ mod tests {
         assert_ne!(a.secret, b.secret);
         assert_eq!(listener.listener.local_addr().unwrap(), a.endpoint());
         assert!(!a.to_string().is_empty());
+    }
+
+    #[test]
+    fn derived_secrets_depend_on_every_part() {
+        assert_eq!(derived_secret(&["a", "1"]), derived_secret(&["a", "1"]));
+        assert_ne!(derived_secret(&["a", "1"]), derived_secret(&["a1", ""]));
     }
 
     #[test]

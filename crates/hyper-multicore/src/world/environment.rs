@@ -4,6 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use crate::config::{self, Config};
+use crate::control::unique_id::derived_secret;
 use crate::control::{BootstrapListener, ControlPlane, UniqueId, SECRET_LEN};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -115,7 +116,7 @@ impl World {
                     )?;
                     BootstrapListener::from_listener(listener, id.clone())?
                 }
-                None => bind_for(&id)?,
+                None => BootstrapListener::bind(&id)?,
             })
         } else {
             None
@@ -164,12 +165,12 @@ impl World {
                 let endpoint_text = endpoint.to_string();
                 let mut parts = vec![endpoint_text];
                 parts.extend(vars.job.iter().map(|name| lookup(name).unwrap_or_default()));
-                derive_secret(&parts.iter().map(String::as_str).collect::<Vec<_>>())
+                derived_secret(&parts.iter().map(String::as_str).collect::<Vec<_>>())
             }
         };
         let id = UniqueId::new(endpoint, secret);
         let listener = if rank == 0 && size > 1 {
-            Some(bind_for(&id)?)
+            Some(BootstrapListener::bind(&id)?)
         } else {
             None
         };
@@ -260,57 +261,12 @@ fn world_endpoint(
         .map_err(|why| invalid("MASTER_ADDR", &master_addr, &why))
 }
 
-/// A secret every rank derives alike from public launch values (FNV-1a, two lanes).
-fn derive_secret(parts: &[&str]) -> [u8; SECRET_LEN] {
-    let mut secret = [0u8; SECRET_LEN];
-    for (lane, chunk) in secret.chunks_mut(8).enumerate() {
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ (lane as u64 + 1);
-        for part in parts {
-            for byte in part.bytes().chain([0xff]) {
-                hash ^= u64::from(byte);
-                hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-            }
-        }
-        chunk.copy_from_slice(&hash.to_le_bytes());
-    }
-    secret
-}
-
 /// The ID of a one-rank group: never connected to.
 pub(super) fn placeholder_id() -> UniqueId {
     UniqueId::new(
         SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
         [0; SECRET_LEN],
     )
-}
-
-/// World rank 0's listener on the ID's endpoint; on a host that does not own the endpoint's
-/// address (a name behind NAT, say), on every interface at the endpoint's port.
-fn bind_for(id: &UniqueId) -> Result<BootstrapListener> {
-    let endpoint = id.endpoint();
-    let listener = std::net::TcpListener::bind(endpoint)
-        .or_else(|e| match e.kind() {
-            std::io::ErrorKind::AddrNotAvailable => {
-                let any = match endpoint.ip() {
-                    IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-                    IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-                };
-                std::net::TcpListener::bind(SocketAddr::new(any, endpoint.port()))
-            }
-            _ => Err(e),
-        })
-        .map_err(|e| {
-            Error::backend(
-                "read world environment",
-                &format!(
-                    "world rank 0 cannot listen on {endpoint} (set {} to a free tcp://host:port \
-                     of rank 0's host)",
-                    config::BOOTSTRAP_ENDPOINT
-                ),
-                e,
-            )
-        })?;
-    BootstrapListener::from_listener(listener, id.clone())
 }
 
 fn missing(name: &str) -> Error {
@@ -466,11 +422,5 @@ mod tests {
         )
         .unwrap();
         assert_eq!((world.launcher(), world.size()), (Launcher::Slurm, 1));
-    }
-
-    #[test]
-    fn derived_secrets_depend_on_every_part() {
-        assert_eq!(derive_secret(&["a", "1"]), derive_secret(&["a", "1"]));
-        assert_ne!(derive_secret(&["a", "1"]), derive_secret(&["a1", ""]));
     }
 }
