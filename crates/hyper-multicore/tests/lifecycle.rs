@@ -681,3 +681,96 @@ fn threads_racing_a_restart_never_touch_a_torn_down_heap() {
         .wait()
         .assert_all_succeeded();
 }
+
+/// A hook whose values are sets: equal as sets, but serialized in a different order per rank
+/// (like a Python set of strings, whose iteration order differs per process).
+struct SetHook {
+    items: Vec<&'static str>,
+}
+
+impl lifecycle::PreflightHook for SetHook {
+    fn snapshot(&mut self) -> hyper_multicore::Result<Vec<u8>> {
+        Ok(self.items.join(",").into_bytes())
+    }
+    fn same(&self, a: &[u8], b: &[u8]) -> bool {
+        let set = |v: &[u8]| {
+            let text = String::from_utf8_lossy(v).into_owned();
+            let mut items: Vec<String> = text.split(',').map(str::to_owned).collect();
+            items.sort();
+            items
+        };
+        set(a) == set(b)
+    }
+    fn describe(&self, value: &[u8]) -> String {
+        format!("set({})", String::from_utf8_lossy(value))
+    }
+}
+
+#[test]
+fn preflight_hook_values_are_compared_as_values_and_described_by_the_hook() {
+    if is_pe() {
+        let rank = World::global().unwrap().rank();
+        lifecycle::acquire(None, Some(4 * MIB)).unwrap();
+        let a = lifecycle::guarded("allocate", |s| s.allocate::<u8>(64, None)).unwrap();
+        let replacement = |current| Replacement {
+            current,
+            target: AllocationSpec {
+                shape: vec![64],
+                dtype: Dtype::U8,
+                alignment: None,
+            },
+        };
+        // Same set, different order per rank: equal as values.
+        let mut hook = SetHook {
+            items: if rank % 2 == 0 {
+                vec!["alpha", "beta"]
+            } else {
+                vec!["beta", "alpha"]
+            },
+        };
+        let result = lifecycle::restart(
+            4 * MIB,
+            &[replacement(a.region())],
+            Some(&mut hook as &mut dyn lifecycle::PreflightHook),
+        )
+        .unwrap();
+        let current = result.allocations[0].region();
+        // A genuinely different set on root rank 2: the error names it and shows the hook's
+        // description of each value, never raw bytes.
+        let mut hook = SetHook {
+            items: if rank == 2 {
+                vec!["alpha", "gamma"]
+            } else {
+                vec!["beta", "alpha"]
+            },
+        };
+        let error =
+            lifecycle::restart(4 * MIB, &[replacement(current)], Some(&mut hook)).unwrap_err();
+        report("HOOK", &error);
+        let text = error.to_string();
+        assert_eq!(error.recovery(), Some(Recovery::Retryable), "{text}");
+        assert!(text.contains("values differ across root ranks"), "{text}");
+        assert!(
+            text.contains("root_ranks=[0, 1]: set(")
+                && text.contains("root_ranks=[2]: set(alpha,gamma)"),
+            "{text}"
+        );
+        // A plain closure gets the default: bytes compared, shown as (cut) hex.
+        let mut closure = || Ok(vec![rank as u8 / 2; 100]);
+        let error =
+            lifecycle::restart(4 * MIB, &[replacement(current)], Some(&mut closure)).unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("root_ranks=[2]: 0x0101"), "{text}");
+        assert!(text.contains("(100 bytes)"), "{text}");
+        lifecycle::guarded("free", |s| s.free_id(current.id)).unwrap();
+        drop(a);
+        lifecycle::release().unwrap();
+        return;
+    }
+    Job::launch(
+        "preflight_hook_values_are_compared_as_values_and_described_by_the_hook",
+        3,
+    )
+    .wait()
+    .assert_all_succeeded();
+}

@@ -30,6 +30,7 @@
 //! readers/writer lock: calls share it, the teardown takes it alone).
 
 mod fault;
+mod hook;
 mod stage;
 
 use std::cell::RefCell;
@@ -42,6 +43,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use fault::FAULT_VARIABLE;
+pub use hook::{PreflightHook, DESCRIBE_LIMIT};
 pub use stage::{Stage, StageTimings};
 
 use crate::config::Config;
@@ -50,8 +52,8 @@ use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::Allocator;
 use crate::shmem::converge::LocalFailure;
 use crate::shmem::{
-    debug_state_inactive, AllocationRecord, AllocationSpec, DebugState, Region, Shmem,
-    ShutdownError,
+    debug_state_inactive, Allocation, AllocationRecord, AllocationSpec, DebugState, Element,
+    Region, Shmem, ShutdownError,
 };
 use crate::world::{GroupChannel, World};
 use stage::StageFailure;
@@ -76,6 +78,24 @@ pub struct RestartResult {
     pub allocations: Vec<AllocationRecord>,
     /// How long each stage took.
     pub timings: StageTimings,
+}
+
+impl RestartResult {
+    /// The typed handle of new allocation `index` (request order), if its dtype is `T`'s. Take
+    /// each handle once: it owns the allocation (free consumes it).
+    pub fn allocation<T: Element>(&self, index: usize) -> Result<Allocation<T>> {
+        let record = self.allocations.get(index).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                "restart result",
+                format!(
+                    "the restart made {} allocations; there is no allocation {index}",
+                    self.allocations.len()
+                ),
+            )
+        })?;
+        record.clone().into_allocation()
+    }
 }
 
 struct ActiveRoot {
@@ -301,19 +321,85 @@ pub fn release() -> Result<()> {
     Ok(())
 }
 
-/// The preflight value every rank must agree on.
+/// The preflight value every rank must agree on: the hook's snapshot (compared by the hook) and
+/// the restart's manifest (compared as is).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct PreflightValue {
     hook: Option<Vec<u8>>,
+    manifest: Manifest,
+}
+
+/// What a restart is asked to do, as every rank must agree on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Manifest {
     heap_size: u64,
+    /// (allocation index, bytes) of each current allocation, in request order.
     current: Vec<(u64, u64)>,
     target: Vec<AllocationSpec>,
+    /// Set by the test-only `differ` fault.
+    injected_difference: bool,
+}
+
+/// The "values differ across root ranks" verdict over every rank's Preflight value (each rank
+/// computes it from the same gathered values, so all reach the same one), or `None`.
+fn preflight_difference(
+    values: &[PreflightValue],
+    hook: Option<&dyn PreflightHook>,
+) -> Option<String> {
+    let manifests = hook::group_ranks(values, |a, b| {
+        a.manifest == b.manifest && a.hook.is_some() == b.hook.is_some()
+    });
+    if manifests.len() > 1 {
+        let listing: Vec<String> = manifests
+            .iter()
+            .map(|(ranks, first)| {
+                let value = &values[*first];
+                let shown = format!(
+                    "{:?}{}",
+                    value.manifest,
+                    if value.hook.is_some() {
+                        ""
+                    } else {
+                        " (no preflight hook)"
+                    }
+                );
+                format!("root_ranks={ranks:?}: {}", hook::cut_short(shown))
+            })
+            .collect();
+        return Some(format!(
+            "values differ across root ranks (the restart's heap size and current/target \
+             allocations): {}; every rank must pass the same restart arguments",
+            listing.join("; ")
+        ));
+    }
+    let hook = hook?;
+    let snapshots: Vec<&[u8]> = values
+        .iter()
+        .map(|v| v.hook.as_deref().unwrap_or_default())
+        .collect();
+    let groups = hook::group_ranks(&snapshots, |a, b| hook.same(a, b));
+    if groups.len() == 1 {
+        return None;
+    }
+    let listing: Vec<String> = groups
+        .iter()
+        .map(|(ranks, first)| {
+            let shown = hook::cut_short(hook.describe(snapshots[*first]));
+            format!("root_ranks={ranks:?}: {shown}")
+        })
+        .collect();
+    Some(format!(
+        "values differ across root ranks (the preflight hook's snapshots): {}; make the \
+         snapshotted state equal on every rank first",
+        listing.join("; ")
+    ))
 }
 
 /// Replaces the runtime by one with a new heap size, replacing every active allocation by a new
 /// one (`replacements` must cover each exactly once). Only with exactly one reference; a
-/// collective call over the root. `preflight_hook` returns a snapshot of the caller's own state
-/// that must be equal on every rank.
+/// collective call over the root. `preflight_hook` takes a snapshot of the caller's own state
+/// that must be equal *as a value* (by [`PreflightHook::same`]) on every rank; a closure
+/// returning bytes is a hook comparing bytes.
 ///
 /// Failures before ReleaseAllocations are retryable (unless the runtime is unusable or the ranks
 /// could not exchange outcomes: then the lifecycle is invalidated); from ReleaseAllocations on
@@ -321,7 +407,7 @@ struct PreflightValue {
 pub fn restart(
     heap_size_bytes: u64,
     replacements: &[Replacement],
-    preflight_hook: Option<&mut dyn FnMut() -> Result<Vec<u8>>>,
+    mut preflight_hook: Option<&mut dyn PreflightHook>,
 ) -> Result<RestartResult> {
     const OP: &str = "restart";
     let guard = LIFECYCLE.lock();
@@ -345,18 +431,26 @@ pub fn restart(
         channel,
         OP,
         Stage::Preflight,
-        true,
+        false,
         || {
             // The hook runs first, with no lifecycle borrow held (it may call debug_state).
-            let hook = match preflight_hook {
-                Some(hook) => Some(hook().map_err(LocalFailure::from)?),
+            let hook = match preflight_hook.as_mut() {
+                Some(hook) => Some(hook.snapshot().map_err(LocalFailure::from)?),
                 None => None,
             };
             check_restart(references, heap_size_bytes, replacements, hook)
         },
-        |value| value.hook.get_or_insert_with(Vec::new).push(0xff),
+        |value| value.manifest.injected_difference = true,
     );
-    preflight.map_err(|f| classify(OP, Stage::Preflight, f, false))?;
+    let values = preflight.map_err(|f| classify(OP, Stage::Preflight, f, false))?;
+    if let Some(message) = preflight_difference(&values, preflight_hook.as_deref()) {
+        let error = Error::new(ErrorKind::InvalidArgument, OP, message).on_rank(channel.rank());
+        let failure = StageFailure::Failed {
+            error,
+            unavailable: false,
+        };
+        return Err(classify(OP, Stage::Preflight, failure, false));
+    }
     timings.record(Stage::Preflight, started);
 
     let mut steps = Steps::new(channel, OP);
@@ -589,12 +683,15 @@ fn check_restart(
     }
     Ok(PreflightValue {
         hook,
-        heap_size,
-        current: replacements
-            .iter()
-            .map(|r| (r.current.id.index, r.current.bytes))
-            .collect(),
-        target: replacements.iter().map(|r| r.target.clone()).collect(),
+        manifest: Manifest {
+            heap_size,
+            current: replacements
+                .iter()
+                .map(|r| (r.current.id.index, r.current.bytes))
+                .collect(),
+            target: replacements.iter().map(|r| r.target.clone()).collect(),
+            injected_difference: false,
+        },
     })
 }
 
