@@ -50,6 +50,7 @@ pub use allocation::{
 pub use collectives::{ReduceOp, Reducible};
 pub use data::{AtomicWord, Comparison, SignalOp};
 pub use process::{latest_failure, runtime_state, FailureRecord, RuntimeState};
+pub use segment::MAX_ALIGNMENT;
 /// True if the byte range `address..address + len` of this process overlaps any symmetric heap
 /// mapping alive in this process: a running runtime's (every PE's heap and the control block),
 /// or one kept mapped by [`Shmem::mapping_keepalive`] after a shutdown or restart. A
