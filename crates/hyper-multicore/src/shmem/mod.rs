@@ -38,6 +38,7 @@ mod collectives;
 pub(crate) mod converge;
 mod data;
 mod handoff;
+mod liveness;
 mod process;
 mod runtime;
 mod segment;

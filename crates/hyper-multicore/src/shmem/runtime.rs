@@ -8,11 +8,12 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::allocation::{
-    Allocation, AllocationId, AllocationRecord, AllocationSpec, Dtype, Element,
+    Allocation, AllocationId, AllocationRecord, AllocationSpec, Dtype, Element, Region,
 };
 use super::allocator::Allocator;
 use super::converge::converge;
 use super::handoff;
+use super::liveness::Liveness;
 use super::process::{self, FailureRecord, RuntimeState};
 use super::segment::{Layout, Segment, MAX_ALIGNMENT};
 use super::sync;
@@ -37,6 +38,8 @@ pub struct Shmem {
     pub(crate) plane: ControlPlane,
     pub(crate) segment: Arc<Segment>,
     pub(crate) heap: Mutex<Heap>,
+    /// The live allocations' spans, checked by every data-plane call without a lock.
+    pub(crate) live: Liveness,
     pub(crate) spin: bool,
 }
 
@@ -196,6 +199,7 @@ impl Shmem {
                 next_index: 0,
                 checks: 0,
             }),
+            live: Liveness::default(),
             config,
             heap_size,
             plane,
@@ -386,6 +390,7 @@ impl Shmem {
                 spec: spec.clone(),
             };
             heap.records.insert(index, record.clone());
+            self.live.insert(index, offset, bytes);
             Ok(record)
         })();
         result.inspect_err(|e| process::record_failure(e, "allocate"))
@@ -412,6 +417,7 @@ impl Shmem {
                     format!("allocation {} was already freed (double free)", id.index),
                 )
             })?;
+            self.live.remove(id.index);
             heap.allocator.free(record.offset).map_err(|e| {
                 self.error(
                     ErrorKind::Protocol,
@@ -447,6 +453,51 @@ impl Shmem {
             .values()
             .cloned()
             .collect()
+    }
+
+    /// The data plane's check of every region it is given: of this lifetime, its allocation
+    /// live, the range inside it. A generation compare and a lock-free lookup; the reason is
+    /// only worked out when the check fails.
+    #[inline]
+    pub(crate) fn check_region(&self, operation: &str, region: Region) -> Result<()> {
+        if region.id.generation == self.segment.generation() && self.live.contains(region) {
+            return Ok(());
+        }
+        Err(self.region_error(operation, region))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn region_error(&self, operation: &str, region: Region) -> Error {
+        if let Err(error) = self.check_generation(operation, region.id) {
+            return error;
+        }
+        let index = region.id.index;
+        if !self.live.is_live(index) {
+            return self.error(
+                ErrorKind::DoubleFree,
+                operation,
+                format!(
+                    "allocation {index} has been freed (or was never allocated in this runtime \
+                     lifetime); a handle or region of it cannot be used after free — allocate \
+                     again"
+                ),
+            );
+        }
+        let (start, end) = lock_unpoisoned(&self.heap)
+            .records
+            .get(&index)
+            .map_or((0, 0), |r| (r.offset, r.offset + r.bytes));
+        self.error(
+            ErrorKind::InvalidArgument,
+            operation,
+            format!(
+                "heap bytes {}..{} lie outside allocation {index} (heap bytes {start}..{end}); \
+                 pass a view inside the allocation",
+                region.heap_offset,
+                region.heap_offset.saturating_add(region.bytes)
+            ),
+        )
     }
 
     pub(crate) fn check_generation(&self, operation: &str, id: AllocationId) -> Result<()> {
