@@ -5,12 +5,11 @@ use serde::{Deserialize, Serialize};
 use super::process::{self, FailureRecord, RuntimeState};
 use super::runtime::Shmem;
 use crate::config::Config;
-use crate::control::lock_unpoisoned;
 
 impl Shmem {
     /// A snapshot of this runtime.
     pub fn debug_state(&self) -> DebugState {
-        let heap = lock_unpoisoned(&self.heap);
+        let heap = self.heap.lock();
         let usage = heap.allocator.usage();
         debug_assert_eq!(
             usage.allocated_bytes + usage.free_bytes,

@@ -3,7 +3,9 @@
 //! and every PE maps it. Also the local check of a planned heap ([`Shmem::plan_heap`]).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};

@@ -42,7 +42,7 @@ mod debug;
 mod handoff;
 mod initialize;
 mod liveness;
-mod process;
+pub(crate) mod process;
 mod registry;
 mod runtime;
 mod segment;

@@ -8,7 +8,6 @@ use super::arguments::HeapCall;
 use super::process;
 use super::runtime::{Shmem, DEFAULT_ALIGNMENT};
 use super::segment::MAX_ALIGNMENT;
-use crate::control::lock_unpoisoned;
 use crate::error::{Error, ErrorKind, Result};
 
 impl Shmem {
@@ -26,7 +25,7 @@ impl Shmem {
     /// Collective: allocates by spec (shape, dtype, alignment) and returns the record.
     pub fn allocate_spec(&self, spec: &AllocationSpec) -> Result<AllocationRecord> {
         const OP: &str = "allocate";
-        let mut heap = lock_unpoisoned(&self.heap);
+        let mut heap = self.heap.lock();
         let bytes = spec.bytes();
         let alignment = spec.alignment.unwrap_or(DEFAULT_ALIGNMENT);
         let call = HeapCall::Allocate {
@@ -87,7 +86,7 @@ impl Shmem {
     /// an error on every rank.
     pub fn free_id(&self, id: AllocationId) -> Result<()> {
         const OP: &str = "free";
-        let mut heap = lock_unpoisoned(&self.heap);
+        let mut heap = self.heap.lock();
         self.check_same_call(&mut heap, OP, HeapCall::Free(id))
             .inspect_err(|e| process::record_failure(e, "argument check"))?;
         let result = (|| {
@@ -115,7 +114,7 @@ impl Shmem {
     /// The record of live allocation `id` (fails if freed or of another lifetime).
     pub fn resolve(&self, id: AllocationId) -> Result<AllocationRecord> {
         self.check_generation("resolve", id)?;
-        let heap = lock_unpoisoned(&self.heap);
+        let heap = self.heap.lock();
         heap.records.get(&id.index).cloned().ok_or_else(|| {
             self.error(
                 ErrorKind::DoubleFree,
@@ -130,11 +129,7 @@ impl Shmem {
 
     /// Every live allocation, by id.
     pub fn allocations(&self) -> Vec<AllocationRecord> {
-        lock_unpoisoned(&self.heap)
-            .records
-            .values()
-            .cloned()
-            .collect()
+        self.heap.lock().records.values().cloned().collect()
     }
 
     /// The data plane's check of every region it is given: of this lifetime, its allocation
@@ -166,7 +161,9 @@ impl Shmem {
                 ),
             );
         }
-        let (start, end) = lock_unpoisoned(&self.heap)
+        let (start, end) = self
+            .heap
+            .lock()
             .records
             .get(&index)
             .map_or((0, 0), |r| (r.offset, r.offset + r.bytes));

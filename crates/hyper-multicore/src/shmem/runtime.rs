@@ -4,7 +4,9 @@
 //! `arguments.rs` (the cross-rank argument check of those calls) and `debug.rs` (the snapshot).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use super::allocation::AllocationRecord;
 use super::allocator::Allocator;
@@ -12,7 +14,7 @@ use super::liveness::Liveness;
 use super::process;
 use super::segment::Segment;
 use crate::config::Config;
-use crate::control::{lock_unpoisoned, ControlPlane};
+use crate::control::ControlPlane;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Default alignment of allocations: one cache line, so separately allocated signal words never
@@ -121,7 +123,7 @@ impl Shmem {
 
     /// Local check, no side effects: succeeds if no allocation is live.
     pub fn validate_shutdown(&self) -> Result<()> {
-        let heap = lock_unpoisoned(&self.heap);
+        let heap = self.heap.lock();
         if heap.records.is_empty() {
             return Ok(());
         }
