@@ -26,8 +26,14 @@
 //! ```
 //!
 //! Every data-plane and allocation call made through [`guarded`] is refused when the lifecycle is
-//! invalidated or holds no reference, and cannot interleave with a restart's teardown (a
-//! readers/writer lock: calls share it, the teardown takes it alone).
+//! invalidated or holds no reference, and cannot interleave with any part of a last release or
+//! a restart, Preflight included (a readers/writer lock: calls share it, the release or restart
+//! takes it alone from its first stage to its last; [`try_guarded`] does not wait for it).
+//!
+//! A root is named by [`RootGroup`] ([`acquire_root`]): the world, a list of world ranks (the
+//! subgroup is formed only for a first reference, after every check, and cached by the world),
+//! or a [`GroupChannel`] of the caller's, whose [`mode`](GroupChannel::mode) is recorded at the
+//! first acquire and must not change while references are held.
 
 mod fault;
 mod hook;
