@@ -6,6 +6,33 @@
 use super::ControlPlane;
 use crate::error::Result;
 
+/// Where a root group's communication comes from (see [`GroupChannel::mode`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ChannelMode {
+    /// One process alone: no distributed world.
+    Standalone,
+    /// The launcher's world (hmrun, torchrun's environment) or a subgroup of it, over this
+    /// crate's control plane.
+    LauncherWorld,
+    /// A torch.distributed process group (the Python front's channel), while it is alive.
+    Torch,
+    /// A channel whose distributed runtime was torn down (e.g. its torch process group was
+    /// destroyed): it can no longer carry the root's collectives.
+    Destroyed,
+}
+
+impl ChannelMode {
+    /// Lower-case name, as errors show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChannelMode::Standalone => "standalone",
+            ChannelMode::LauncherWorld => "launcher world",
+            ChannelMode::Torch => "torch.distributed",
+            ChannelMode::Destroyed => "destroyed",
+        }
+    }
+}
+
 /// The communication the managed lifecycle needs from a root group: its ordered membership and
 /// an allgather with deadlines and peer-loss detection. Implemented by [`ControlPlane`], the
 /// world and its groups; the Python front implements it over a torch `ProcessGroup`.
@@ -18,6 +45,17 @@ pub trait GroupChannel: Send + Sync + std::fmt::Debug {
     fn members(&self) -> Vec<usize>;
     /// True if the group belongs to a distributed world (false for a standalone process).
     fn distributed(&self) -> bool;
+    /// Where the group's communication comes from, now. The lifecycle records it at the first
+    /// acquire and refuses a later acquire, release or restart once it has changed (e.g. the
+    /// torch process group was destroyed). Default: [`ChannelMode::LauncherWorld`] if
+    /// [`distributed`](GroupChannel::distributed), else [`ChannelMode::Standalone`].
+    fn mode(&self) -> ChannelMode {
+        if self.distributed() {
+            ChannelMode::LauncherWorld
+        } else {
+            ChannelMode::Standalone
+        }
+    }
     /// Every member's `data`, in group-rank order (a collective call).
     fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>>;
     /// Returns once every member has called it.

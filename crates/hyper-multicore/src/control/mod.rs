@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-pub use channel::GroupChannel;
+pub use channel::{ChannelMode, GroupChannel};
 pub use unique_id::{BootstrapListener, UniqueId, PROTOCOL_VERSION, SECRET_LEN};
 
 use frame::WireError;
@@ -300,10 +300,4 @@ impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.close();
     }
-}
-/// Locks a std mutex, recovering the data if a panicking thread poisoned it.
-pub(crate) fn lock_unpoisoned<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -1,23 +1,20 @@
-//! The native runtime of one process: initialize over a root group, the heap, collective
-//! allocate/free, shutdown, and the debug snapshot.
+//! The native runtime of one process: the [`Shmem`] handle, its lifetime and shutdown. Its other
+//! concerns live next to it: `initialize.rs` (joining a root, checking the introductions, sharing
+//! the segment), `registry.rs` (collective allocate/free and the live-allocation registry),
+//! `arguments.rs` (the cross-rank argument check of those calls) and `debug.rs` (the snapshot).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use parking_lot::Mutex;
 
-use super::allocation::{
-    Allocation, AllocationId, AllocationRecord, AllocationSpec, Dtype, Element,
-};
+use super::allocation::AllocationRecord;
 use super::allocator::Allocator;
-use super::converge::converge;
-use super::handoff;
-use super::process::{self, FailureRecord, RuntimeState};
-use super::segment::{Layout, Segment, MAX_ALIGNMENT};
-use super::sync;
+use super::liveness::Liveness;
+use super::process;
+use super::segment::Segment;
 use crate::config::Config;
-use crate::control::{lock_unpoisoned, BootstrapListener, ControlPlane, UniqueId};
+use crate::control::ControlPlane;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Default alignment of allocations: one cache line, so separately allocated signal words never
@@ -37,26 +34,19 @@ pub struct Shmem {
     pub(crate) plane: ControlPlane,
     pub(crate) segment: Arc<Segment>,
     pub(crate) heap: Mutex<Heap>,
+    /// The live allocations' spans, checked by every data-plane call without a lock.
+    pub(crate) live: Liveness,
     pub(crate) spin: bool,
 }
 
 /// Allocation state, identical on every PE.
 #[derive(Debug)]
 pub(crate) struct Heap {
-    allocator: Allocator,
-    records: BTreeMap<u64, AllocationRecord>,
-    next_index: u64,
+    pub(crate) allocator: Allocator,
+    pub(crate) records: BTreeMap<u64, AllocationRecord>,
+    pub(crate) next_index: u64,
     /// Number of collective argument checks so far (selects the double-buffered slot).
-    checks: u64,
-}
-
-/// What each rank tells the others at initialize.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Introduction {
-    heap_size: u64,
-    host: String,
-    uid: u32,
-    pid: u32,
+    pub(crate) checks: u64,
 }
 
 /// How a [`Shmem::shutdown`] did not happen.
@@ -93,116 +83,6 @@ impl ShutdownError {
 }
 
 impl Shmem {
-    /// Creates a unique ID for a new root (root rank 0 only); pass the listener to
-    /// [`Shmem::initialize`] on rank 0 and the ID to every other rank.
-    pub fn get_unique_id(config: &Config) -> Result<(UniqueId, BootstrapListener)> {
-        UniqueId::create(config)
-    }
-
-    /// Collective over the root: joins the rendezvous of `unique_id` as `rank` of `size`, checks
-    /// that every rank asked for the same heap size on the same host, and maps every PE's heap.
-    /// `heap_size` defaults to `HYPER_MULTICORE_SHMEM_HEAP_SIZE`, else 1 GiB. A failure leaves
-    /// nothing behind and may be retried.
-    pub fn initialize(
-        rank: usize,
-        size: usize,
-        unique_id: &UniqueId,
-        listener: Option<BootstrapListener>,
-        heap_size: Option<u64>,
-    ) -> Result<Shmem> {
-        let config =
-            Config::from_env().inspect_err(|e| process::record_failure(e, "configuration"))?;
-        Shmem::initialize_with(config, rank, size, unique_id, listener, heap_size)
-    }
-
-    /// [`Shmem::initialize`] with an explicit configuration.
-    pub fn initialize_with(
-        config: Config,
-        rank: usize,
-        size: usize,
-        unique_id: &UniqueId,
-        listener: Option<BootstrapListener>,
-        heap_size: Option<u64>,
-    ) -> Result<Shmem> {
-        let watch = crate::control::unwatched;
-        Shmem::initialize_watched(config, rank, size, unique_id, listener, heap_size, &watch)
-    }
-
-    /// [`Shmem::initialize_with`] whose rendezvous also gives up as soon as `watch` fails (the
-    /// lifecycle watches its group channel, which notices a dead member first).
-    pub fn initialize_watched(
-        config: Config,
-        rank: usize,
-        size: usize,
-        unique_id: &UniqueId,
-        listener: Option<BootstrapListener>,
-        heap_size: Option<u64>,
-        watch: crate::control::Watch<'_>,
-    ) -> Result<Shmem> {
-        process::begin_lifetime().inspect_err(|e| process::record_failure(e, "state check"))?;
-        let heap_size = heap_size.unwrap_or(config.heap_size);
-        let mut phase = "rendezvous";
-        let result = (|| {
-            let plane = ControlPlane::connect_watched(
-                rank,
-                size,
-                unique_id,
-                listener,
-                config.timeout,
-                watch,
-            )?;
-            phase = "introduction";
-            let introductions = converge(&plane, "initialize", introduce(heap_size))?;
-            let layout = check_introductions(&introductions, rank)?;
-            phase = "segment";
-            let pids: Vec<u32> = introductions.iter().map(|i| i.pid).collect();
-            let segment = share_segment(&plane, unique_id, layout, &pids, config.timeout)?;
-            Ok(Shmem::assemble(
-                config, rank, size, heap_size, plane, segment,
-            ))
-        })();
-        match result {
-            Ok(shmem) => Ok(shmem),
-            Err(error) => {
-                process::record_failure(&error, phase);
-                process::end_lifetime(None);
-                Err(error)
-            }
-        }
-    }
-
-    fn assemble(
-        config: Config,
-        rank: usize,
-        size: usize,
-        heap_size: u64,
-        plane: ControlPlane,
-        segment: Segment,
-    ) -> Shmem {
-        let segment = Arc::new(segment);
-        let watched = Arc::clone(&segment);
-        plane.on_break(move |_, peer, _| {
-            let lost = peer.unwrap_or(size) as u32;
-            let control = watched.control();
-            sync::abort(&control.abort, lost, &control.barrier, watched.doorbells());
-        });
-        Shmem {
-            rank,
-            size,
-            spin: sync::WaitPolicy::new(size, Instant::now()).spin,
-            heap: Mutex::new(Heap {
-                allocator: Allocator::new(heap_size),
-                records: BTreeMap::new(),
-                next_index: 0,
-                checks: 0,
-            }),
-            config,
-            heap_size,
-            plane,
-            segment,
-        }
-    }
-
     /// This process's rank in the root.
     pub fn rank(&self) -> usize {
         self.rank
@@ -243,7 +123,7 @@ impl Shmem {
 
     /// Local check, no side effects: succeeds if no allocation is live.
     pub fn validate_shutdown(&self) -> Result<()> {
-        let heap = lock_unpoisoned(&self.heap);
+        let heap = self.heap.lock();
         if heap.records.is_empty() {
             return Ok(());
         }
@@ -289,146 +169,6 @@ impl Shmem {
         })
     }
 
-    /// Collective: allocates `len` elements of `T` (alignment `None` = 64 bytes). Every rank
-    /// must make the same call; arguments that differ across ranks fail on every rank.
-    pub fn allocate<T: Element>(
-        &self,
-        len: usize,
-        alignment: Option<u64>,
-    ) -> Result<Allocation<T>> {
-        self.allocate_spec(&AllocationSpec::of::<T>(len, alignment))
-            .map(Allocation::new)
-    }
-
-    /// Collective: allocates by spec (shape, dtype, alignment) and returns the record.
-    pub fn allocate_spec(&self, spec: &AllocationSpec) -> Result<AllocationRecord> {
-        const OP: &str = "allocate";
-        let mut heap = lock_unpoisoned(&self.heap);
-        let bytes = spec.bytes();
-        let alignment = spec.alignment.unwrap_or(DEFAULT_ALIGNMENT);
-        let call = HeapCall::Allocate {
-            bytes: bytes.as_ref().copied().unwrap_or(u64::MAX),
-            alignment,
-            dtype: spec.dtype,
-        };
-        self.check_same_call(&mut heap, OP, call)
-            .inspect_err(|e| process::record_failure(e, "argument check"))?;
-        let result = (|| {
-            let bytes = bytes?;
-            if !alignment.is_power_of_two() || alignment > MAX_ALIGNMENT {
-                return Err(self.error(
-                    ErrorKind::InvalidArgument,
-                    OP,
-                    format!(
-                        "alignment {alignment} must be a power of two no larger than \
-                         {MAX_ALIGNMENT} (or None for the default {DEFAULT_ALIGNMENT})"
-                    ),
-                ));
-            }
-            let alignment = alignment.max(super::allocator::MIN_ALIGNMENT);
-            let offset = heap
-                .allocator
-                .allocate(bytes, alignment)
-                .map_err(|exhausted| {
-                    self.error(
-                        ErrorKind::InvalidArgument,
-                        OP,
-                        format!("the heap is exhausted: {}", exhausted.describe()),
-                    )
-                })?;
-            let index = heap.next_index;
-            heap.next_index += 1;
-            let record = AllocationRecord {
-                id: AllocationId {
-                    index,
-                    generation: self.generation(),
-                },
-                offset,
-                bytes,
-                alignment,
-                spec: spec.clone(),
-            };
-            heap.records.insert(index, record.clone());
-            Ok(record)
-        })();
-        result.inspect_err(|e| process::record_failure(e, "allocate"))
-    }
-
-    /// Collective: frees an allocation (consumed, so it cannot be used again).
-    pub fn free<T: Element>(&self, allocation: Allocation<T>) -> Result<()> {
-        self.free_id(allocation.into_record().id)
-    }
-
-    /// Collective: frees the allocation `id`. Freeing twice, or an id of another lifetime, is
-    /// an error on every rank.
-    pub fn free_id(&self, id: AllocationId) -> Result<()> {
-        const OP: &str = "free";
-        let mut heap = lock_unpoisoned(&self.heap);
-        self.check_same_call(&mut heap, OP, HeapCall::Free(id))
-            .inspect_err(|e| process::record_failure(e, "argument check"))?;
-        let result = (|| {
-            self.check_generation(OP, id)?;
-            let record = heap.records.remove(&id.index).ok_or_else(|| {
-                self.error(
-                    ErrorKind::DoubleFree,
-                    OP,
-                    format!("allocation {} was already freed (double free)", id.index),
-                )
-            })?;
-            heap.allocator.free(record.offset).map_err(|e| {
-                self.error(
-                    ErrorKind::Protocol,
-                    OP,
-                    format!("the allocator has no block at offset {}", e.offset),
-                )
-            })?;
-            Ok(())
-        })();
-        result.inspect_err(|e| process::record_failure(e, "free"))
-    }
-
-    /// The record of live allocation `id` (fails if freed or of another lifetime).
-    pub fn resolve(&self, id: AllocationId) -> Result<AllocationRecord> {
-        self.check_generation("resolve", id)?;
-        let heap = lock_unpoisoned(&self.heap);
-        heap.records.get(&id.index).cloned().ok_or_else(|| {
-            self.error(
-                ErrorKind::DoubleFree,
-                "resolve",
-                format!(
-                    "allocation {} has been freed; it cannot be used any more",
-                    id.index
-                ),
-            )
-        })
-    }
-
-    /// Every live allocation, by id.
-    pub fn allocations(&self) -> Vec<AllocationRecord> {
-        lock_unpoisoned(&self.heap)
-            .records
-            .values()
-            .cloned()
-            .collect()
-    }
-
-    pub(crate) fn check_generation(&self, operation: &str, id: AllocationId) -> Result<()> {
-        if id.generation == self.generation() {
-            return Ok(());
-        }
-        Err(self.error(
-            ErrorKind::InvalidArgument,
-            operation,
-            format!(
-                "allocation {} belongs to another runtime lifetime (generation {:#x}, current \
-                 {:#x}); it was released by a shutdown or restart — allocate again",
-                id.index,
-                id.generation,
-                self.generation()
-            ),
-        ))
-    }
-
     pub(crate) fn error(
         &self,
         kind: ErrorKind,
@@ -437,143 +177,6 @@ impl Shmem {
     ) -> Error {
         Error::new(kind, operation, message).on_rank(self.rank)
     }
-
-    /// Publishes this rank's `call`, waits for every rank, and compares: every rank reads the
-    /// same slots, so a mismatch fails everywhere alike (and nothing is allocated or freed).
-    fn check_same_call(&self, heap: &mut Heap, operation: &str, call: HeapCall) -> Result<()> {
-        heap.checks += 1;
-        let slot = (heap.checks % 2) as usize;
-        let stamped = call.encode(heap.checks);
-        let mine = &self.segment.pe_words(self.rank).arguments[slot];
-        for (word, value) in mine.iter().zip(stamped) {
-            word.store(value, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.data_barrier(operation)?;
-        let all: Vec<[u64; 4]> = (0..self.size)
-            .map(|pe| {
-                let words = &self.segment.pe_words(pe).arguments[slot];
-                std::array::from_fn(|i| words[i].load(std::sync::atomic::Ordering::Relaxed))
-            })
-            .collect();
-        if all.iter().all(|words| *words == stamped) {
-            return Ok(());
-        }
-        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-        for (pe, words) in all.iter().enumerate() {
-            let described = if words[0] == heap.checks {
-                HeapCall::describe(words)
-            } else {
-                format!(
-                    "a different collective (call #{} instead of #{})",
-                    words[0], heap.checks
-                )
-            };
-            match groups.iter_mut().find(|(c, _)| *c == described) {
-                Some((_, ranks)) => ranks.push(pe),
-                None => groups.push((described, vec![pe])),
-            }
-        }
-        let listing: Vec<String> = groups
-            .iter()
-            .map(|(call, ranks)| format!("root ranks {ranks:?} called {call}"))
-            .collect();
-        Err(self.error(
-            ErrorKind::InvalidArgument,
-            operation,
-            format!(
-                "arguments differ across ranks: {}; every rank must make the same allocate and \
-                 free calls in the same order (nothing was allocated or freed)",
-                listing.join(", ")
-            ),
-        ))
-    }
-
-    /// A snapshot of this runtime.
-    pub fn debug_state(&self) -> DebugState {
-        let heap = lock_unpoisoned(&self.heap);
-        let usage = heap.allocator.usage();
-        debug_assert_eq!(
-            usage.allocated_bytes + usage.free_bytes,
-            heap.allocator.capacity()
-        );
-        let own_heap = self.segment.layout().heap_offset(self.rank);
-        DebugState {
-            state: RuntimeState::Ready,
-            root_rank: Some(self.rank),
-            root_size: Some(self.size),
-            device: "cpu".into(),
-            config: EffectiveConfig::from(&self.config, self.heap_size),
-            reference_count: None,
-            heap: Some(HeapUsage {
-                allocated_bytes: usage.allocated_bytes,
-                remaining_bytes: usage.free_bytes,
-                peak_allocated_bytes: usage.peak_allocated_bytes,
-                allocation_count: usage.allocation_count,
-            }),
-            allocations: heap
-                .records
-                .values()
-                .map(|r| AllocationSummary {
-                    id: r.id.index,
-                    base_address: self.segment.mapping().address(own_heap + r.offset as usize)
-                        as usize,
-                    bytes: r.bytes,
-                })
-                .collect(),
-            latest_failure: process::latest_failure(),
-        }
-    }
-}
-
-/// A collective heap call, as published for the cross-rank argument check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum HeapCall {
-    Allocate {
-        bytes: u64,
-        alignment: u64,
-        dtype: Dtype,
-    },
-    Free(AllocationId),
-}
-
-impl HeapCall {
-    const ALLOCATE: u64 = 1;
-    const FREE: u64 = 2;
-
-    /// Four words: call number, kind (high byte) and dtype, then two arguments.
-    fn encode(self, sequence: u64) -> [u64; 4] {
-        match self {
-            HeapCall::Allocate {
-                bytes,
-                alignment,
-                dtype,
-            } => {
-                let dtype = Dtype::ALL.iter().position(|d| *d == dtype).unwrap_or(0) as u64;
-                [sequence, Self::ALLOCATE << 56 | dtype, bytes, alignment]
-            }
-            HeapCall::Free(id) => [sequence, Self::FREE << 56, id.index, id.generation],
-        }
-    }
-
-    /// Words published by some rank, described for an error message.
-    fn describe(words: &[u64; 4]) -> String {
-        match words[1] >> 56 {
-            Self::ALLOCATE => {
-                let dtype = Dtype::ALL
-                    .get((words[1] & 0xff) as usize)
-                    .map_or("?", |d| d.name());
-                format!(
-                    "allocate({} bytes of {dtype}, alignment {})",
-                    words[2], words[3]
-                )
-            }
-            Self::FREE => format!(
-                "free(allocation {} of generation {:#x})",
-                words[2], words[3]
-            ),
-            _ => "an unknown heap call".into(),
-        }
-    }
 }
 
 impl Drop for Shmem {
@@ -581,260 +184,5 @@ impl Drop for Shmem {
         // No collective work here: release local resources only.
         self.plane.close();
         process::end_lifetime(None);
-    }
-}
-
-fn introduce(heap_size: u64) -> Result<Introduction> {
-    let host = host_identity();
-    Ok(Introduction {
-        heap_size,
-        host,
-        uid: rustix::process::getuid().as_raw(),
-        pid: std::process::id(),
-    })
-}
-
-/// This host's identity: its boot ID (distinct per machine and boot) and name.
-fn host_identity() -> String {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let name = rustix::system::uname();
-    format!("{}@{}", name.nodename().to_string_lossy(), boot.trim())
-}
-
-/// The checks every rank makes on the same introductions, so all reach the same verdict.
-fn check_introductions(all: &[Introduction], rank: usize) -> Result<Layout> {
-    const OP: &str = "initialize";
-    let fail = |kind, message: String| Error::new(kind, OP, message).on_rank(rank);
-    let sizes: Vec<u64> = all.iter().map(|i| i.heap_size).collect();
-    if sizes.iter().any(|&s| s != sizes[0]) {
-        return Err(fail(
-            ErrorKind::InvalidArgument,
-            format!(
-                "heap sizes differ across root ranks ({}); pass the same heap size (or the same \
-                 {}) on every rank",
-                group_by_value(&sizes),
-                crate::config::HEAP_SIZE
-            ),
-        ));
-    }
-    if sizes[0] == 0 {
-        return Err(fail(
-            ErrorKind::InvalidArgument,
-            "the heap size must be positive".into(),
-        ));
-    }
-    let hosts: Vec<&str> = all.iter().map(|i| i.host.as_str()).collect();
-    if hosts.iter().any(|h| *h != hosts[0]) {
-        return Err(fail(
-            ErrorKind::Unsupported,
-            format!(
-                "multi-node is not supported yet: the root spans several hosts ({}); run every \
-                 PE of a root on one host",
-                group_by_value(&hosts)
-            ),
-        ));
-    }
-    if all.iter().any(|i| i.uid != all[0].uid) {
-        return Err(fail(
-            ErrorKind::Unsupported,
-            "the PEs of a root run as different users; the heap is only shared between \
-             processes of one user"
-                .into(),
-        ));
-    }
-    let layout = Layout::new(all.len(), sizes[0]).map_err(|e| e.on_rank(rank))?;
-    let host_memory = host_memory_bytes();
-    if let Some(memory) = host_memory {
-        let wanted = sizes[0].saturating_mul(all.len() as u64);
-        if wanted > memory {
-            return Err(fail(
-                ErrorKind::InvalidArgument,
-                format!(
-                    "{} PEs × {} heap bytes = {wanted} bytes exceed this host's {memory} bytes \
-                     of memory; choose a smaller heap size",
-                    all.len(),
-                    sizes[0]
-                ),
-            ));
-        }
-    }
-    Ok(layout)
-}
-
-fn host_memory_bytes() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
-/// `ranks [0, 1] = 64, ranks [2] = 128`.
-fn group_by_value<T: PartialEq + std::fmt::Display>(values: &[T]) -> String {
-    let mut groups: Vec<(&T, Vec<usize>)> = Vec::new();
-    for (rank, value) in values.iter().enumerate() {
-        match groups.iter_mut().find(|(v, _)| *v == value) {
-            Some((_, ranks)) => ranks.push(rank),
-            None => groups.push((value, vec![rank])),
-        }
-    }
-    groups
-        .iter()
-        .map(|(v, ranks)| format!("root ranks {ranks:?}: {v}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Root rank 0 creates the segment and hands it to every PE; each maps and checks it.
-fn share_segment(
-    plane: &ControlPlane,
-    id: &UniqueId,
-    layout: Layout,
-    pids: &[u32],
-    timeout: std::time::Duration,
-) -> Result<Segment> {
-    const OP: &str = "initialize";
-    let rank = plane.rank();
-    let deadline = Instant::now() + timeout;
-    let created = if rank == 0 {
-        let generation = fresh_generation()?;
-        Segment::create(layout, generation).and_then(|(segment, fd)| {
-            let listener =
-                handoff::HandoffListener::bind(&handoff::socket_name(id.secret(), generation))?;
-            Ok((generation, Some((segment, fd, listener))))
-        })
-    } else {
-        Ok((0, None))
-    };
-    let (local_created, root_parts) = match created {
-        Ok((generation, parts)) => (Ok(generation), parts),
-        Err(error) => (Err(error.on_rank(rank)), None),
-    };
-    let generations = converge(plane, OP, local_created)?;
-    let generation = generations[0];
-    let attached = match root_parts {
-        Some((segment, fd, listener)) => {
-            let still_alive = || plane.broken().map_or(Ok(()), Err);
-            listener
-                .serve(
-                    std::os::fd::AsFd::as_fd(&fd),
-                    &pids[1..],
-                    deadline,
-                    still_alive,
-                )
-                .map(|()| segment)
-        }
-        None => handoff::receive(
-            &handoff::socket_name(id.secret(), generation),
-            pids[0],
-            deadline,
-        )
-        .and_then(|fd| Segment::attach(&fd, layout, generation)),
-    };
-    let (local, segment) = match attached {
-        Ok(segment) => (Ok(()), Some(segment)),
-        Err(error) => (Err(error.on_rank(rank)), None),
-    };
-    converge(plane, OP, local)?;
-    Ok(segment.expect("every rank attached"))
-}
-
-fn fresh_generation() -> Result<u64> {
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).map_err(|e| {
-        Error::new(
-            ErrorKind::Backend,
-            "initialize",
-            format!("the OS random source failed: {e}"),
-        )
-    })?;
-    Ok(u64::from_le_bytes(bytes) | 1)
-}
-
-/// The effective configuration, as reported by [`DebugState`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EffectiveConfig {
-    /// Heap bytes per PE in force.
-    pub heap_size: u64,
-    /// Deadline of blocking waits, in seconds.
-    pub timeout_sec: f64,
-    /// Bootstrap endpoint (`tcp://host:port`, or `default` for loopback/ephemeral).
-    pub bootstrap_endpoint: String,
-    /// Log level.
-    pub log_level: String,
-}
-
-impl EffectiveConfig {
-    pub(crate) fn from(config: &Config, heap_size: u64) -> Self {
-        EffectiveConfig {
-            heap_size,
-            timeout_sec: config.timeout.as_secs_f64(),
-            bootstrap_endpoint: config
-                .bootstrap_endpoint
-                .map_or_else(|| "default".to_string(), |e| format!("tcp://{e}")),
-            log_level: config.log_level.clone(),
-        }
-    }
-}
-
-/// Heap usage of this PE (identical on every PE of the root).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct HeapUsage {
-    /// Bytes held by live allocations (including alignment rounding).
-    pub allocated_bytes: u64,
-    /// Bytes still free.
-    pub remaining_bytes: u64,
-    /// Most bytes ever allocated at once in this lifetime.
-    pub peak_allocated_bytes: u64,
-    /// Live allocations.
-    pub allocation_count: usize,
-}
-
-/// One live allocation, as reported by [`DebugState`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AllocationSummary {
-    /// Its id.
-    pub id: u64,
-    /// Its address in this process.
-    pub base_address: usize,
-    /// Its size in bytes.
-    pub bytes: u64,
-}
-
-/// A snapshot of the runtime, safe to take in any state.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DebugState {
-    /// The state.
-    pub state: RuntimeState,
-    /// This process's rank in the root (None when not initialized).
-    pub root_rank: Option<usize>,
-    /// The root's size.
-    pub root_size: Option<usize>,
-    /// The device the heap lives on.
-    pub device: String,
-    /// The effective configuration.
-    pub config: EffectiveConfig,
-    /// References held by the managed lifecycle (None for the native runtime alone).
-    pub reference_count: Option<usize>,
-    /// Heap usage.
-    pub heap: Option<HeapUsage>,
-    /// Live allocations sorted by id.
-    pub allocations: Vec<AllocationSummary>,
-    /// The latest failure of a runtime operation in this process.
-    pub latest_failure: Option<FailureRecord>,
-}
-
-/// A snapshot when no runtime is active (state, configuration and the latest failure).
-pub fn debug_state_inactive() -> DebugState {
-    let config = Config::from_env().unwrap_or_default();
-    DebugState {
-        state: process::runtime_state(),
-        root_rank: None,
-        root_size: None,
-        device: "cpu".into(),
-        config: EffectiveConfig::from(&config, config.heap_size),
-        reference_count: None,
-        heap: None,
-        allocations: Vec::new(),
-        latest_failure: process::latest_failure(),
     }
 }

@@ -8,5 +8,6 @@
 pub(crate) mod futex;
 pub(crate) mod inherited_fd;
 pub(crate) mod mapping;
+pub(crate) mod segment_words;
 pub(crate) mod socket_owner;
 pub(crate) mod spawn;

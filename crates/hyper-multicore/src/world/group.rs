@@ -1,5 +1,7 @@
 //! Ordered subgroups of the world ([`World::new_group`]), each with its own control plane.
 
+use std::sync::Arc;
+
 use crate::control::frame::WireError;
 use crate::control::{ControlPlane, GroupChannel, UniqueId};
 use crate::error::{Error, ErrorKind, Result};
@@ -68,8 +70,26 @@ impl World {
         })
     }
 
-    /// Validates a membership list; returns the caller's rank in it.
-    fn check_members(&self, members: &[usize]) -> Result<usize> {
+    /// The subgroup `members`, formed by [`World::new_group`] on first use (a collective call over
+    /// the members then) and reused afterwards: one per member list, freed with the world.
+    pub fn subgroup(&self, members: &[usize]) -> Result<Arc<Group>> {
+        let mut subgroups = self.subgroups.lock();
+        if let Some(group) = subgroups.get(members) {
+            return Ok(Arc::clone(group));
+        }
+        let group = Arc::new(self.new_group(members)?);
+        subgroups.insert(members.to_vec(), Arc::clone(&group));
+        Ok(group)
+    }
+
+    /// The member lists of the subgroups [`World::subgroup`] holds, in no particular order.
+    pub fn cached_subgroups(&self) -> Vec<Vec<usize>> {
+        self.subgroups.lock().keys().cloned().collect()
+    }
+
+    /// Validates a membership list (non-empty, inside the world, no rank twice, the caller a
+    /// member) without any communication; returns the caller's rank in it.
+    pub fn check_members(&self, members: &[usize]) -> Result<usize> {
         let bad = |message: String| {
             Error::new(ErrorKind::InvalidArgument, "new group", message).on_rank(self.rank())
         };

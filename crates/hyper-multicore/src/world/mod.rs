@@ -63,6 +63,8 @@ pub struct World {
     config: Config,
     control: ControlPlane,
     groups_created: Mutex<HashMap<Vec<usize>, u64>>,
+    /// Subgroups made by [`World::subgroup`], one per member list, freed with the world.
+    subgroups: Mutex<HashMap<Vec<usize>, Arc<Group>>>,
 }
 
 impl World {
@@ -79,6 +81,7 @@ impl World {
             config,
             control,
             groups_created: Mutex::new(HashMap::new()),
+            subgroups: Mutex::new(HashMap::new()),
         }
     }
 
