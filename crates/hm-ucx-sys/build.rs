@@ -13,7 +13,10 @@ fn main() {
 
     // pkg-config gives the include path and `-lucp -luct -lucs -lucm`; fall back to the
     // standard location when the .pc file is missing but the headers are there.
-    let include_paths = match pkg_config::Config::new().atleast_version("1.10").probe("ucx") {
+    let include_paths = match pkg_config::Config::new()
+        .atleast_version("1.10")
+        .probe("ucx")
+    {
         Ok(library) => library.include_paths,
         Err(error) => {
             if !std::path::Path::new("/usr/include/ucp/api/ucp.h").exists() {

@@ -93,6 +93,9 @@ mod tests {
         let (mut major, mut minor, mut release) = (0, 0, 0);
         // SAFETY: three writable out-parameters, as the header asks.
         unsafe { ucp_get_version(&mut major, &mut minor, &mut release) };
-        assert!(major >= 1 && (major > 1 || minor >= 10), "UCX {major}.{minor}");
+        assert!(
+            major >= 1 && (major > 1 || minor >= 10),
+            "UCX {major}.{minor}"
+        );
     }
 }

@@ -9,3 +9,8 @@ pub(crate) mod futex;
 pub(crate) mod inherited_fd;
 pub(crate) mod mapping;
 pub(crate) mod spawn;
+// The UCX transport's foundation; the transport layer (shmem/transport/) is its first user, until
+// then only its tests call it.
+#[cfg(feature = "ucx")]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) mod ucx;
