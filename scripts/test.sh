@@ -4,6 +4,7 @@
 # in smoke mode and the Python front's pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/install_system_packages.sh # libucx-dev, libclang-dev when missing
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 # The barrier / signal / abort protocols under loom (a separate build with --cfg loom).
