@@ -573,3 +573,64 @@ fn progress_thread_cycles() {
     }
     assert_eq!((hm_testkit::thread_count(), hm_testkit::open_fds()), before);
 }
+
+/// Not a timed assertion: prints median latencies (µs) of 8 B put + flush, 8 B get and u64
+/// fetch-add from rank 0 to rank 1, whose main thread waits in a control-plane barrier (its
+/// progress thread serves). `HM_UCX_BENCH_ITERS` sets the sample count (default 200).
+fn latency_body() {
+    let pair = connect_pair(true, None);
+    pair.world.control().barrier().unwrap();
+    if pair.world.rank() == 0 {
+        let iterations: usize = std::env::var("HM_UCX_BENCH_ITERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(200);
+        let ep = &pair.endpoint;
+        let key = &pair.rkey;
+        let mut bytes = [0u8; 8];
+        let measure = |name: &str, op: &mut dyn FnMut()| {
+            for _ in 0..iterations / 10 + 10 {
+                op(); // warm-up: connection set-up, caches
+            }
+            let mut samples: Vec<f64> = (0..iterations)
+                .map(|_| {
+                    let started = Instant::now();
+                    op();
+                    started.elapsed().as_secs_f64() * 1e6
+                })
+                .collect();
+            samples.sort_by(f64::total_cmp);
+            let at = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize];
+            println!(
+                "REPORT {} {name}: median {:.1} us (p10 {:.1}, p90 {:.1}, n {})",
+                std::env::var("HM_TEST_UCX_TLS_LABEL").unwrap_or_default(),
+                at(0.5),
+                at(0.1),
+                at(0.9),
+                samples.len()
+            );
+        };
+        measure("put 8 B + flush", &mut || {
+            ep.put(&[1u8; 8], pair.remote(SMALL), key, deadline(10))
+                .unwrap();
+            ep.flush(deadline(10)).unwrap();
+        });
+        measure("get 8 B", &mut || {
+            ep.get(&mut bytes, pair.remote(SMALL), key, deadline(10))
+                .unwrap();
+        });
+        measure("fetch-add u64", &mut || {
+            ep.atomic_fetch_add::<u64>(pair.remote(WORD64), key, 1, deadline(10))
+                .unwrap();
+        });
+    }
+    pair.world.control().barrier().unwrap();
+    println!("PE_OK");
+}
+
+two_pe_test!(latency_report_over_tcp, Some("tcp,self"), latency_body);
+two_pe_test!(
+    latency_report_over_shared_memory,
+    Some("sm,self"),
+    latency_body
+);
