@@ -756,6 +756,15 @@ impl Worker {
         )
     }
 
+    /// Orders operations: those issued on this worker before the fence complete at their
+    /// targets before any issued after it (`ucp_worker_fence`, the transport's fence). Does
+    /// not wait.
+    pub fn fence(&self) -> Result<()> {
+        // SAFETY: live worker.
+        let status = unsafe { ffi::ucp_worker_fence(self.inner.handle) };
+        check("ucx fence", "ucp_worker_fence failed", status)
+    }
+
     /// Waits until every operation issued on every endpoint of this worker has completed
     /// remotely (`ucp_worker_flush_nbx`, the transport's quiet).
     pub fn flush(&self, deadline: Instant) -> Result<()> {

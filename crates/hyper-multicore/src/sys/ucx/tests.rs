@@ -491,6 +491,7 @@ fn loopback_round() {
         std::thread::yield_now();
     }
     assert_eq!(request.wait(deadline(10)).unwrap(), b"via request");
+    worker.fence().unwrap();
     endpoint.flush(deadline(10)).unwrap();
     region.read(100, &mut read);
     assert_eq!(&read, b"via request");
