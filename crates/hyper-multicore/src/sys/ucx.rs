@@ -59,6 +59,34 @@
 //! [`ProgressThread`] is the answer: it sleeps on the worker's event fd and progresses the worker
 //! when anything arrives, so the target's main thread may compute.
 
+//! # Notes for the transport built on this
+//!
+//! - **One worker per PE, thread mode MULTI** (checked at creation; the context has
+//!   `mt_workers_shared`): the caller and the progress thread call into the same worker, UCX
+//!   locks inside. Keep one [`ProgressThread`] per worker for the worker's whole life.
+//! - **Arm loop**: `ucp_worker_arm` returns `UCS_ERR_BUSY` while events are pending; the
+//!   only correct sleep is `while progress() != 0 {}` → `arm()` → `poll(event_fd)` only when
+//!   `arm()` returned true ([`Worker::arm`] maps BUSY to `false`).
+//! - **Endpoints are `Send`, not `Sync`** (a blocking call holds the endpoint for its whole
+//!   wait): give each thread its own, or wrap one in a mutex. [`RemoteKey`]s and [`Request`]s
+//!   keep their endpoint's UCX state alive, so any drop order is safe.
+//! - **Peer-failure handling** is asked for on every endpoint; `UCX_TLS=sm,self` cannot provide
+//!   it (UCX prints one `no peer failure handler` error line per connection), so such endpoints
+//!   run without it ([`Endpoint::detects_peer_failure`]), stage put/get through an owned buffer
+//!   and learn about a dead peer only from deadlines — the control plane's peer-loss notice
+//!   must close them. With the default `UCX_TLS`, UCX then prefers TCP even on one host.
+//! - **Local vs remote completion**: put, atomics and AM return at local completion; only
+//!   [`Endpoint::flush`] / [`Worker::flush`] (quiet) guarantee the target has the data.
+//!   [`Worker::fence`] only orders.
+//! - **A missed deadline closes the endpoint** (force-close) and fails with Timeout; every later
+//!   call on it fails at once. Reconnect with [`Worker::connect`] if the peer is still wanted.
+//! - **Active messages** run inside `progress` on whichever thread progresses (usually the
+//!   progress thread): never block there and never call blocking UCX operations from a handler;
+//!   sends use the eager protocol (small messages; the header is limited to
+//!   [`Worker::max_am_header`]).
+//! - **The heap** is registered with [`MemoryRegion::register`] from its `Arc<SharedMapping>`,
+//!   which it keeps mapped; re-register (and re-exchange keys) after a restart maps a new heap.
+
 use std::ffi::{c_void, CStr};
 use std::marker::PhantomData;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
