@@ -1,7 +1,9 @@
 //! `hyper_multicore._native`: the PyO3 extension under the Python package `hyper_multicore`.
 //!
 //! A thin layer: it converts arguments, releases the GIL around every call into the library, and
-//! maps errors ([`errors`]). Lifecycle logic lives in `hyper_multicore::lifecycle`; every data-plane
+//! maps errors ([`errors`]). Releasing the GIL is a rule without exceptions: a call into the
+//! library may wait for the lifecycle lock, whose holder may need the GIL (a preflight hook, a
+//! torch all-gather), so waiting with the GIL held would freeze the interpreter. Lifecycle logic lives in `hyper_multicore::lifecycle`; every data-plane
 //! and allocation call goes through [`lifecycle::guarded`]. The public Python API is
 //! `hyper_multicore.shmem`, which turns tensors into the plain arguments taken here:
 //!
@@ -291,10 +293,11 @@ fn world_members(py: Python<'_>) -> PyResult<Vec<usize>> {
     py_result(py, py.detach(|| lifecycle::root_members(None)))
 }
 
-/// References held in this process.
+/// References held in this process. It waits for the lifecycle lock, so without the GIL: the
+/// thread holding the lock may need the GIL (a preflight hook, a torch all-gather).
 #[pyfunction]
-fn reference_count() -> usize {
-    lifecycle::reference_count()
+fn reference_count(py: Python<'_>) -> usize {
+    py.detach(lifecycle::reference_count)
 }
 
 /// The debug snapshot, as JSON.
