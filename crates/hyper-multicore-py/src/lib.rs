@@ -260,7 +260,7 @@ fn restart(
     let outcome = py.detach(|| {
         let hook = hook
             .as_mut()
-            .map(|h| h as &mut dyn FnMut() -> hyper_multicore::Result<Vec<u8>>);
+            .map(|h| h as &mut dyn lifecycle::PreflightHook);
         let result = lifecycle::restart(heap_size_bytes, &replacements, hook)?;
         let exported = lifecycle::guarded("restart", |shmem| {
             result

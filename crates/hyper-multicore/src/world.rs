@@ -48,6 +48,8 @@ pub struct World {
     config: Config,
     control: ControlPlane,
     groups_created: Mutex<HashMap<Vec<usize>, u64>>,
+    /// Subgroups made by [`World::subgroup`], one per member list, freed with the world.
+    subgroups: parking_lot::Mutex<HashMap<Vec<usize>, Arc<Group>>>,
 }
 
 impl World {
@@ -165,6 +167,7 @@ impl World {
             config,
             control,
             groups_created: Mutex::new(HashMap::new()),
+            subgroups: parking_lot::Mutex::new(HashMap::new()),
         }
     }
 
@@ -258,8 +261,26 @@ impl World {
         })
     }
 
-    /// Validates a membership list; returns the caller's rank in it.
-    fn check_members(&self, members: &[usize]) -> Result<usize> {
+    /// The subgroup `members`, formed by [`World::new_group`] on first use (a collective call over
+    /// the members then) and reused afterwards: one per member list, freed with the world.
+    pub fn subgroup(&self, members: &[usize]) -> Result<Arc<Group>> {
+        let mut subgroups = self.subgroups.lock();
+        if let Some(group) = subgroups.get(members) {
+            return Ok(Arc::clone(group));
+        }
+        let group = Arc::new(self.new_group(members)?);
+        subgroups.insert(members.to_vec(), Arc::clone(&group));
+        Ok(group)
+    }
+
+    /// The member lists of the subgroups [`World::subgroup`] holds, in no particular order.
+    pub fn cached_subgroups(&self) -> Vec<Vec<usize>> {
+        self.subgroups.lock().keys().cloned().collect()
+    }
+
+    /// Validates a membership list (non-empty, inside the world, no rank twice, the caller a
+    /// member) without any communication; returns the caller's rank in it.
+    pub fn check_members(&self, members: &[usize]) -> Result<usize> {
         let bad = |message: String| {
             Error::new(ErrorKind::InvalidArgument, "new group", message).on_rank(self.rank())
         };
@@ -292,6 +313,33 @@ impl World {
     }
 }
 
+/// Where a root group's communication comes from (see [`GroupChannel::mode`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ChannelMode {
+    /// One process alone: no distributed world.
+    Standalone,
+    /// The launcher's world (hmrun, torchrun's environment) or a subgroup of it, over this
+    /// crate's control plane.
+    LauncherWorld,
+    /// A torch.distributed process group (the Python front's channel), while it is alive.
+    Torch,
+    /// A channel whose distributed runtime was torn down (e.g. its torch process group was
+    /// destroyed): it can no longer carry the root's collectives.
+    Destroyed,
+}
+
+impl ChannelMode {
+    /// Lower-case name, as errors show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChannelMode::Standalone => "standalone",
+            ChannelMode::LauncherWorld => "launcher world",
+            ChannelMode::Torch => "torch.distributed",
+            ChannelMode::Destroyed => "destroyed",
+        }
+    }
+}
+
 /// The communication the managed lifecycle needs from a root group: its ordered membership and
 /// an allgather with deadlines and peer-loss detection. Implemented by [`World`], [`Group`] and
 /// [`ControlPlane`]; the Python front implements it over a torch `ProcessGroup`.
@@ -304,6 +352,17 @@ pub trait GroupChannel: Send + Sync + std::fmt::Debug {
     fn members(&self) -> Vec<usize>;
     /// True if the group belongs to a distributed world (false for a standalone process).
     fn distributed(&self) -> bool;
+    /// Where the group's communication comes from, now. The lifecycle records it at the first
+    /// acquire and refuses a later acquire, release or restart once it has changed (e.g. the
+    /// torch process group was destroyed). Default: [`ChannelMode::LauncherWorld`] if
+    /// [`distributed`](GroupChannel::distributed), else [`ChannelMode::Standalone`].
+    fn mode(&self) -> ChannelMode {
+        if self.distributed() {
+            ChannelMode::LauncherWorld
+        } else {
+            ChannelMode::Standalone
+        }
+    }
     /// Every member's `data`, in group-rank order (a collective call).
     fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>>;
     /// Returns once every member has called it.

@@ -681,3 +681,365 @@ fn threads_racing_a_restart_never_touch_a_torn_down_heap() {
         .wait()
         .assert_all_succeeded();
 }
+
+/// A hook whose values are sets: equal as sets, but serialized in a different order per rank
+/// (like a Python set of strings, whose iteration order differs per process).
+struct SetHook {
+    items: Vec<&'static str>,
+}
+
+impl lifecycle::PreflightHook for SetHook {
+    fn snapshot(&mut self) -> hyper_multicore::Result<Vec<u8>> {
+        Ok(self.items.join(",").into_bytes())
+    }
+    fn same(&self, a: &[u8], b: &[u8]) -> bool {
+        let set = |v: &[u8]| {
+            let text = String::from_utf8_lossy(v).into_owned();
+            let mut items: Vec<String> = text.split(',').map(str::to_owned).collect();
+            items.sort();
+            items
+        };
+        set(a) == set(b)
+    }
+    fn describe(&self, value: &[u8]) -> String {
+        format!("set({})", String::from_utf8_lossy(value))
+    }
+}
+
+#[test]
+fn preflight_hook_values_are_compared_as_values_and_described_by_the_hook() {
+    if is_pe() {
+        let rank = World::global().unwrap().rank();
+        lifecycle::acquire(None, Some(4 * MIB)).unwrap();
+        let a = lifecycle::guarded("allocate", |s| s.allocate::<u8>(64, None)).unwrap();
+        let replacement = |current| Replacement {
+            current,
+            target: AllocationSpec {
+                shape: vec![64],
+                dtype: Dtype::U8,
+                alignment: None,
+            },
+        };
+        // Same set, different order per rank: equal as values.
+        let mut hook = SetHook {
+            items: if rank % 2 == 0 {
+                vec!["alpha", "beta"]
+            } else {
+                vec!["beta", "alpha"]
+            },
+        };
+        let result = lifecycle::restart(
+            4 * MIB,
+            &[replacement(a.region())],
+            Some(&mut hook as &mut dyn lifecycle::PreflightHook),
+        )
+        .unwrap();
+        let current = result.allocations[0].region();
+        // A genuinely different set on root rank 2: the error names it and shows the hook's
+        // description of each value, never raw bytes.
+        let mut hook = SetHook {
+            items: if rank == 2 {
+                vec!["alpha", "gamma"]
+            } else {
+                vec!["beta", "alpha"]
+            },
+        };
+        let error =
+            lifecycle::restart(4 * MIB, &[replacement(current)], Some(&mut hook)).unwrap_err();
+        report("HOOK", &error);
+        let text = error.to_string();
+        assert_eq!(error.recovery(), Some(Recovery::Retryable), "{text}");
+        assert!(text.contains("values differ across root ranks"), "{text}");
+        assert!(
+            text.contains("root_ranks=[0, 1]: set(")
+                && text.contains("root_ranks=[2]: set(alpha,gamma)"),
+            "{text}"
+        );
+        // A plain closure gets the default: bytes compared, shown as (cut) hex.
+        let mut closure = || Ok(vec![rank as u8 / 2; 100]);
+        let error =
+            lifecycle::restart(4 * MIB, &[replacement(current)], Some(&mut closure)).unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("root_ranks=[2]: 0x0101"), "{text}");
+        assert!(text.contains("(100 bytes)"), "{text}");
+        lifecycle::guarded("free", |s| s.free_id(current.id)).unwrap();
+        drop(a);
+        lifecycle::release().unwrap();
+        return;
+    }
+    Job::launch(
+        "preflight_hook_values_are_compared_as_values_and_described_by_the_hook",
+        3,
+    )
+    .wait()
+    .assert_all_succeeded();
+}
+
+#[test]
+fn restart_checks_everything_it_can_before_teardown() {
+    if is_pe() {
+        lifecycle::acquire(None, Some(8 * MIB)).unwrap();
+        let a = lifecycle::guarded("allocate", |s| s.allocate::<u8>(64, None)).unwrap();
+        let target = |alignment| Replacement {
+            current: a.region(),
+            target: AllocationSpec {
+                shape: vec![64],
+                dtype: Dtype::U8,
+                alignment,
+            },
+        };
+        // An alignment above the heap's maximum (2 MiB) that would fit the footprint check.
+        let error = lifecycle::restart(16 * MIB, &[target(Some(4 * MIB))], None).unwrap_err();
+        report("ALIGNMENT", &error);
+        assert_eq!(error.recovery(), Some(Recovery::Retryable), "{error}");
+        assert_eq!(error.stage(), Some("Preflight"), "{error}");
+        assert!(error.to_string().contains("no larger than"), "{error}");
+        // A heap that exceeds this host's memory for the PEs of the root (1 TiB each).
+        let error = lifecycle::restart(1 << 40, &[target(None)], None).unwrap_err();
+        report("HOST MEMORY", &error);
+        assert_eq!(error.recovery(), Some(Recovery::Retryable), "{error}");
+        assert_eq!(error.stage(), Some("Preflight"), "{error}");
+        assert!(error.to_string().contains("of memory"), "{error}");
+        // Still usable; a sound restart goes through.
+        let result = lifecycle::restart(8 * MIB, &[target(Some(2 * MIB))], None).unwrap();
+        let b = result.allocation::<u8>(0).unwrap();
+        assert!(result.allocation::<u32>(0).is_err(), "dtype checked");
+        lifecycle::guarded("free", |s| s.free(b)).unwrap();
+        drop(a);
+        lifecycle::release().unwrap();
+        return;
+    }
+    Job::launch("restart_checks_everything_it_can_before_teardown", 2)
+        .wait()
+        .assert_all_succeeded();
+}
+
+#[test]
+fn a_failed_shutdown_leaves_no_reference_but_stays_terminal() {
+    if is_pe() {
+        lifecycle::acquire(None, Some(4 * MIB)).unwrap();
+        let error = lifecycle::release().unwrap_err();
+        report("SHUTDOWN", &error);
+        assert_eq!(error.recovery(), Some(Recovery::Terminal), "{error}");
+        assert_eq!(error.stage(), Some("Shutdown"), "{error}");
+        assert_eq!(lifecycle::reference_count(), 0, "the runtime is gone");
+        assert_eq!(lifecycle::debug_state().reference_count, Some(0));
+        let again = lifecycle::acquire(None, Some(4 * MIB)).unwrap_err();
+        assert!(again.to_string().contains("restart the process"), "{again}");
+        assert_eq!(lifecycle::reference_count(), 0);
+        println!("TERMINAL OK");
+        return;
+    }
+    let result = Job::launch_with(
+        "a_failed_shutdown_leaves_no_reference_but_stays_terminal",
+        2,
+        Options::default().env(FAULT_VARIABLE, "release:Shutdown:1:retryable"),
+    )
+    .wait();
+    result.assert_all_succeeded();
+    for pe in &result.pes {
+        assert_eq!(pe.lines_with("TERMINAL "), ["OK"], "{}", result.describe());
+    }
+}
+
+#[test]
+fn guarded_calls_are_excluded_from_the_whole_restart_including_preflight() {
+    if is_pe() {
+        lifecycle::acquire(None, Some(4 * MIB)).unwrap();
+        let a = lifecycle::guarded("allocate", |s| s.allocate::<u64>(8, None)).unwrap();
+        let replacement = Replacement {
+            current: a.region(),
+            target: AllocationSpec {
+                shape: vec![8],
+                dtype: Dtype::U64,
+                alignment: None,
+            },
+        };
+        // The hook runs inside Preflight, after this rank checked nothing yet is racing; another
+        // thread's guarded call made now (a collective allocate, say) would otherwise run
+        // alongside the restart and be freed by ReleaseAllocations without a word.
+        let mut raced = None;
+        let mut hook = || {
+            raced = Some(std::thread::scope(|scope| {
+                scope
+                    .spawn(|| lifecycle::try_guarded("allocate", |s| s.allocate::<u64>(1, None)))
+                    .join()
+                    .unwrap()
+            }));
+            Ok(Vec::new())
+        };
+        let result = lifecycle::restart(4 * MIB, &[replacement], Some(&mut hook)).unwrap();
+        let error = raced.unwrap().unwrap_err();
+        report("RACED", &error);
+        assert!(error.to_string().contains("in progress"), "{error}");
+        assert_eq!(error.recovery(), Some(Recovery::Retryable), "{error}");
+        // The same thread cannot call into the runtime from its own hook either (it would
+        // deadlock on the lock the restart holds).
+        let mut hook = || {
+            let inner = lifecycle::guarded("allocate", |s| s.allocate::<u64>(1, None));
+            Ok(format!("{:?}", inner.map(drop).map_err(|e| e.to_string())).into_bytes())
+        };
+        let b = result.allocation::<u64>(0).unwrap();
+        let replacement = Replacement {
+            current: b.region(),
+            target: AllocationSpec {
+                shape: vec![8],
+                dtype: Dtype::U64,
+                alignment: None,
+            },
+        };
+        let result = lifecycle::restart(4 * MIB, &[replacement], Some(&mut hook)).unwrap();
+        assert_eq!(
+            lifecycle::guarded("count", |s| Ok(s.allocations().len())).unwrap(),
+            1
+        );
+        let c = result.allocation::<u64>(0).unwrap();
+        lifecycle::guarded("free", |s| s.free(c)).unwrap();
+        drop((a, b));
+        lifecycle::release().unwrap();
+        return;
+    }
+    Job::launch(
+        "guarded_calls_are_excluded_from_the_whole_restart_including_preflight",
+        2,
+    )
+    .wait()
+    .assert_all_succeeded();
+}
+
+#[test]
+fn a_member_list_root_is_checked_before_any_communication() {
+    use hyper_multicore::lifecycle::RootGroup;
+    if is_pe() {
+        let world = World::global().unwrap();
+        let rank = world.rank();
+        lifecycle::acquire_root(RootGroup::World, Some(4 * MIB)).unwrap();
+        // Only root rank 0 names a subgroup while the world root is active: refused at once,
+        // without forming the subgroup (its other member never joins: that would be a wait
+        // until the deadline).
+        if rank == 0 {
+            let error = lifecycle::acquire_root(RootGroup::Members(vec![0, 1]), None).unwrap_err();
+            report("REFUSED", &error);
+            assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
+            assert!(
+                error.to_string().contains("[0, 1, 2]") && error.to_string().contains("[0, 1]"),
+                "{error}"
+            );
+        }
+        let others: Vec<usize> = (0..3).filter(|&r| r != rank).collect();
+        for (list, needle) in [
+            (vec![rank, rank], "listed twice"),
+            (vec![rank, 9], "outside the world"),
+            (others, "not a member"),
+        ] {
+            let error = lifecycle::acquire_root(RootGroup::Members(list), None).unwrap_err();
+            assert!(error.to_string().contains(needle), "{needle}: {error}");
+            assert_eq!(error.operation(), "acquire", "{error}");
+        }
+        assert_eq!(lifecycle::reference_count(), 1);
+        assert!(
+            world.cached_subgroups().is_empty(),
+            "no subgroup was formed"
+        );
+        lifecycle::release().unwrap();
+        // Ranks 0 and 1 start a root over [1, 0] twice: one subgroup, cached by the world.
+        if rank < 2 {
+            for _ in 0..2 {
+                lifecycle::acquire_root(RootGroup::Members(vec![1, 0]), Some(4 * MIB)).unwrap();
+                lifecycle::acquire_root(RootGroup::Members(vec![1, 0]), None).unwrap();
+                assert_eq!(lifecycle::debug_state().root_size, Some(2));
+                assert_eq!(lifecycle::debug_state().root_rank, Some(1 - rank));
+                lifecycle::release().unwrap();
+                lifecycle::release().unwrap();
+            }
+            assert_eq!(world.cached_subgroups(), vec![vec![1, 0]]);
+        }
+        world.control().barrier().unwrap();
+        println!("MEMBERS OK");
+        return;
+    }
+    let result = Job::launch_with(
+        "a_member_list_root_is_checked_before_any_communication",
+        3,
+        Options::default().env("HYPER_MULTICORE_SHMEM_TIMEOUT_SEC", "5"),
+    )
+    .wait();
+    result.assert_all_succeeded();
+    for pe in &result.pes {
+        assert_eq!(pe.lines_with("MEMBERS "), ["OK"], "{}", result.describe());
+    }
+}
+
+/// A channel over the world whose mode the test switches, as the Python front's torch channel
+/// changes when torch.distributed is destroyed.
+#[derive(Debug)]
+struct SwitchableChannel {
+    world: Arc<World>,
+    mode: std::sync::Mutex<hyper_multicore::world::ChannelMode>,
+}
+
+impl GroupChannel for SwitchableChannel {
+    fn rank(&self) -> usize {
+        self.world.rank()
+    }
+    fn size(&self) -> usize {
+        self.world.size()
+    }
+    fn members(&self) -> Vec<usize> {
+        (0..self.world.size()).collect()
+    }
+    fn distributed(&self) -> bool {
+        true
+    }
+    fn mode(&self) -> hyper_multicore::world::ChannelMode {
+        *self.mode.lock().unwrap()
+    }
+    fn allgather(&self, data: &[u8]) -> hyper_multicore::Result<Vec<Vec<u8>>> {
+        self.world.control().allgather(data)
+    }
+}
+
+#[test]
+fn a_changed_root_mode_is_refused_by_acquire_and_by_release_preflight() {
+    use hyper_multicore::world::ChannelMode;
+    if is_pe() {
+        let channel = Arc::new(SwitchableChannel {
+            world: World::global().unwrap(),
+            mode: std::sync::Mutex::new(ChannelMode::Torch),
+        });
+        let dynamic = || Arc::clone(&channel) as Arc<dyn GroupChannel>;
+        lifecycle::acquire(Some(dynamic()), Some(4 * MIB)).unwrap();
+        // Same members, but the launcher's world instead of the torch group the root started on.
+        let error = lifecycle::acquire(None, None).unwrap_err();
+        report("WORLD", &error);
+        assert!(error.to_string().contains("mode changed"), "{error}");
+        assert_eq!(lifecycle::reference_count(), 1);
+        // The torch group is destroyed.
+        *channel.mode.lock().unwrap() = ChannelMode::Destroyed;
+        let error = lifecycle::acquire(Some(dynamic()), None).unwrap_err();
+        assert!(error.to_string().contains("mode changed"), "{error}");
+        let error = lifecycle::release().unwrap_err();
+        report("RELEASE", &error);
+        assert!(error.to_string().contains("mode changed"), "{error}");
+        assert_eq!(error.recovery(), Some(Recovery::Retryable), "{error}");
+        assert_eq!(error.stage(), Some("Preflight"), "{error}");
+        assert_eq!(lifecycle::reference_count(), 1);
+        let error = lifecycle::restart(4 * MIB, &[], None).unwrap_err();
+        assert_eq!(error.recovery(), Some(Recovery::Retryable), "{error}");
+        // Back in the mode it started in: the release goes through.
+        *channel.mode.lock().unwrap() = ChannelMode::Torch;
+        lifecycle::release().unwrap();
+        assert_eq!(lifecycle::reference_count(), 0);
+        println!("MODE OK");
+        return;
+    }
+    let result = Job::launch(
+        "a_changed_root_mode_is_refused_by_acquire_and_by_release_preflight",
+        2,
+    )
+    .wait();
+    result.assert_all_succeeded();
+    for pe in &result.pes {
+        assert_eq!(pe.lines_with("MODE "), ["OK"], "{}", result.describe());
+    }
+}

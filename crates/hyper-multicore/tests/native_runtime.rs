@@ -411,3 +411,47 @@ kill_during! {
     killing_a_pe_during_all_gather_fails_the_others: "all_gather" on 4 killing 3,
     killing_a_pe_during_a_barrier_of_8_fails_the_others: "barrier" on 8 killing 5,
 }
+
+#[test]
+fn overlaps_shared_memory_sees_every_live_heap_mapping() {
+    use hyper_multicore::shmem::{overlaps_shared_memory, Symmetric};
+    if is_pe() {
+        let world = World::from_env().unwrap();
+        let shmem = initialize_over(&world, HEAP).unwrap();
+        let local = vec![0u8; 4096];
+        assert!(!overlaps_shared_memory(
+            local.as_ptr() as usize,
+            local.len()
+        ));
+        let buffer = shmem.allocate::<u64>(16, None).unwrap();
+        for pe in 0..shmem.size() {
+            let address = shmem.ptr(&buffer, pe).unwrap().as_ptr() as usize;
+            assert!(overlaps_shared_memory(address, 8), "PE {pe}'s copy");
+            // A range that only touches the allocation's last byte, and one just ending before it.
+            assert!(overlaps_shared_memory(address + 127, 1000));
+            assert!(overlaps_shared_memory(address - 8, 9));
+            assert!(!overlaps_shared_memory(address, 0));
+        }
+        let address = shmem.ptr(&buffer, 0).unwrap().as_ptr() as usize;
+        assert!(buffer.len() == 16);
+        shmem.free(buffer).unwrap();
+        let keepalive = shmem.mapping_keepalive();
+        shmem.shutdown().unwrap();
+        assert!(
+            overlaps_shared_memory(address, 8),
+            "a mapping kept alive after shutdown is still shared memory"
+        );
+        drop(keepalive);
+        assert!(
+            !overlaps_shared_memory(address, 8),
+            "an unmapped heap is not shared memory any more"
+        );
+        println!("OVERLAPS OK");
+        return;
+    }
+    let result = Job::launch("overlaps_shared_memory_sees_every_live_heap_mapping", 2).wait();
+    result.assert_all_succeeded();
+    for pe in &result.pes {
+        assert_eq!(pe.lines_with("OVERLAPS "), ["OK"], "{}", result.describe());
+    }
+}

@@ -30,11 +30,12 @@
 //! readers/writer lock: calls share it, the teardown takes it alone).
 
 mod fault;
+mod hook;
 mod stage;
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::{const_reentrant_mutex, const_rwlock, ReentrantMutex, RwLock};
@@ -42,18 +43,19 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use fault::FAULT_VARIABLE;
+pub use hook::{PreflightHook, DESCRIBE_LIMIT};
 pub use stage::{Stage, StageTimings};
 
 use crate::config::Config;
-use crate::control::{lock_unpoisoned, BootstrapListener, UniqueId};
+use crate::control::{BootstrapListener, UniqueId};
 use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::Allocator;
 use crate::shmem::converge::LocalFailure;
 use crate::shmem::{
-    debug_state_inactive, AllocationRecord, AllocationSpec, DebugState, Region, Shmem,
-    ShutdownError,
+    debug_state_inactive, Allocation, AllocationRecord, AllocationSpec, DebugState, Element,
+    Region, Shmem, ShutdownError, MAX_ALIGNMENT,
 };
-use crate::world::{GroupChannel, World};
+use crate::world::{ChannelMode, GroupChannel, World};
 use stage::StageFailure;
 
 /// The device the heap lives on (host memory; GPUs come later).
@@ -78,10 +80,42 @@ pub struct RestartResult {
     pub timings: StageTimings,
 }
 
+impl RestartResult {
+    /// The typed handle of new allocation `index` (request order), if its dtype is `T`'s. Take
+    /// each handle once: it owns the allocation (free consumes it).
+    pub fn allocation<T: Element>(&self, index: usize) -> Result<Allocation<T>> {
+        let record = self.allocations.get(index).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                "restart result",
+                format!(
+                    "the restart made {} allocations; there is no allocation {index}",
+                    self.allocations.len()
+                ),
+            )
+        })?;
+        record.clone().into_allocation()
+    }
+}
+
+/// The root group of an [`acquire_root`]: the whole world, an ordered list of world ranks, or a
+/// channel the caller provides (the Python front's torch process group).
+#[derive(Clone, Debug)]
+pub enum RootGroup {
+    /// Every rank of the launcher's world (a one-PE root for a standalone process).
+    World,
+    /// The ordered subgroup of these world ranks. Checked against the lifecycle before any
+    /// communication; the subgroup itself is formed (collectively, by the members) only for a
+    /// first reference, and cached by the world (one per member list).
+    Members(Vec<usize>),
+    /// A channel the caller made; its [`GroupChannel::mode`] is recorded and compared later.
+    Channel(Arc<dyn GroupChannel>),
+}
+
 struct ActiveRoot {
     channel: Arc<dyn GroupChannel>,
     members: Vec<usize>,
-    distributed: bool,
+    mode: ChannelMode,
     heap_size: u64,
 }
 
@@ -97,14 +131,29 @@ static LIFECYCLE: ReentrantMutex<RefCell<Lifecycle>> =
     }));
 static RUNTIME: RwLock<Option<Shmem>> = const_rwlock(None);
 static INVALIDATED: AtomicBool = AtomicBool::new(false);
-static INVALIDATION: Mutex<Option<(Recovery, String)>> = Mutex::new(None);
+static INVALIDATION: parking_lot::Mutex<Option<(Recovery, String)>> =
+    parking_lot::const_mutex(None);
 
-/// Takes a reference to the process-wide runtime over `root` (`None` = the whole world),
-/// starting it if this is the first reference (a collective call over the root then).
-///
-/// `heap_size_bytes`: per-PE heap; `None` = `HYPER_MULTICORE_SHMEM_HEAP_SIZE`, else 1 GiB. A
-/// later reference must name the same ordered membership and may not ask for a larger heap.
+/// [`acquire_root`] with `None` = [`RootGroup::World`] and `Some(channel)` =
+/// [`RootGroup::Channel`].
 pub fn acquire(root: Option<Arc<dyn GroupChannel>>, heap_size_bytes: Option<u64>) -> Result<()> {
+    acquire_root(
+        root.map_or(RootGroup::World, RootGroup::Channel),
+        heap_size_bytes,
+    )
+}
+
+/// Takes a reference to the process-wide runtime over `root`, starting it if this is the first
+/// reference (a collective call over the root then).
+///
+/// Every check comes before any communication: the heap size argument, invalidation, a group
+/// named without a distributed world, the membership list; then, if a reference is active, the
+/// request must match it (same mode as at the first acquire, same ordered membership, a heap no
+/// larger) and only the count goes up. Only a first reference forms a subgroup (cached by the
+/// world) and starts the runtime.
+///
+/// `heap_size_bytes`: per-PE heap; `None` = `HYPER_MULTICORE_SHMEM_HEAP_SIZE`, else 1 GiB.
+pub fn acquire_root(root: RootGroup, heap_size_bytes: Option<u64>) -> Result<()> {
     const OP: &str = "acquire";
     if heap_size_bytes == Some(0) {
         return Err(Error::new(
@@ -115,24 +164,56 @@ pub fn acquire(root: Option<Arc<dyn GroupChannel>>, heap_size_bytes: Option<u64>
     }
     let guard = LIFECYCLE.lock();
     check_valid(OP)?;
-    let named = root.is_some();
-    let channel: Arc<dyn GroupChannel> = match root {
-        Some(channel) => channel,
-        None => World::global()?,
-    };
-    if named && !channel.distributed() {
-        return Err(Error::new(
+    let standalone = || {
+        Error::new(
             ErrorKind::InvalidArgument,
             OP,
             "a root group was named, but this process has no distributed world (standalone); \
              call acquire without a group, or start the job with hmrun or torchrun",
-        ));
-    }
-    let members = channel.members();
-    let distributed = channel.distributed();
+        )
+    };
+    // What is asked for, found without any communication.
+    let (members, mode, world) = match &root {
+        RootGroup::World => {
+            let world = World::global()?;
+            (
+                GroupChannel::members(world.as_ref()),
+                world.mode(),
+                Some(world),
+            )
+        }
+        RootGroup::Members(members) => {
+            let world = World::global()?;
+            if world.mode() == ChannelMode::Standalone {
+                return Err(standalone());
+            }
+            world.check_members(members).map_err(|e| {
+                Error::new(e.kind(), OP, e.message().to_string()).on_rank(world.rank())
+            })?;
+            (members.clone(), ChannelMode::LauncherWorld, Some(world))
+        }
+        RootGroup::Channel(channel) => {
+            let mode = channel.mode();
+            if mode == ChannelMode::Standalone {
+                return Err(standalone());
+            }
+            if mode == ChannelMode::Destroyed && guard.borrow().root.is_none() {
+                return Err(Error::new(
+                    ErrorKind::InvalidState,
+                    OP,
+                    "the root channel's distributed runtime was destroyed; pass a live group",
+                ));
+            }
+            (channel.members(), mode, None)
+        }
+    };
     {
         let mut state = guard.borrow_mut();
         if let Some(active) = state.root.as_ref() {
+            check_mode(OP, active.mode, active.channel.as_ref())?;
+            if mode != active.mode {
+                return Err(mode_changed(OP, active.mode, mode));
+            }
             if active.members != members {
                 return Err(Error::new(
                     ErrorKind::InvalidArgument,
@@ -156,18 +237,20 @@ pub fn acquire(root: Option<Arc<dyn GroupChannel>>, heap_size_bytes: Option<u64>
                     ),
                 ));
             }
-            if active.distributed != distributed {
-                return Err(Error::new(
-                    ErrorKind::InvalidState,
-                    OP,
-                    "the distributed/standalone mode changed since the runtime started; release \
-                     every reference first",
-                ));
-            }
             state.references += 1;
             return Ok(());
         }
     }
+    if let RootGroup::Channel(channel) = &root {
+        check_channel_members(OP, channel.as_ref())?;
+    }
+    // A first reference: now the collective work.
+    let channel: Arc<dyn GroupChannel> = match (root, world) {
+        (RootGroup::Channel(channel), _) => channel,
+        (RootGroup::Members(members), Some(world)) => world.subgroup(&members)?,
+        (_, Some(world)) => world,
+        (_, None) => unreachable!("the world was read for a world or member-list root"),
+    };
     let shmem = start_runtime(channel.as_ref(), heap_size_bytes)
         .map_err(|e| with_hint(e, OP, Recovery::Retryable, None))?;
     let heap_size = shmem.heap_size();
@@ -177,10 +260,65 @@ pub fn acquire(root: Option<Arc<dyn GroupChannel>>, heap_size_bytes: Option<u64>
     state.root = Some(ActiveRoot {
         channel,
         members,
-        distributed,
+        mode,
         heap_size,
     });
     Ok(())
+}
+
+/// A channel's membership must be a list of distinct world ranks, one per member, with this
+/// process at its rank (local check).
+fn check_channel_members(operation: &str, channel: &dyn GroupChannel) -> Result<()> {
+    let members = channel.members();
+    let mut sorted = members.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if members.is_empty() || sorted.len() != members.len() || members.len() != channel.size() {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            operation,
+            format!(
+                "the root channel's members {members:?} must be {} distinct world ranks, one per \
+                 member of the channel",
+                channel.size()
+            ),
+        ));
+    }
+    if channel.rank() >= members.len() {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            operation,
+            format!(
+                "this process is rank {} of a channel of {} members",
+                channel.rank(),
+                members.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Fails if the active root's channel is no longer in the mode recorded at the first acquire
+/// (e.g. its torch process group was destroyed): a local check, before any communication.
+fn check_mode(operation: &str, recorded: ChannelMode, channel: &dyn GroupChannel) -> Result<()> {
+    match channel.mode() {
+        now if now == recorded => Ok(()),
+        now => Err(mode_changed(operation, recorded, now)),
+    }
+}
+
+fn mode_changed(operation: &str, recorded: ChannelMode, now: ChannelMode) -> Error {
+    Error::new(
+        ErrorKind::InvalidState,
+        operation,
+        format!(
+            "the root's mode changed since the runtime started: it started as {} and is now {} \
+             (e.g. torch.distributed was destroyed or initialized since); restore the mode it \
+             started in (or release every reference first)",
+            recorded.name(),
+            now.name()
+        ),
+    )
 }
 
 /// The first reference's collective work: barrier, unique ID from root rank 0 (or its failure),
@@ -243,12 +381,13 @@ fn distribute_unique_id(
 }
 
 /// Drops a reference; the last one shuts the runtime down collectively (stages Preflight,
-/// Quiesce, Shutdown).
+/// Quiesce, Shutdown). The last release excludes every guarded call from its start (Preflight
+/// included) to its end.
 pub fn release() -> Result<()> {
     const OP: &str = "release";
     let guard = LIFECYCLE.lock();
     check_valid(OP)?;
-    let channel = {
+    let (channel, mode) = {
         let mut state = guard.borrow_mut();
         match state.references {
             0 => {
@@ -265,33 +404,18 @@ pub fn release() -> Result<()> {
             }
         }
         let active = state.root.as_ref().expect("a reference has a root");
-        Arc::clone(&active.channel)
+        (Arc::clone(&active.channel), active.mode)
     };
-    let distributed = guard.borrow().root.as_ref().map(|r| r.distributed);
     let channel = channel.as_ref();
-
-    let preflight = stage::run(
-        channel,
-        OP,
-        Stage::Preflight,
-        false,
-        || {
-            if Some(channel.distributed()) != distributed {
-                return Err(LocalFailure::from(Error::new(
-                    ErrorKind::InvalidState,
-                    OP,
-                    "the distributed/standalone mode changed since the runtime started",
-                )));
-            }
-            let runtime = RUNTIME.read_recursive();
-            let shmem = usable(runtime.as_ref(), OP)?;
-            shmem.validate_shutdown().map_err(LocalFailure::from)
-        },
-        |_| {},
-    );
-    preflight.map_err(|f| classify(OP, Stage::Preflight, f, false))?;
+    // The mode is checked before any communication: a destroyed channel cannot converge.
+    check_mode(OP, mode, channel)
+        .map_err(|e| with_hint(e, OP, Recovery::Retryable, Some(Stage::Preflight)))?;
 
     let mut steps = Steps::new(channel, OP);
+    steps.step(Stage::Preflight, false, |runtime| {
+        let shmem = usable(runtime.as_ref(), OP)?;
+        shmem.validate_shutdown().map_err(LocalFailure::from)
+    })?;
     steps.quiesce()?;
     steps.shut_down()?;
     drop(steps);
@@ -301,19 +425,85 @@ pub fn release() -> Result<()> {
     Ok(())
 }
 
-/// The preflight value every rank must agree on.
+/// The preflight value every rank must agree on: the hook's snapshot (compared by the hook) and
+/// the restart's manifest (compared as is).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct PreflightValue {
     hook: Option<Vec<u8>>,
+    manifest: Manifest,
+}
+
+/// What a restart is asked to do, as every rank must agree on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Manifest {
     heap_size: u64,
+    /// (allocation index, bytes) of each current allocation, in request order.
     current: Vec<(u64, u64)>,
     target: Vec<AllocationSpec>,
+    /// Set by the test-only `differ` fault.
+    injected_difference: bool,
+}
+
+/// The "values differ across root ranks" verdict over every rank's Preflight value (each rank
+/// computes it from the same gathered values, so all reach the same one), or `None`.
+fn preflight_difference(
+    values: &[PreflightValue],
+    hook: Option<&dyn PreflightHook>,
+) -> Option<String> {
+    let manifests = hook::group_ranks(values, |a, b| {
+        a.manifest == b.manifest && a.hook.is_some() == b.hook.is_some()
+    });
+    if manifests.len() > 1 {
+        let listing: Vec<String> = manifests
+            .iter()
+            .map(|(ranks, first)| {
+                let value = &values[*first];
+                let shown = format!(
+                    "{:?}{}",
+                    value.manifest,
+                    if value.hook.is_some() {
+                        ""
+                    } else {
+                        " (no preflight hook)"
+                    }
+                );
+                format!("root_ranks={ranks:?}: {}", hook::cut_short(shown))
+            })
+            .collect();
+        return Some(format!(
+            "values differ across root ranks (the restart's heap size and current/target \
+             allocations): {}; every rank must pass the same restart arguments",
+            listing.join("; ")
+        ));
+    }
+    let hook = hook?;
+    let snapshots: Vec<&[u8]> = values
+        .iter()
+        .map(|v| v.hook.as_deref().unwrap_or_default())
+        .collect();
+    let groups = hook::group_ranks(&snapshots, |a, b| hook.same(a, b));
+    if groups.len() == 1 {
+        return None;
+    }
+    let listing: Vec<String> = groups
+        .iter()
+        .map(|(ranks, first)| {
+            let shown = hook::cut_short(hook.describe(snapshots[*first]));
+            format!("root_ranks={ranks:?}: {shown}")
+        })
+        .collect();
+    Some(format!(
+        "values differ across root ranks (the preflight hook's snapshots): {}; make the \
+         snapshotted state equal on every rank first",
+        listing.join("; ")
+    ))
 }
 
 /// Replaces the runtime by one with a new heap size, replacing every active allocation by a new
 /// one (`replacements` must cover each exactly once). Only with exactly one reference; a
-/// collective call over the root. `preflight_hook` returns a snapshot of the caller's own state
-/// that must be equal on every rank.
+/// collective call over the root. `preflight_hook` takes a snapshot of the caller's own state
+/// that must be equal *as a value* (by [`PreflightHook::same`]) on every rank; a closure
+/// returning bytes is a hook comparing bytes.
 ///
 /// Failures before ReleaseAllocations are retryable (unless the runtime is unusable or the ranks
 /// could not exchange outcomes: then the lifecycle is invalidated); from ReleaseAllocations on
@@ -321,12 +511,12 @@ struct PreflightValue {
 pub fn restart(
     heap_size_bytes: u64,
     replacements: &[Replacement],
-    preflight_hook: Option<&mut dyn FnMut() -> Result<Vec<u8>>>,
+    mut preflight_hook: Option<&mut dyn PreflightHook>,
 ) -> Result<RestartResult> {
     const OP: &str = "restart";
     let guard = LIFECYCLE.lock();
     check_valid(OP)?;
-    let (channel, references) = {
+    let (channel, references, mode) = {
         let state = guard.borrow();
         let Some(active) = state.root.as_ref() else {
             return Err(Error::new(
@@ -335,32 +525,44 @@ pub fn restart(
                 "no reference is active; call acquire first",
             ));
         };
-        (Arc::clone(&active.channel), state.references)
+        (Arc::clone(&active.channel), state.references, active.mode)
     };
     let channel = channel.as_ref();
-    let mut timings = StageTimings::default();
+    check_mode(OP, mode, channel)
+        .map_err(|e| with_hint(e, OP, Recovery::Retryable, Some(Stage::Preflight)))?;
 
+    // From here to the end, no guarded call runs: one that slipped in after Preflight's checks
+    // (a collective allocate on another thread) would be freed by ReleaseAllocations unseen.
+    let mut steps = Steps::new(channel, OP);
     let started = Instant::now();
+    let runtime = &*steps.runtime;
     let preflight = stage::run(
         channel,
         OP,
         Stage::Preflight,
-        true,
+        false,
         || {
             // The hook runs first, with no lifecycle borrow held (it may call debug_state).
-            let hook = match preflight_hook {
-                Some(hook) => Some(hook().map_err(LocalFailure::from)?),
+            let hook = match preflight_hook.as_mut() {
+                Some(hook) => Some(hook.snapshot().map_err(LocalFailure::from)?),
                 None => None,
             };
-            check_restart(references, heap_size_bytes, replacements, hook)
+            let shmem = usable(runtime.as_ref(), OP)?;
+            check_restart(references, heap_size_bytes, replacements, hook, shmem)
         },
-        |value| value.hook.get_or_insert_with(Vec::new).push(0xff),
+        |value| value.manifest.injected_difference = true,
     );
-    preflight.map_err(|f| classify(OP, Stage::Preflight, f, false))?;
-    timings.record(Stage::Preflight, started);
+    steps.timings.record(Stage::Preflight, started);
+    let values = preflight.map_err(|failure| steps.fail(Stage::Preflight, failure, false))?;
+    if let Some(message) = preflight_difference(&values, preflight_hook.as_deref()) {
+        let error = Error::new(ErrorKind::InvalidArgument, OP, message).on_rank(channel.rank());
+        let failure = StageFailure::Failed {
+            error,
+            unavailable: false,
+        };
+        return Err(steps.fail(Stage::Preflight, failure, false));
+    }
 
-    let mut steps = Steps::new(channel, OP);
-    steps.timings = timings;
     steps.quiesce()?;
     steps.step(Stage::ReleaseAllocations, true, |runtime| {
         let shmem = usable(runtime.as_ref(), OP)?;
@@ -402,16 +604,14 @@ pub fn restart(
         *runtime = Some(shmem);
         Ok(())
     })?;
+    let mut allocations = Vec::with_capacity(replacements.len());
     steps.step(Stage::RestoreAllocations, true, |runtime| {
         let shmem = usable(runtime.as_ref(), OP)?;
         for replacement in replacements {
-            shmem.allocate_spec(&replacement.target)?;
+            allocations.push(shmem.allocate_spec(&replacement.target)?);
         }
         Ok(())
     })?;
-    let allocations = usable(steps.runtime.as_ref(), OP)
-        .map_err(|f| f.error)?
-        .allocations();
     let timings = steps.timings;
     drop(steps);
     if let Some(active) = guard.borrow_mut().root.as_mut() {
@@ -423,8 +623,10 @@ pub fn restart(
     })
 }
 
-/// The converged steps after Preflight, with the runtime locked exclusively: a teardown never
-/// overlaps a guarded call.
+/// The stages of a release or restart, with the runtime locked exclusively from before
+/// Preflight to the end: no guarded call overlaps any of it. While it runs, [`debug_state`]
+/// shows the runtime as it was when the lock was taken, and a guarded call from this same
+/// thread (a preflight hook) is refused instead of deadlocking.
 struct Steps<'a> {
     channel: &'a dyn GroupChannel,
     operation: &'static str,
@@ -432,18 +634,38 @@ struct Steps<'a> {
     timings: StageTimings,
 }
 
+thread_local! {
+    /// True on the thread running a release or restart (holding the runtime exclusively).
+    static RUNNING_STAGES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The runtime's snapshot while a release or restart holds it (for [`debug_state`]).
+static STAGES_SNAPSHOT: parking_lot::Mutex<Option<DebugState>> = parking_lot::const_mutex(None);
+
 impl<'a> Steps<'a> {
     fn new(channel: &'a dyn GroupChannel, operation: &'static str) -> Self {
+        let runtime = RUNTIME.write();
+        *STAGES_SNAPSHOT.lock() = runtime.as_ref().map(Shmem::debug_state);
+        RUNNING_STAGES.with(|running| running.set(true));
         Steps {
             channel,
             operation,
-            runtime: RUNTIME.write(),
+            runtime,
             timings: StageTimings::default(),
         }
     }
 
-    /// Runs one converged stage on the locked runtime; a failure is classified (terminal from
-    /// `terminal` stages on) and an invalidating one releases the runtime locally.
+    /// Classifies a failure of `stage` (terminal from `terminal` stages on); an invalidating one
+    /// releases the runtime locally.
+    fn fail(&mut self, stage: Stage, failure: StageFailure, terminal: bool) -> Error {
+        let error = classify(self.operation, stage, failure, terminal);
+        if error.recovery() != Some(Recovery::Retryable) {
+            self.runtime.take();
+        }
+        error
+    }
+
+    /// Runs one converged stage on the locked runtime.
     fn step<T: Serialize + DeserializeOwned + std::fmt::Debug + PartialEq>(
         &mut self,
         stage: Stage,
@@ -461,15 +683,8 @@ impl<'a> Steps<'a> {
             |_| {},
         );
         self.timings.record(stage, started);
-        outcome.map_err(|failure| {
-            let error = classify(self.operation, stage, failure, terminal);
-            if error.recovery() != Some(Recovery::Retryable) {
-                self.runtime.take();
-            }
-            error
-        })
+        outcome.map_err(|failure| self.fail(stage, failure, terminal))
     }
-
     /// Quiesce: every outstanding operation completes and every PE arrives (not terminal).
     fn quiesce(&mut self) -> Result<()> {
         let operation = self.operation;
@@ -506,12 +721,20 @@ impl<'a> Steps<'a> {
     }
 }
 
+impl Drop for Steps<'_> {
+    fn drop(&mut self) {
+        RUNNING_STAGES.with(|running| running.set(false));
+        *STAGES_SNAPSHOT.lock() = None;
+    }
+}
+
 /// Preflight's local checks; returns the value every rank must agree on.
 fn check_restart(
     references: usize,
     heap_size: u64,
     replacements: &[Replacement],
     hook: Option<Vec<u8>>,
+    shmem: &Shmem,
 ) -> std::result::Result<PreflightValue, LocalFailure> {
     const OP: &str = "restart";
     let invalid =
@@ -526,8 +749,6 @@ fn check_restart(
     if heap_size == 0 {
         return Err(invalid("heap_size_bytes must be a positive integer".into()));
     }
-    let runtime = RUNTIME.read_recursive();
-    let shmem = usable(runtime.as_ref(), OP)?;
     let active = shmem.allocations();
     let mut seen = std::collections::BTreeSet::new();
     let mut footprint: u64 = 0;
@@ -567,6 +788,12 @@ fn check_restart(
                 "replacement {index}: alignment {alignment} is not a power of two"
             )));
         }
+        if alignment > MAX_ALIGNMENT {
+            return Err(invalid(format!(
+                "replacement {index}: alignment {alignment} must be no larger than the heap's \
+                 maximum, {MAX_ALIGNMENT} bytes"
+            )));
+        }
         let bytes = target.bytes().map_err(LocalFailure::from)?;
         footprint = footprint.saturating_add(Allocator::footprint(bytes, alignment));
     }
@@ -587,14 +814,22 @@ fn check_restart(
              heap has {heap_size}; raise heap_size_bytes"
         )));
     }
+    // The new layout (the targets allocated in order into a fresh heap) and whether the new
+    // heap fits this host for every PE: checked now, while a failure is still retryable.
+    let targets: Vec<AllocationSpec> = replacements.iter().map(|r| r.target.clone()).collect();
+    Shmem::plan_heap(shmem.size(), heap_size, &targets)
+        .map_err(|e| invalid(e.message().to_string()))?;
     Ok(PreflightValue {
         hook,
-        heap_size,
-        current: replacements
-            .iter()
-            .map(|r| (r.current.id.index, r.current.bytes))
-            .collect(),
-        target: replacements.iter().map(|r| r.target.clone()).collect(),
+        manifest: Manifest {
+            heap_size,
+            current: replacements
+                .iter()
+                .map(|r| (r.current.id.index, r.current.bytes))
+                .collect(),
+            target: replacements.iter().map(|r| r.target.clone()).collect(),
+            injected_difference: false,
+        },
     })
 }
 
@@ -656,17 +891,26 @@ fn with_hint(error: Error, operation: &str, recovery: Recovery, stage: Option<St
     classified.caused_by(error)
 }
 
-/// Marks the lifecycle unusable: every later call fails with `recovery`'s hint.
+/// Marks the lifecycle unusable: every later call fails with `recovery`'s hint. The runtime, if
+/// any is left, is released locally and no reference remains (the runtime is gone), but the
+/// lifecycle stays invalidated: a later acquire fails too.
 fn invalidate(recovery: Recovery, cause: &Error) {
-    let mut invalidation = lock_unpoisoned(&INVALIDATION);
-    if invalidation.is_none() {
-        *invalidation = Some((recovery, cause.to_string()));
+    {
+        let mut invalidation = INVALIDATION.lock();
+        if invalidation.is_none() {
+            *invalidation = Some((recovery, cause.to_string()));
+        }
     }
     INVALIDATED.store(true, Ordering::Release);
-    // The runtime, if any is left, is released locally: nothing may use it any more.
+    // A release or restart holding the runtime releases it itself (see `Steps::fail`).
     if let Some(mut runtime) = RUNTIME.try_write() {
         runtime.take();
     }
+    let guard = LIFECYCLE.lock();
+    if let Ok(mut state) = guard.try_borrow_mut() {
+        state.references = 0;
+        state.root = None;
+    };
 }
 
 fn check_valid(operation: &str) -> Result<()> {
@@ -677,7 +921,7 @@ fn check_valid(operation: &str) -> Result<()> {
 }
 
 fn invalidated_error(operation: &str) -> Error {
-    let invalidation = lock_unpoisoned(&INVALIDATION).clone();
+    let invalidation = INVALIDATION.lock().clone();
     let (recovery, cause) = invalidation.unwrap_or((Recovery::Terminal, "unknown cause".into()));
     Error::new(
         ErrorKind::InvalidState,
@@ -691,13 +935,49 @@ fn invalidated_error(operation: &str) -> Error {
 }
 
 /// Runs `f` on the active runtime: refused if the lifecycle is invalidated or holds no
-/// reference; never concurrent with a restart's or release's teardown.
+/// reference. A call made while a release or restart runs waits for it to end (then sees the
+/// new runtime, or the refusal); the release or restart excludes every guarded call from its
+/// first stage (Preflight) to its last. Called from the thread running the release or restart
+/// (its preflight hook), it is refused instead of deadlocking.
 pub fn guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Result<R> {
     if INVALIDATED.load(Ordering::Acquire) {
         return Err(invalidated_error(operation));
     }
-    let runtime = RUNTIME.read_recursive();
-    match runtime.as_ref() {
+    let runtime = match RUNTIME.try_read_recursive() {
+        Some(runtime) => runtime,
+        None => {
+            if RUNNING_STAGES.with(std::cell::Cell::get) {
+                return Err(in_progress(
+                    operation,
+                    "on this very thread (a preflight hook?)",
+                ));
+            }
+            let runtime = RUNTIME.read_recursive();
+            check_valid(operation)?;
+            runtime
+        }
+    };
+    with_runtime(operation, runtime.as_ref(), f)
+}
+
+/// [`guarded`] that never waits: while a release or restart of the runtime is in progress it
+/// fails at once (invalid state, retryable: call again after it).
+pub fn try_guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Result<R> {
+    if INVALIDATED.load(Ordering::Acquire) {
+        return Err(invalidated_error(operation));
+    }
+    let Some(runtime) = RUNTIME.try_read_recursive() else {
+        return Err(in_progress(operation, "on another thread"));
+    };
+    with_runtime(operation, runtime.as_ref(), f)
+}
+
+fn with_runtime<R>(
+    operation: &str,
+    runtime: Option<&Shmem>,
+    f: impl FnOnce(&Shmem) -> Result<R>,
+) -> Result<R> {
+    match runtime {
         Some(shmem) => f(shmem),
         None => Err(Error::new(
             ErrorKind::InvalidState,
@@ -705,6 +985,18 @@ pub fn guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Resul
             "no reference to the runtime is active; call acquire first",
         )),
     }
+}
+
+fn in_progress(operation: &str, where_: &str) -> Error {
+    Error::new(
+        ErrorKind::InvalidState,
+        operation,
+        format!(
+            "a release or restart of the runtime is in progress {where_}; call again after it \
+             (the runtime cannot be used while it is torn down or checked for teardown)"
+        ),
+    )
+    .with_recovery(Recovery::Retryable)
 }
 
 /// The ordered membership of `group` (world ranks), or of the world for `None` (`[0]` for a
@@ -732,20 +1024,26 @@ pub fn host_barrier() -> Result<()> {
     }
 }
 
-/// References currently held in this process.
+/// References currently held in this process (0 once the runtime is gone, also after a
+/// terminal failure: the lifecycle then stays invalidated).
 pub fn reference_count() -> usize {
     LIFECYCLE.lock().borrow().references
 }
 
 /// A snapshot of the runtime and the lifecycle, safe to call in any state (also from a
-/// preflight hook).
+/// preflight hook: while a release or restart holds the runtime, the runtime part is as it was
+/// when that began).
 pub fn debug_state() -> DebugState {
     let guard = LIFECYCLE.lock();
     let references = guard.borrow().references;
     let runtime = RUNTIME.try_read_recursive();
-    let mut state = match runtime.as_ref().and_then(|r| r.as_ref()) {
-        Some(shmem) => shmem.debug_state(),
-        None => debug_state_inactive(),
+    let mut state = match runtime.as_ref().map(|r| r.as_ref()) {
+        Some(Some(shmem)) => shmem.debug_state(),
+        Some(None) => debug_state_inactive(),
+        None => STAGES_SNAPSHOT
+            .lock()
+            .clone()
+            .unwrap_or_else(debug_state_inactive),
     };
     state.reference_count = Some(references);
     state

@@ -200,6 +200,38 @@ pub struct AllocationRecord {
     pub spec: AllocationSpec,
 }
 
+impl AllocationRecord {
+    /// The whole allocation as a byte range (what the data plane and a restart's
+    /// [`Replacement`](crate::lifecycle::Replacement) take).
+    pub fn region(&self) -> Region {
+        Region {
+            id: self.id,
+            heap_offset: self.offset,
+            bytes: self.bytes,
+        }
+    }
+
+    /// The typed, owning handle of this allocation, if its dtype is `T`'s (e.g. a record a
+    /// restart returned). Make one handle per allocation: freeing it consumes it, and a second
+    /// handle of the same allocation is rejected as freed.
+    pub fn into_allocation<T: Element>(self) -> Result<Allocation<T>> {
+        if self.spec.dtype != T::DTYPE {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "allocation handle",
+                format!(
+                    "allocation {} holds {} but a handle of {} was asked for; use the element \
+                     type of its dtype",
+                    self.id.index,
+                    self.spec.dtype.name(),
+                    T::DTYPE.name()
+                ),
+            ));
+        }
+        Ok(Allocation::new(self))
+    }
+}
+
 /// A byte range of one allocation, as every data-plane operation addresses it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Region {

@@ -50,6 +50,24 @@ pub use allocation::{
 pub use collectives::{ReduceOp, Reducible};
 pub use data::{AtomicWord, Comparison, SignalOp};
 pub use process::{latest_failure, runtime_state, FailureRecord, RuntimeState};
+pub use segment::MAX_ALIGNMENT;
+/// True if the byte range `address..address + len` of this process overlaps any symmetric heap
+/// mapping alive in this process: a running runtime's (every PE's heap and the control block),
+/// or one kept mapped by [`Shmem::mapping_keepalive`] after a shutdown or restart. A
+/// zero-length range overlaps nothing.
+///
+/// Fronts that turn a caller's buffer address into a Rust slice (the Python front's local
+/// tensors and arrays) check it first: a slice over memory other processes write is undefined
+/// behaviour, so such a buffer must be copied through the data plane's raw copies instead.
+///
+/// ```
+/// let local = vec![0u8; 64];
+/// assert!(!hyper_multicore::shmem::overlaps_shared_memory(local.as_ptr() as usize, local.len()));
+/// ```
+pub fn overlaps_shared_memory(address: usize, len: usize) -> bool {
+    crate::sys::mapping::overlaps_any(address, len)
+}
+
 pub use runtime::{
     debug_state_inactive, AllocationSummary, DebugState, EffectiveConfig, HeapUsage, Shmem,
     ShutdownError, DEFAULT_ALIGNMENT,

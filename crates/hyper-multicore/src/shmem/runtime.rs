@@ -203,6 +203,43 @@ impl Shmem {
         }
     }
 
+    /// Local check, no side effects: could a runtime of `pes` PEs (on this host) with
+    /// `heap_size` bytes per PE be initialized, and would `specs`, allocated in order into its
+    /// fresh heap, all fit with their alignments? Fails with the first problem (the spec is
+    /// named by its index): alignment not a power of two or above [`MAX_ALIGNMENT`], an
+    /// overflowing shape, a heap that does not fit the address space or exceeds this host's
+    /// memory for `pes` PEs, a spec the heap cannot hold. A restart makes this check in Preflight,
+    /// before anything is torn down.
+    pub fn plan_heap(pes: usize, heap_size: u64, specs: &[AllocationSpec]) -> Result<()> {
+        const OP: &str = "plan heap";
+        let invalid = |message: String| Error::new(ErrorKind::InvalidArgument, OP, message);
+        if heap_size == 0 {
+            return Err(invalid("the heap size must be positive".into()));
+        }
+        let mut allocator = Allocator::new(heap_size);
+        for (index, spec) in specs.iter().enumerate() {
+            let alignment = spec.alignment.unwrap_or(DEFAULT_ALIGNMENT);
+            if !alignment.is_power_of_two() || alignment > MAX_ALIGNMENT {
+                return Err(invalid(format!(
+                    "target {index}: alignment {alignment} must be a power of two no larger \
+                     than {MAX_ALIGNMENT} (or None for the default {DEFAULT_ALIGNMENT})"
+                )));
+            }
+            let bytes = spec
+                .bytes()
+                .map_err(|e| invalid(format!("target {index}: {}", e.message())))?;
+            let alignment = alignment.max(super::allocator::MIN_ALIGNMENT);
+            allocator.allocate(bytes, alignment).map_err(|exhausted| {
+                invalid(format!(
+                    "target {index} does not fit a fresh heap of {heap_size} bytes after the \
+                     targets before it: {}; raise heap_size_bytes",
+                    exhausted.describe()
+                ))
+            })?;
+        }
+        heap_fits(pes, heap_size, OP).map(drop)
+    }
+
     /// This process's rank in the root.
     pub fn rank(&self) -> usize {
         self.rank
@@ -642,18 +679,24 @@ fn check_introductions(all: &[Introduction], rank: usize) -> Result<Layout> {
                 .into(),
         ));
     }
-    let layout = Layout::new(all.len(), sizes[0]).map_err(|e| e.on_rank(rank))?;
-    let host_memory = host_memory_bytes();
-    if let Some(memory) = host_memory {
-        let wanted = sizes[0].saturating_mul(all.len() as u64);
+    heap_fits(all.len(), sizes[0], OP).map_err(|e| e.on_rank(rank))
+}
+
+/// The segment layout for `pes` heaps of `heap_size` bytes on this host, or an error if it does
+/// not fit this process's address space or the PEs' heaps together exceed this host's memory.
+/// Initialize checks it; a restart checks it in Preflight, before anything is torn down.
+pub(crate) fn heap_fits(pes: usize, heap_size: u64, operation: &str) -> Result<Layout> {
+    let layout = Layout::new(pes, heap_size)
+        .map_err(|e| Error::new(e.kind(), operation, e.message().to_string()))?;
+    if let Some(memory) = host_memory_bytes() {
+        let wanted = heap_size.saturating_mul(pes as u64);
         if wanted > memory {
-            return Err(fail(
+            return Err(Error::new(
                 ErrorKind::InvalidArgument,
+                operation,
                 format!(
-                    "{} PEs × {} heap bytes = {wanted} bytes exceed this host's {memory} bytes \
-                     of memory; choose a smaller heap size",
-                    all.len(),
-                    sizes[0]
+                    "{pes} PEs × {heap_size} heap bytes = {wanted} bytes exceed this host's \
+                     {memory} bytes of memory; choose a smaller heap size"
                 ),
             ));
         }

@@ -33,8 +33,9 @@ pub(crate) const LAYOUT_VERSION: u64 = 1;
 /// Alignment of the mapping and of every heap (so allocations aligned up to 2 MiB are aligned
 /// in every process's address space).
 pub(crate) const HEAP_ALIGNMENT: usize = 2 << 20;
-/// Largest alignment an allocation may ask for.
-pub(crate) const MAX_ALIGNMENT: u64 = HEAP_ALIGNMENT as u64;
+/// Largest alignment an allocation may ask for (2 MiB: every heap starts on such a boundary
+/// in every process).
+pub const MAX_ALIGNMENT: u64 = HEAP_ALIGNMENT as u64;
 
 /// The first words of the segment, written once by root rank 0.
 #[repr(C, align(64))]

@@ -14,7 +14,27 @@ use std::os::fd::AsFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 
+use parking_lot::Mutex;
 use rustix::mm::{mmap, mmap_anonymous, munmap, MapFlags, ProtFlags};
+
+/// Every [`SharedMapping`] alive in this process, as `(start address, length)`: registered when
+/// mapped, removed just before it is unmapped. Fronts check local buffers against it so that no
+/// reference is ever formed over memory other processes write ([`overlaps_any`]).
+static MAPPED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// True if `address..address + len` overlaps any shared mapping alive in this process (a
+/// zero-length range overlaps nothing; a range that wraps around the address space overlaps
+/// everything it could).
+pub(crate) fn overlaps_any(address: usize, len: usize) -> bool {
+    if len == 0 {
+        return false;
+    }
+    let end = address.saturating_add(len);
+    MAPPED
+        .lock()
+        .iter()
+        .any(|&(start, length)| address < start + length && start < end)
+}
 
 /// Types made only of atomics (and padding), `#[repr(C)]`, that may be viewed in shared memory.
 ///
@@ -99,10 +119,9 @@ impl SharedMapping {
                 return Err(e.into());
             }
         };
-        Ok(SharedMapping {
-            base: NonNull::new(mapped.cast()).expect("mmap never returns null on success"),
-            len,
-        })
+        let base = NonNull::new(mapped.cast::<u8>()).expect("mmap never returns null on success");
+        MAPPED.lock().push((base.as_ptr() as usize, len));
+        Ok(SharedMapping { base, len })
     }
 
     /// The address of byte `offset` (for `ptr()` and diagnostics; no access is made).
@@ -166,6 +185,15 @@ impl SharedMapping {
 
 impl Drop for SharedMapping {
     fn drop(&mut self) {
+        // Unregistered before the pages go: a concurrent check may at worst see a range that is
+        // about to be unmapped (a conservative "yes"), never miss a mapped one.
+        {
+            let mut mapped = MAPPED.lock();
+            let start = self.base.as_ptr() as usize;
+            if let Some(index) = mapped.iter().position(|&entry| entry == (start, self.len)) {
+                mapped.swap_remove(index);
+            }
+        }
         // SAFETY: we own this mapping; every borrow derived from it has ended (they borrow
         // `self`).
         unsafe {
