@@ -70,15 +70,8 @@ def test_restart_without_allocations_only_resizes(runtime):
     assert shmem.debug_state()["config"]["heap_size"] == HEAP // 2
 
 
-def test_restart_arguments_are_checked_locally(runtime):
+def test_malformed_specs_and_replacements_are_refused_when_made(runtime):
     tensor = shmem.empty(4)
-    for bad in (True, None, "1M", 0):
-        with pytest.raises((TypeError, ValueError)):
-            shmem.restart(heap_size_bytes=bad, replacements=[])
-    with pytest.raises(TypeError):
-        shmem.restart(heap_size_bytes=HEAP, replacements=replace(tensor, (4,), "float32"))
-    with pytest.raises(TypeError):
-        shmem.restart(heap_size_bytes=HEAP, replacements=[(tensor, (4,))])
     with pytest.raises(TypeError):
         AllocationReplacement(tensor, (4,))
     with pytest.raises(TypeError):
@@ -91,13 +84,47 @@ def test_restart_arguments_are_checked_locally(runtime):
         AllocationSpec((4,), "complex64")
     with pytest.raises(TypeError):
         AllocationSpec(4, "float32")
-    with pytest.raises(TypeError):
-        shmem.restart(heap_size_bytes=HEAP, replacements=[], preflight_hook=42)
     spec = AllocationSpec([2, 3], "int32", 0)
     assert spec == AllocationSpec((2, 3), "int32", None)
     assert AllocationSpec.like(tensor) == AllocationSpec((4,), "float32")
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.shape = (1,)
+    shmem.free(tensor)
+
+
+def test_restart_argument_problems_are_reported_on_every_rank(runtime, xp):
+    """Issue 9, item 8: a rank whose own restart arguments are bad still takes part, so every
+    rank reports its problem (retryable) instead of the others waiting until the deadline."""
+    tensor = shmem.empty(4, 4)
+    good = [replace(tensor, (4, 4), "float32")]
+    last = WORLD - 1  # the rank with the bad argument
+
+    def on_last(bad, fine):
+        return bad if RANK == last else fine
+
+    cases = [
+        (dict(heap_size_bytes=on_last(True, HEAP), replacements=good), "not a bool"),
+        (dict(heap_size_bytes=on_last(0, HEAP), replacements=good), "positive integer"),
+        (dict(heap_size_bytes=on_last("1M", HEAP), replacements=good), "positive integer"),
+        (dict(heap_size_bytes=HEAP, replacements=on_last(good[0], good)), "sequence of"),
+        (dict(heap_size_bytes=HEAP, replacements=on_last([(tensor, (4,))], good)), r"\[0\]"),
+        (
+            dict(
+                heap_size_bytes=HEAP,
+                replacements=on_last([replace(tensor.T, (4, 4), "float32")], good),
+            ),
+            "contiguous",
+        ),
+        (
+            dict(heap_size_bytes=HEAP, replacements=good, preflight_hook=on_last(42, None)),
+            "callable",
+        ),
+    ]
+    for kwargs, match in cases:
+        message = retryable(lambda: shmem.restart(**kwargs), match)
+        assert f"root_ranks=[{last}]" in message, message
+    # Nothing changed: the tensor is still live.
+    shmem.barrier()
     shmem.free(tensor)
 
 

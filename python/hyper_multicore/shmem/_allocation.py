@@ -9,7 +9,7 @@ from typing import Any
 from .. import _native
 from . import _backend
 from ._backend import Layout, check_alignment, check_shape
-from ._errors import HyperMulticoreError, StaleTensorError
+from ._errors import HyperMulticoreError, InvalidArgumentError, StaleTensorError, native_style
 from ._registry import _NO_ALLOCATION, _lock, _lookup, _register, _retire
 
 
@@ -59,7 +59,12 @@ def free(tensor: Any) -> None:
     else:
         allocation = _lookup(tensor)
         if allocation is None:
-            problem = ValueError("free() takes a tensor made by empty() or restart()")
+            problem = native_style(
+                InvalidArgumentError,
+                "free",
+                "invalid argument",
+                "free() takes a tensor made by empty() or restart()",
+            )
         elif not allocation.live:
             problem = StaleTensorError(
                 f"allocation {allocation.index} was already freed or released (double free)"
@@ -69,9 +74,12 @@ def free(tensor: Any) -> None:
             # (torch reports address 0 for a tensor without elements)
             moved = layout.nbytes > 0 and layout.address != allocation.address
             if moved or layout.nbytes != allocation.nbytes:
-                problem = ValueError(
+                problem = native_style(
+                    InvalidArgumentError,
+                    "free",
+                    "invalid argument",
                     "free() takes the whole tensor empty() returned; a view cannot be freed on "
-                    "its own"
+                    "its own",
                 )
     if problem is not None:
         cause = None

@@ -220,5 +220,7 @@ def check_alignment(alignment: Any) -> int | None:
         return None
     value = check_int(alignment, "alignment")
     if value < 0:
-        raise ValueError(f"alignment must be a power of two (or None), not {value}")
+        from ._errors import InvalidArgumentError  # (a RuntimeError too, as in the original)
+
+        raise InvalidArgumentError(f"alignment must be a power of two (or None), not {value}")
     return value or None  # 0 means the default, as None does

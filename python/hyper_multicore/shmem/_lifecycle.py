@@ -11,7 +11,10 @@ lifetimes (every tensor becomes stale after a restart or the last release).
 from __future__ import annotations
 
 import json
-import pickle
+import operator
+import os
+import secrets
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +22,20 @@ from typing import Any
 from .. import _native
 from . import _backend
 from ._backend import Layout, check_alignment, check_int, check_shape
+from ._errors import InvalidArgumentError, RetryableError, ShmemError, native_style
 from ._registry import _NO_ALLOCATION, _live, _lock, _lookup, _region, _register, _retire
+
+#: The variable that carries the control plane's secret under torch.distributed (see
+#: :func:`_share_secret`).
+SECRET_VARIABLE = "HYPER_MULTICORE_SHMEM_SECRET"
+
+#: Serialises this module's bookkeeping around the native lifecycle calls (the native lifecycle
+#: serialises the calls themselves). Never held by ``reference_count`` or ``debug_state``.
+_lifecycle_lock = threading.RLock()
+#: Whether torch.distributed was initialised when the active runtime started (``None``: no
+#: runtime). A later acquire or release in the other state is refused, as the original runtime
+#: did ("torch.distributed state changed").
+_started_with_torch: bool | None = None
 
 
 def _torch_distributed() -> Any:
@@ -33,13 +49,27 @@ def _torch_distributed() -> Any:
     return None
 
 
-def _heap_size(value: Any, what: str = "heap_size_bytes", *, optional: bool = True) -> int | None:
-    if value is None and optional:
-        return None
-    size = check_int(value, what)
+def _heap_problem(value: Any, what: str = "heap_size_bytes") -> str | None:
+    """What is wrong with a heap size (a positive int; a bool is not one), or None."""
+    if isinstance(value, bool):
+        return f"{what} must be a positive integer, not a bool ({value})"
+    try:
+        size = operator.index(value)
+    except TypeError:
+        return f"{what} must be a positive integer, not {type(value).__name__} {value!r}"
     if size <= 0:
-        raise ValueError(f"{what} must be a positive integer, not {size}")
-    return size
+        return f"{what} must be a positive integer, not {size}"
+    return None
+
+
+def _heap_size(value: Any) -> int | None:
+    """An optional heap size, or ``ValueError`` (as the original runtime raised)."""
+    if value is None:
+        return None
+    problem = _heap_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return operator.index(value)
 
 
 def _ranks(group: Any) -> list[int]:
@@ -58,11 +88,20 @@ def _ranks(group: Any) -> list[int]:
     return members
 
 
+def _not_a_member() -> InvalidArgumentError:
+    return native_style(
+        InvalidArgumentError,
+        "acquire",
+        "invalid argument",
+        "this process is not a member of root_group; only its members call acquire with it",
+    )
+
+
 def _process_group(dist: Any, group: Any) -> Any:
     if group is None:
         return dist.group.WORLD
     if group is dist.GroupMember.NON_GROUP_MEMBER:  # what new_group gives non-members
-        raise ValueError("this process is not a member of root_group")
+        raise _not_a_member()
     if not isinstance(group, dist.ProcessGroup):
         raise TypeError(
             "with torch.distributed initialised, root_group must be None or a "
@@ -82,13 +121,96 @@ def _all_gather_object_over(dist: Any, group: Any) -> Callable[[bytes], list[byt
     return allgather
 
 
+def _group_alive(dist: Any, group: Any) -> Callable[[], bool]:
+    """Whether ``group`` can still communicate: torch.distributed initialised and the group not
+    destroyed (the runtime's channel asks this before every later lifecycle call)."""
+
+    def alive() -> bool:
+        if not (dist.is_available() and dist.is_initialized()):
+            return False
+        try:
+            dist.get_process_group_ranks(group)  # raises for a destroyed group
+        except (ValueError, KeyError, RuntimeError):
+            return False
+        return True
+
+    return alive
+
+
+def _share_secret(dist: Any, group: Any, members: list[int]) -> None:
+    """Group rank 0 draws the control plane's secret (or keeps the one it was given) and every
+    member takes it from there, over the process group, into ``HYPER_MULTICORE_SHMEM_SECRET``.
+
+    The secret authenticates the runtime's rendezvous; without it, a launcher world under
+    torchrun would derive one from public values (``MASTER_ADDR``, ``MASTER_PORT``). It travels
+    the way the unique ID does: over the torch process group, which only the job's members
+    share. Called at every first acquire under torch.distributed, before any native call that
+    could build the launcher's world.
+    """
+    if dist.get_rank(group) == 0:
+        secret = os.environ.get(SECRET_VARIABLE) or secrets.token_hex(16)
+    else:
+        secret = None
+    shared = [secret]
+    dist.broadcast_object_list(shared, src=members[0], group=group)
+    os.environ[SECRET_VARIABLE] = shared[0]
+
+
+def _torch_state_changed(operation: str, now: bool) -> str:
+    then = "with" if _started_with_torch else "without"
+    state = "initialised" if now else "not initialised (or destroyed)"
+    if operation in ("release", "restart"):
+        fix = (
+            f"{operation} in the state the runtime started in (release every reference before "
+            "torch.distributed.destroy_process_group(), initialise it after)"
+        )
+    else:
+        fix = "release every reference first, then acquire again"
+    return (
+        f"torch.distributed state changed: the runtime started {then} torch.distributed, and "
+        f"it is now {state}; {fix}"
+    )
+
+
+def _check_torch_state(operation: str, dist: Any) -> None:
+    """Refuses a later acquire or the release of a runtime started in the other torch state."""
+    now = dist is not None
+    if _started_with_torch is None or _started_with_torch == now:
+        return
+    message = _torch_state_changed(operation, now)
+    if operation in ("release", "restart"):
+        raise native_style(
+            RetryableError,
+            operation,
+            "invalid state",
+            message,
+            stage="Preflight",
+            recovery="retryable",
+        )
+    raise native_style(ShmemError, operation, "invalid state", message)
+
+
+def _forget_if_gone() -> None:
+    """After a lifecycle call: once no reference is left (a clean last release, or a terminal
+    failure), every tensor is stale and the torch state is forgotten."""
+    global _started_with_torch
+    if _native.reference_count() == 0:
+        _started_with_torch = None
+        with _lock:
+            for allocation in list(_live.values()):
+                _retire(allocation)
+
+
 def acquire(root_group: Any = None, *, heap_size_bytes: int | None = None) -> None:
     """Takes a reference to the process-wide runtime over ``root_group``.
 
     The first reference starts the runtime: a collective call over the group (every member
     calls it), where group rank 0 creates the unique ID and the others receive it. Later
-    references must name the same ordered membership and may not ask for a larger heap; they do
-    no collective work.
+    references must name the same ordered membership, may not ask for a larger heap, and must be
+    made in the torch.distributed state of the first; they do no collective work.
+
+    Under torch.distributed, the first reference also shares the control plane's secret from
+    group rank 0 over the group (``HYPER_MULTICORE_SHMEM_SECRET``).
 
     Args:
         root_group: with ``torch.distributed`` initialised, a ``ProcessGroup`` (``None`` =
@@ -97,23 +219,41 @@ def acquire(root_group: Any = None, *, heap_size_bytes: int | None = None) -> No
         heap_size_bytes: bytes per PE; ``None`` = ``HYPER_MULTICORE_SHMEM_HEAP_SIZE``, else 1 GiB.
 
     Raises:
-        TypeError, ValueError: bad arguments (a bool is not an integer).
+        ValueError: a heap size that is not a positive integer (a bool is not one).
+        TypeError: a root group of the wrong type.
+        InvalidArgumentError: a membership that differs from the active root's, a larger heap
+            than the active one, a group this process is not a member of.
+        ShmemError: torch.distributed was initialised or destroyed since the runtime started.
         RetryableError: starting the runtime failed on some rank; nothing changed.
         TerminalError, ConvergenceError: the lifecycle was invalidated earlier.
     """
+    global _started_with_torch
     heap = _heap_size(heap_size_bytes)
-    dist = _torch_distributed()
-    if dist is not None:
-        group = _process_group(dist, root_group)
-        rank = dist.get_rank(group)
-        if rank < 0:
-            raise ValueError("this process is not a member of root_group")
-        members = list(dist.get_process_group_ranks(group))
-        _native.acquire_channel(rank, members, _all_gather_object_over(dist, group), heap)
-    elif root_group is None:
-        _native.acquire_world(heap)
-    else:
-        _native.acquire_ranks(_ranks(root_group), heap)
+    with _lifecycle_lock:
+        dist = _torch_distributed()
+        _check_torch_state("acquire", dist)
+        first = _native.reference_count() == 0
+        if dist is not None:
+            group = _process_group(dist, root_group)
+            rank = dist.get_rank(group)
+            if rank < 0:
+                raise _not_a_member()
+            members = list(dist.get_process_group_ranks(group))
+            if first:
+                _share_secret(dist, group, members)
+            _native.acquire_channel(
+                rank,
+                members,
+                _all_gather_object_over(dist, group),
+                _group_alive(dist, group),
+                heap,
+            )
+        elif root_group is None:
+            _native.acquire_world(heap)
+        else:
+            _native.acquire_ranks(_ranks(root_group), heap)
+        if first:
+            _started_with_torch = dist is not None
 
 
 def release() -> None:
@@ -122,16 +262,20 @@ def release() -> None:
 
     The last release needs every tensor freed first; otherwise it raises
     :class:`RetryableError` on every rank and keeps the reference, so free them and call again.
+    A release in another torch.distributed state than the runtime started in is refused the
+    same way (Preflight, retryable), before any communication.
     """
-    _native.release()
-    if _native.reference_count() == 0:
-        with _lock:
-            for allocation in list(_live.values()):
-                _retire(allocation)
+    with _lifecycle_lock:
+        try:
+            _check_torch_state("release", _torch_distributed())
+            _native.release()
+        finally:
+            _forget_if_gone()
 
 
 def reference_count() -> int:
-    """References held in this process."""
+    """References held in this process (0 once the runtime is gone, also after a failed
+    shutdown: the process then stays unable to start another)."""
     return _native.reference_count()
 
 
@@ -211,12 +355,50 @@ class RestartResult:
     stages_ms: dict[str, float] = field(default_factory=dict)
 
 
-def _hook_bytes(value: Any) -> bytes:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode()
-    return pickle.dumps(value, protocol=4)
+def _restart_requests(
+    heap_size_bytes: Any, replacements: Any, preflight_hook: Any
+) -> tuple[int, list[tuple], str | None]:
+    """The native arguments of a restart, and this rank's first argument problem (or None).
+
+    A rank with a problem still takes part: Preflight reports the problem on every rank, so no
+    rank waits for one that raised on its own.
+    """
+    problems: list[str] = []
+    heap_problem = _heap_problem(heap_size_bytes)
+    if heap_problem is not None:
+        problems.append(heap_problem)
+    heap = 0 if heap_problem is not None else operator.index(heap_size_bytes)
+    if preflight_hook is not None and not callable(preflight_hook):
+        problems.append(
+            f"preflight_hook must be callable (or None), not {type(preflight_hook).__name__}"
+        )
+    requests: list[tuple] = []
+    if isinstance(replacements, (str, bytes)) or not isinstance(replacements, Sequence):
+        problems.append(
+            "replacements must be a sequence of AllocationReplacement, not "
+            f"{type(replacements).__name__}"
+        )
+        replacements = ()
+    for i, replacement in enumerate(replacements):
+        if not isinstance(replacement, AllocationReplacement):
+            problems.append(
+                f"replacements[{i}] must be an AllocationReplacement, not "
+                f"{type(replacement).__name__}"
+            )
+            continue
+        target = replacement.target
+        spec = (list(target.shape), target.dtype, target.alignment_bytes)
+        allocation = _lookup(replacement.current)
+        current = (_NO_ALLOCATION, 0, 0, 0)  # Preflight names it "not an active allocation"
+        if allocation is not None and allocation.live:
+            try:
+                index, generation, offset, nbytes = _region(replacement.current, "current")
+            except (TypeError, ValueError) as error:  # e.g. a non-contiguous view
+                problems.append(f"replacements[{i}].current: {error}")
+            else:
+                current = (index, generation, allocation.heap_offset + offset, nbytes)
+        requests.append((current, spec))
+    return heap, requests, (problems[0] if problems else None)
 
 
 def restart(
@@ -230,49 +412,41 @@ def restart(
 
     ``replacements`` must cover every active allocation exactly once. The new tensors are
     zero-filled (contents are not carried over), returned in request order; every old tensor
-    becomes stale. ``preflight_hook`` returns a snapshot of the caller's own state that must be
-    equal on every rank (bytes and str are compared as they are, anything else pickled).
+    becomes stale. ``preflight_hook`` returns a snapshot of the caller's own state (any
+    picklable value) that must be equal on every rank: values are compared with ``==``, so a
+    set or a dict built in another order is the same value; an error about values that differ
+    shows each group of ranks' value (its ``repr``, cut short).
+
+    Every argument problem (a bad heap size, a replacement that is not an
+    :class:`AllocationReplacement`, a non-contiguous or stale ``current``, a hook that is not
+    callable) is reported by Preflight on *every* rank, naming the rank it was found on: a rank
+    with a bad argument still takes part, so nobody waits for it.
 
     Stages (each converged over the root): Preflight, Quiesce, ReleaseAllocations,
     ValidateShutdown, Shutdown, Bootstrap, Initialize, RestoreAllocations.
 
     Raises:
-        TypeError, ValueError: malformed arguments (checked locally, before any collective).
-        RetryableError: a failure before ReleaseAllocations (bad replacements, values that differ
-            across ranks, a raising hook); the runtime and its tensors remain usable.
+        RetryableError: a failure before ReleaseAllocations (bad arguments on any rank, values
+            that differ across ranks, a raising hook, a torch.distributed state that changed);
+            the runtime and its tensors remain usable.
         TerminalError: a failure from ReleaseAllocations on; restart the process.
         ConvergenceError: the ranks could not agree (a peer died); restart the process.
     """
-    heap = _heap_size(heap_size_bytes, optional=False)
-    if isinstance(replacements, (str, bytes)) or not isinstance(replacements, Sequence):
-        raise TypeError("replacements must be a sequence of AllocationReplacement")
-    requests = []
-    for i, replacement in enumerate(replacements):
-        if not isinstance(replacement, AllocationReplacement):
-            raise TypeError(
-                f"replacements[{i}] must be an AllocationReplacement, not "
-                f"{type(replacement).__name__}"
-            )
-        allocation = _lookup(replacement.current)
-        if allocation is None or not allocation.live:
-            # Preflight rejects it on this rank, and every rank raises the same error.
-            current = (_NO_ALLOCATION, 0, 0, 0)
-        else:
-            index, generation, offset, nbytes = _region(replacement.current, "current")
-            current = (index, generation, allocation.heap_offset + offset, nbytes)
-        target = replacement.target
-        requests.append((current, (list(target.shape), target.dtype, target.alignment_bytes)))
-    if preflight_hook is not None and not callable(preflight_hook):
-        raise TypeError("preflight_hook must be callable (or None)")
-    hook = None if preflight_hook is None else (lambda: _hook_bytes(preflight_hook()))
-    with _lock:
-        exported, stages = _native.restart(heap, requests, hook)
-        for allocation in list(_live.values()):
-            _retire(allocation)
-        tensors = tuple(
-            _register(record, r.target.shape, r.target.dtype)
-            for record, r in zip(exported, replacements)
-        )
+    with _lifecycle_lock:
+        _check_torch_state("restart", _torch_distributed())
+        heap, requests, problem = _restart_requests(heap_size_bytes, replacements, preflight_hook)
+        hook = preflight_hook if callable(preflight_hook) else None
+        try:
+            with _lock:
+                exported, stages = _native.restart(heap, requests, hook, problem)
+                for allocation in list(_live.values()):
+                    _retire(allocation)
+                tensors = tuple(
+                    _register(record, r.target.shape, r.target.dtype)
+                    for record, r in zip(exported, replacements)
+                )
+        finally:
+            _forget_if_gone()
     return RestartResult(tensors=tensors, stages_ms={key: stages[key] for key in STAGE_KEYS})
 
 
