@@ -121,7 +121,7 @@ def test_restart_argument_problems_are_reported_on_every_rank(runtime, xp):
         ),
     ]
     for kwargs, match in cases:
-        message = retryable(lambda: shmem.restart(**kwargs), match)
+        message = retryable(lambda kwargs=kwargs: shmem.restart(**kwargs), match)
         assert f"root_ranks=[{last}]" in message, message
     # Nothing changed: the tensor is still live.
     shmem.barrier()
@@ -259,3 +259,38 @@ def test_restart_needs_exactly_one_reference(runtime):
         )
     finally:
         shmem.release()
+
+
+def test_hook_values_are_compared_as_values(runtime):
+    """Issue 9, item 7: equal values whose pickles differ (dicts and sets built in another
+    order on each rank) agree; values that differ are shown with repr, never as pickle bytes."""
+    a = shmem.empty(2)
+    keys = ["experts", "step", "layers"]
+    order = keys if RANK % 2 == 0 else list(reversed(keys))
+
+    def equal_values():
+        return {
+            "config": {key: len(key) for key in order},  # another insertion order per rank
+            "names": {f"expert-{key}" for key in order},
+            "step": 12,
+        }
+
+    result = shmem.restart(
+        heap_size_bytes=HEAP,
+        replacements=[replace(a, (2,), "float32")],
+        preflight_hook=equal_values,
+    )
+    (a,) = result.tensors
+    if WORLD > 1:
+        message = retryable(
+            lambda: shmem.restart(
+                heap_size_bytes=HEAP,
+                replacements=[replace(a, (2,), "float32")],
+                preflight_hook=lambda: {"rank": RANK % 2, "padding": "x" * 500},
+            ),
+            "differ across root ranks",
+        )
+        assert "{'rank': 0, 'padding': 'xxx" in message and "{'rank': 1, " in message, message
+        assert "x" * 400 not in message  # cut short
+        assert "\\x80" not in message and "0x80" not in message  # no pickle bytes
+    shmem.free(a)
