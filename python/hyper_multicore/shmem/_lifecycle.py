@@ -22,7 +22,13 @@ from typing import Any
 from .. import _native
 from . import _backend
 from ._backend import Layout, check_alignment, check_int, check_shape
-from ._errors import InvalidArgumentError, RetryableError, ShmemError, native_style
+from ._errors import (
+    HyperMulticoreError,
+    InvalidArgumentError,
+    RetryableError,
+    ShmemError,
+    native_style,
+)
 from ._registry import _NO_ALLOCATION, _live, _lock, _lookup, _region, _register, _retire
 
 #: The variable that carries the control plane's secret under torch.distributed (see
@@ -36,6 +42,9 @@ _lifecycle_lock = threading.RLock()
 #: runtime). A later acquire or release in the other state is refused, as the original runtime
 #: did ("torch.distributed state changed").
 _started_with_torch: bool | None = None
+#: True once a lifecycle call failed as terminal or convergence failure: the runtime is gone for
+#: good, and a later acquire must fail at once (natively), without any collective work first.
+_invalidated = False
 
 
 def _torch_distributed() -> Any:
@@ -144,15 +153,25 @@ def _share_secret(dist: Any, group: Any, members: list[int]) -> None:
     The secret authenticates the runtime's rendezvous; without it, a launcher world under
     torchrun would derive one from public values (``MASTER_ADDR``, ``MASTER_PORT``). It travels
     the way the unique ID does: over the torch process group, which only the job's members
-    share. Called at every first acquire under torch.distributed, before any native call that
-    could build the launcher's world.
+    share. Called at every first acquire under torch.distributed (unless the lifecycle was
+    invalidated: that acquire fails at once), before any native call that could build the
+    launcher's world.
     """
     if dist.get_rank(group) == 0:
         secret = os.environ.get(SECRET_VARIABLE) or secrets.token_hex(16)
     else:
         secret = None
     shared = [secret]
-    dist.broadcast_object_list(shared, src=members[0], group=group)
+    try:
+        dist.broadcast_object_list(shared, src=members[0], group=group)
+    except Exception as error:  # a torch/gloo failure: nothing was started
+        raise native_style(
+            RetryableError,
+            "acquire",
+            "backend error",
+            f"sharing the control plane's secret over the process group failed: {error!r}",
+            recovery="retryable",
+        ) from error
     os.environ[SECRET_VARIABLE] = shared[0]
 
 
@@ -188,6 +207,13 @@ def _check_torch_state(operation: str, dist: Any) -> None:
             recovery="retryable",
         )
     raise native_style(ShmemError, operation, "invalid state", message)
+
+
+def _note(error: HyperMulticoreError) -> None:
+    """Remembers that the lifecycle was invalidated, if ``error`` says so."""
+    global _invalidated
+    if error.recovery in ("terminal", "convergence failure"):
+        _invalidated = True
 
 
 def _forget_if_gone() -> None:
@@ -233,25 +259,29 @@ def acquire(root_group: Any = None, *, heap_size_bytes: int | None = None) -> No
         dist = _torch_distributed()
         _check_torch_state("acquire", dist)
         first = _native.reference_count() == 0
-        if dist is not None:
-            group = _process_group(dist, root_group)
-            rank = dist.get_rank(group)
-            if rank < 0:
-                raise _not_a_member()
-            members = list(dist.get_process_group_ranks(group))
-            if first:
-                _share_secret(dist, group, members)
-            _native.acquire_channel(
-                rank,
-                members,
-                _all_gather_object_over(dist, group),
-                _group_alive(dist, group),
-                heap,
-            )
-        elif root_group is None:
-            _native.acquire_world(heap)
-        else:
-            _native.acquire_ranks(_ranks(root_group), heap)
+        try:
+            if dist is not None:
+                group = _process_group(dist, root_group)
+                rank = dist.get_rank(group)
+                if rank < 0:
+                    raise _not_a_member()
+                members = list(dist.get_process_group_ranks(group))
+                if first and not _invalidated:
+                    _share_secret(dist, group, members)
+                _native.acquire_channel(
+                    rank,
+                    members,
+                    _all_gather_object_over(dist, group),
+                    _group_alive(dist, group),
+                    heap,
+                )
+            elif root_group is None:
+                _native.acquire_world(heap)
+            else:
+                _native.acquire_ranks(_ranks(root_group), heap)
+        except HyperMulticoreError as error:
+            _note(error)
+            raise
         if first:
             _started_with_torch = dist is not None
 
@@ -269,6 +299,9 @@ def release() -> None:
         try:
             _check_torch_state("release", _torch_distributed())
             _native.release()
+        except HyperMulticoreError as error:
+            _note(error)
+            raise
         finally:
             _forget_if_gone()
 
@@ -445,6 +478,9 @@ def restart(
                     _register(record, r.target.shape, r.target.dtype)
                     for record, r in zip(exported, replacements)
                 )
+        except HyperMulticoreError as error:
+            _note(error)
+            raise
         finally:
             _forget_if_gone()
     return RestartResult(tensors=tensors, stages_ms={key: stages[key] for key in STAGE_KEYS})
