@@ -1,6 +1,6 @@
 //! The one crate-local gateway to atomics, spin hints and yielding (crossbeam's `primitive`
 //! pattern): every atomic of the synchronisation protocols (barrier, doorbells, abort word) is
-//! declared through this module, so that a `--cfg loom` build swaps in loom's model-checked
+//! declared through this module (the allocate/free argument slots too), so that a `--cfg loom` build swaps in loom's model-checked
 //! versions and those protocols can be explored exhaustively. (Header words written once and the
 //! user's own signal words are plain `std` atomics: they take part in no protocol of ours.)
 //!
@@ -11,10 +11,10 @@
 //! ```
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicU32, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicU32, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// Processor hint for a busy-wait loop (`PAUSE` on x86).
 #[cfg(not(loom))]

@@ -310,6 +310,61 @@ fn barriers() {
     finish(shmem);
 }
 
+/// A freed allocation, a region copy that outlived it, and a range past an allocation's end are
+/// refused by every data-plane operation, on every PE.
+fn freed_and_foreign_regions_are_refused() {
+    use hyper_multicore::shmem::Region;
+    use hyper_multicore::ErrorKind;
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let size = shmem.size();
+    let keep = shmem.allocate::<u64>(4, None).unwrap();
+    let doomed = shmem.allocate::<u64>(4, None).unwrap();
+    let copy = doomed.region();
+    shmem.barrier().unwrap();
+    shmem.free_id(doomed.id()).unwrap();
+    let freed = |result: hyper_multicore::Result<()>, what: &str| {
+        let error = result.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::DoubleFree, "{what}: {error}");
+        assert!(
+            error.to_string().contains("has been freed"),
+            "{what}: {error}"
+        );
+    };
+    for pe in 0..size {
+        freed(shmem.put_bytes(copy, &[0u8; 32], pe), "put_bytes");
+        freed(shmem.get_bytes(&mut [0u8; 32], copy, pe), "get_bytes");
+        freed(shmem.put(&doomed, &[1u64; 4], pe), "put");
+        freed(shmem.get(&mut [0u64; 4], &doomed, pe), "get");
+        freed(
+            shmem.atomic_add(&doomed.view(0..1).unwrap(), 1u64, pe),
+            "atomic_add",
+        );
+        freed(shmem.ptr(&doomed, pe).map(drop), "ptr");
+    }
+    freed(
+        shmem
+            .wait_signal(&doomed.view(0..1).unwrap(), 0u64, Comparison::Eq, None)
+            .map(drop),
+        "wait_signal",
+    );
+    // A region past the end of a live allocation (a hand-made or stale copy).
+    let past = Region {
+        bytes: keep.region().bytes + 8,
+        ..keep.region()
+    };
+    let error = shmem
+        .put_bytes(past, &vec![0u8; past.bytes as usize], 0)
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
+    assert!(error.to_string().contains("outside allocation"), "{error}");
+    // The live allocation still works.
+    shmem.put(&keep, &[7u64; 4], 0).unwrap();
+    shmem.barrier().unwrap();
+    drop(doomed);
+    shmem.free(keep).unwrap();
+    finish(shmem);
+}
+
 macro_rules! on_pes {
     ($body:ident: $($name:ident = $pes:expr),* $(,)?) => {$(
         #[test]
@@ -328,3 +383,4 @@ on_pes!(signals: signals_2_pes = 2, signals_4_pes = 4, signals_8_pes = 8);
 on_pes!(atomics: atomics_2_pes = 2, atomics_4_pes = 4);
 on_pes!(collectives: collectives_2_pes = 2, collectives_4_pes = 4);
 on_pes!(barriers: barriers_2_pes = 2, barriers_4_pes = 4, barriers_8_pes = 8);
+on_pes!(freed_and_foreign_regions_are_refused: freed_and_foreign_regions_are_refused_2_pes = 2);

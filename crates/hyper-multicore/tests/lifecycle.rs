@@ -823,6 +823,11 @@ fn a_failed_shutdown_leaves_no_reference_but_stays_terminal() {
         assert_eq!(error.recovery(), Some(Recovery::Terminal), "{error}");
         assert_eq!(error.stage(), Some("Shutdown"), "{error}");
         assert_eq!(lifecycle::reference_count(), 0, "the runtime is gone");
+        // One process-wide state: the native runtime's state says it too, and a native
+        // initialize is refused like a lifecycle acquire.
+        use hyper_multicore::shmem::{runtime_state, RuntimeState};
+        assert_eq!(runtime_state(), RuntimeState::Invalidated);
+        assert_eq!(lifecycle::debug_state().state, RuntimeState::Invalidated);
         assert_eq!(lifecycle::debug_state().reference_count, Some(0));
         let again = lifecycle::acquire(None, Some(4 * MIB)).unwrap_err();
         assert!(again.to_string().contains("restart the process"), "{again}");

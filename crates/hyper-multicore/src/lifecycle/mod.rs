@@ -26,15 +26,20 @@
 //! ```
 //!
 //! Every data-plane and allocation call made through [`guarded`] is refused when the lifecycle is
-//! invalidated or holds no reference, and cannot interleave with a restart's teardown (a
-//! readers/writer lock: calls share it, the teardown takes it alone).
+//! invalidated or holds no reference, and cannot interleave with any part of a last release or
+//! a restart, Preflight included (a readers/writer lock: calls share it, the release or restart
+//! takes it alone from its first stage to its last; [`try_guarded`] does not wait for it).
+//!
+//! A root is named by [`RootGroup`] ([`acquire_root`]): the world, a list of world ranks (the
+//! subgroup is formed only for a first reference, after every check, and cached by the world),
+//! or a [`GroupChannel`] of the caller's, whose [`mode`](GroupChannel::mode) is recorded at the
+//! first acquire and must not change while references are held.
 
 mod fault;
 mod hook;
 mod stage;
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -51,6 +56,7 @@ use crate::control::{BootstrapListener, UniqueId};
 use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::Allocator;
 use crate::shmem::converge::LocalFailure;
+use crate::shmem::process;
 use crate::shmem::{
     debug_state_inactive, Allocation, AllocationRecord, AllocationSpec, DebugState, Element,
     Region, Shmem, ShutdownError, MAX_ALIGNMENT,
@@ -130,9 +136,6 @@ static LIFECYCLE: ReentrantMutex<RefCell<Lifecycle>> =
         root: None,
     }));
 static RUNTIME: RwLock<Option<Shmem>> = const_rwlock(None);
-static INVALIDATED: AtomicBool = AtomicBool::new(false);
-static INVALIDATION: parking_lot::Mutex<Option<(Recovery, String)>> =
-    parking_lot::const_mutex(None);
 
 /// [`acquire_root`] with `None` = [`RootGroup::World`] and `Some(channel)` =
 /// [`RootGroup::Channel`].
@@ -895,13 +898,7 @@ fn with_hint(error: Error, operation: &str, recovery: Recovery, stage: Option<St
 /// any is left, is released locally and no reference remains (the runtime is gone), but the
 /// lifecycle stays invalidated: a later acquire fails too.
 fn invalidate(recovery: Recovery, cause: &Error) {
-    {
-        let mut invalidation = INVALIDATION.lock();
-        if invalidation.is_none() {
-            *invalidation = Some((recovery, cause.to_string()));
-        }
-    }
-    INVALIDATED.store(true, Ordering::Release);
+    process::invalidate(recovery, cause);
     // A release or restart holding the runtime releases it itself (see `Steps::fail`).
     if let Some(mut runtime) = RUNTIME.try_write() {
         runtime.take();
@@ -914,14 +911,14 @@ fn invalidate(recovery: Recovery, cause: &Error) {
 }
 
 fn check_valid(operation: &str) -> Result<()> {
-    if !INVALIDATED.load(Ordering::Acquire) {
+    if !process::is_invalidated() {
         return Ok(());
     }
     Err(invalidated_error(operation))
 }
 
 fn invalidated_error(operation: &str) -> Error {
-    let invalidation = INVALIDATION.lock().clone();
+    let invalidation = process::invalidation();
     let (recovery, cause) = invalidation.unwrap_or((Recovery::Terminal, "unknown cause".into()));
     Error::new(
         ErrorKind::InvalidState,
@@ -940,7 +937,7 @@ fn invalidated_error(operation: &str) -> Error {
 /// first stage (Preflight) to its last. Called from the thread running the release or restart
 /// (its preflight hook), it is refused instead of deadlocking.
 pub fn guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Result<R> {
-    if INVALIDATED.load(Ordering::Acquire) {
+    if process::is_invalidated() {
         return Err(invalidated_error(operation));
     }
     let runtime = match RUNTIME.try_read_recursive() {
@@ -963,7 +960,7 @@ pub fn guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Resul
 /// [`guarded`] that never waits: while a release or restart of the runtime is in progress it
 /// fails at once (invalid state, retryable: call again after it).
 pub fn try_guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Result<R> {
-    if INVALIDATED.load(Ordering::Acquire) {
+    if process::is_invalidated() {
         return Err(invalidated_error(operation));
     }
     let Some(runtime) = RUNTIME.try_read_recursive() else {

@@ -98,7 +98,7 @@ impl Shmem {
         }
         if input.is_empty() {
             // Validated above on every rank; nothing moves, so no synchronisation is needed.
-            return self.check_generation(OP, output.region().id);
+            return self.check_region(OP, output.region());
         }
         let slot = self.block(output, self.rank, input.len())?;
         for pe in 0..self.size {
@@ -125,6 +125,8 @@ impl Shmem {
                 ),
             ));
         }
+        // Every rank checks the target, so a freed one fails everywhere alike.
+        self.check_region(OP, target.region())?;
         if self.rank == root {
             for pe in 0..self.size {
                 self.put(target, source, pe)?;

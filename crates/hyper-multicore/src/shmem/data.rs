@@ -95,7 +95,7 @@ enum Rmw {
 impl Shmem {
     /// The absolute offset in the segment of `region` on PE `pe`, after checking both.
     fn locate(&self, operation: &str, region: Region, pe: usize) -> Result<usize> {
-        self.check_generation(operation, region.id)?;
+        self.check_region(operation, region)?;
         if pe >= self.size {
             return Err(self.error(
                 ErrorKind::InvalidArgument,

@@ -34,11 +34,16 @@
 
 mod allocation;
 pub(crate) mod allocator;
+pub(crate) mod arguments;
 mod collectives;
 pub(crate) mod converge;
 mod data;
+mod debug;
 mod handoff;
-mod process;
+mod initialize;
+mod liveness;
+pub(crate) mod process;
+mod registry;
 mod runtime;
 mod segment;
 pub(crate) mod sync;
@@ -68,7 +73,5 @@ pub fn overlaps_shared_memory(address: usize, len: usize) -> bool {
     crate::sys::mapping::overlaps_any(address, len)
 }
 
-pub use runtime::{
-    debug_state_inactive, AllocationSummary, DebugState, EffectiveConfig, HeapUsage, Shmem,
-    ShutdownError, DEFAULT_ALIGNMENT,
-};
+pub use debug::{debug_state_inactive, AllocationSummary, DebugState, EffectiveConfig, HeapUsage};
+pub use runtime::{Shmem, ShutdownError, DEFAULT_ALIGNMENT};

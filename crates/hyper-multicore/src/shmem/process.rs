@@ -1,12 +1,23 @@
-//! What this process knows about its runtime across lifetimes: whether one is active, whether a
-//! failed shutdown made the process terminal, and the latest failure of any runtime operation.
+//! The one process-wide state machine of the runtime, across lifetimes: whether a runtime is
+//! active, whether a failed shutdown finalized the process or the managed lifecycle invalidated
+//! it (and why), and the latest failure of any runtime operation — all behind one lock, so no
+//! two flags can disagree.
+//!
+//! ```text
+//! Uninitialized ──initialize──▶ Ready ──shutdown / drop──▶ Uninitialized
+//!                                 │ failed shutdown ──▶ Finalized   (terminal)
+//!        any state ──lifecycle gives up──▶ Invalidated (terminal: the runtime is released)
+//! ```
+//!
+//! The lifecycle's fast path (every guarded call) reads one atomic mirror of "invalidated",
+//! written only under the lock together with the state.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::control::lock_unpoisoned;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Recovery, Result};
 
 /// The native runtime's state in this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,6 +28,9 @@ pub enum RuntimeState {
     Ready,
     /// A shutdown failed: nothing works in this process any more.
     Finalized,
+    /// The managed lifecycle gave up after a terminal or convergence failure: the runtime was
+    /// released and nothing may start one in this process any more.
+    Invalidated,
 }
 
 /// The latest failed runtime operation in this process.
@@ -37,29 +51,64 @@ pub struct FailureRecord {
 #[derive(Debug)]
 struct ProcessState {
     state: RuntimeState,
-    finalized_because: Option<String>,
+    /// Why the state is terminal (Finalized or Invalidated), and for Invalidated the recovery
+    /// the lifecycle's errors name.
+    terminal_because: Option<(Recovery, String)>,
     latest_failure: Option<FailureRecord>,
 }
 
 static PROCESS: Mutex<ProcessState> = Mutex::new(ProcessState {
     state: RuntimeState::Uninitialized,
-    finalized_because: None,
+    terminal_because: None,
     latest_failure: None,
 });
 
+/// True once the state is terminal ([`RuntimeState::Finalized`] or
+/// [`RuntimeState::Invalidated`]): a mirror of the state for fast paths, written under the lock.
+static INVALIDATED: AtomicBool = AtomicBool::new(false);
+
 /// The runtime state of this process.
 pub fn runtime_state() -> RuntimeState {
-    lock_unpoisoned(&PROCESS).state
+    PROCESS.lock().state
 }
 
 /// The latest failure of a runtime operation in this process, if any.
 pub fn latest_failure() -> Option<FailureRecord> {
-    lock_unpoisoned(&PROCESS).latest_failure.clone()
+    PROCESS.lock().latest_failure.clone()
+}
+
+/// One load: is this process terminal (finalized or invalidated)?
+#[inline]
+pub(crate) fn is_invalidated() -> bool {
+    INVALIDATED.load(Ordering::Acquire)
+}
+
+/// The recovery and cause that made the process terminal, if it is.
+pub(crate) fn invalidation() -> Option<(Recovery, String)> {
+    let process = PROCESS.lock();
+    match process.state {
+        RuntimeState::Finalized | RuntimeState::Invalidated => process.terminal_because.clone(),
+        _ => None,
+    }
+}
+
+/// Moves the process to [`RuntimeState::Invalidated`] unless it is terminal already (the first
+/// cause is kept). The caller releases the runtime.
+pub(crate) fn invalidate(recovery: Recovery, cause: &Error) {
+    let mut process = PROCESS.lock();
+    if !matches!(
+        process.state,
+        RuntimeState::Finalized | RuntimeState::Invalidated
+    ) {
+        process.state = RuntimeState::Invalidated;
+        process.terminal_because = Some((recovery, cause.to_string()));
+    }
+    INVALIDATED.store(true, Ordering::Release);
 }
 
 /// Claims the process for a new runtime lifetime.
 pub(crate) fn begin_lifetime() -> Result<()> {
-    let mut process = lock_unpoisoned(&PROCESS);
+    let mut process = PROCESS.lock();
     match process.state {
         RuntimeState::Uninitialized => {
             process.state = RuntimeState::Ready;
@@ -71,38 +120,47 @@ pub(crate) fn begin_lifetime() -> Result<()> {
             "a runtime is already active in this process (a process belongs to at most one \
              active root); shut it down first",
         )),
-        RuntimeState::Finalized => {
-            Err(Error::new(
-                ErrorKind::InvalidState,
-                "initialize",
-                format!(
-                "the runtime of this process is finalized after a failed shutdown ({}); restart \
-                 the process",
-                process.finalized_because.as_deref().unwrap_or("unknown cause")
+        RuntimeState::Finalized | RuntimeState::Invalidated => Err(Error::new(
+            ErrorKind::InvalidState,
+            "initialize",
+            format!(
+                "the runtime of this process is {} after an earlier failure ({}); restart the \
+                 process",
+                match process.state {
+                    RuntimeState::Finalized => "finalized",
+                    _ => "invalidated",
+                },
+                process
+                    .terminal_because
+                    .as_ref()
+                    .map_or("unknown cause", |(_, cause)| cause.as_str())
             ),
-            ))
-        }
+        )),
     }
 }
 
 /// Ends the current lifetime: back to `Uninitialized`, or `Finalized` if `failure` is given.
 pub(crate) fn end_lifetime(failure: Option<&Error>) {
-    let mut process = lock_unpoisoned(&PROCESS);
-    if process.state == RuntimeState::Finalized {
+    let mut process = PROCESS.lock();
+    if matches!(
+        process.state,
+        RuntimeState::Finalized | RuntimeState::Invalidated
+    ) {
         return;
     }
     match failure {
         None => process.state = RuntimeState::Uninitialized,
         Some(error) => {
             process.state = RuntimeState::Finalized;
-            process.finalized_because = Some(error.to_string());
+            process.terminal_because = Some((Recovery::Terminal, error.to_string()));
+            INVALIDATED.store(true, Ordering::Release);
         }
     }
 }
 
 /// Records `error` as the latest failure, at `phase` of its operation.
 pub(crate) fn record_failure(error: &Error, phase: &str) {
-    lock_unpoisoned(&PROCESS).latest_failure = Some(FailureRecord {
+    PROCESS.lock().latest_failure = Some(FailureRecord {
         operation: error.operation().to_string(),
         phase: phase.to_string(),
         root_rank: error.rank(),

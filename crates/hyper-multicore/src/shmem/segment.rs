@@ -14,17 +14,16 @@
 //! magic, layout version, generation and sizes before use. The kernel frees the memory when the
 //! last process unmaps it, so a killed job leaves nothing behind.
 
-#![allow(unsafe_code)]
-
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use rustix::fs::{fcntl_add_seals, ftruncate, memfd_create, MemfdFlags, SealFlags};
 
-use super::sync::{AbortWord, BarrierWords, Doorbell};
+use super::sync::Doorbell;
 use crate::error::{Error, ErrorKind, Result};
-use crate::sys::mapping::{SharedMapping, SharedWords};
+use crate::sys::mapping::SharedMapping;
+pub(crate) use crate::sys::segment_words::{ControlBlock, PeWords};
 
 /// `"HMSHMEM1"` as a little-endian word: the first word of every segment.
 pub(crate) const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"HMSHMEM1");
@@ -36,44 +35,6 @@ pub(crate) const HEAP_ALIGNMENT: usize = 2 << 20;
 /// Largest alignment an allocation may ask for (2 MiB: every heap starts on such a boundary
 /// in every process).
 pub const MAX_ALIGNMENT: u64 = HEAP_ALIGNMENT as u64;
-
-/// The first words of the segment, written once by root rank 0.
-#[repr(C, align(64))]
-#[derive(Debug)]
-pub(crate) struct SegmentHeader {
-    magic: AtomicU64,
-    layout_version: AtomicU64,
-    generation: AtomicU64,
-    pes: AtomicU64,
-    heap_size: AtomicU64,
-    heap_stride: AtomicU64,
-    heaps_offset: AtomicU64,
-}
-
-/// Header and job-wide synchronisation words.
-#[repr(C)]
-#[derive(Debug)]
-pub(crate) struct ControlBlock {
-    pub(crate) header: SegmentHeader,
-    pub(crate) barrier: BarrierWords,
-    pub(crate) abort: AbortWord,
-}
-
-/// Words owned by one PE: the doorbell its waiters sleep on, and the two (double-buffered)
-/// slots where it publishes the arguments of its current collective allocate/free.
-#[repr(C, align(64))]
-#[derive(Debug)]
-pub(crate) struct PeWords {
-    pub(crate) doorbell: Doorbell,
-    pub(crate) arguments: [[AtomicU64; 4]; 2],
-}
-
-// SAFETY: repr(C), made only of atomics and padding; all-zero is the initial state.
-unsafe impl SharedWords for SegmentHeader {}
-// SAFETY: repr(C), made only of atomic-only repr(C) words.
-unsafe impl SharedWords for ControlBlock {}
-// SAFETY: repr(C), made only of atomic-only repr(C) words and atomic arrays.
-unsafe impl SharedWords for PeWords {}
 
 /// The sizes of one segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

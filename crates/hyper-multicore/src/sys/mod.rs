@@ -8,4 +8,5 @@
 pub(crate) mod futex;
 pub(crate) mod inherited_fd;
 pub(crate) mod mapping;
+pub(crate) mod segment_words;
 pub(crate) mod spawn;

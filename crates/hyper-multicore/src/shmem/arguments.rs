@@ -1,0 +1,212 @@
+//! The cross-rank argument check of collective allocate and free: each PE publishes its call
+//! (sequence number, kind, arguments) in its double-buffered argument slot in shared memory, one
+//! shared-memory barrier, then every PE reads every slot and compares — so arguments that differ
+//! across ranks fail on every rank alike, and nothing is allocated or freed.
+//!
+//! The slots are protocol words like the barrier's: they go through [`crate::primitive`], and a
+//! loom model below checks the double buffering (a fast PE publishing its next call never
+//! overwrites a slot a slow PE is still reading).
+
+use super::allocation::{AllocationId, Dtype};
+use super::runtime::{Heap, Shmem};
+use crate::error::{ErrorKind, Result};
+use crate::primitive::{AtomicU64, Ordering};
+
+/// One PE's two argument slots (call `n` uses slot `n % 2`), four words each.
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct ArgumentSlots {
+    slots: [[AtomicU64; 4]; 2],
+}
+
+impl ArgumentSlots {
+    /// Publishes `words` in slot `slot` (relaxed: the barrier that follows publishes them).
+    pub(crate) fn publish(&self, slot: usize, words: [u64; 4]) {
+        for (word, value) in self.slots[slot].iter().zip(words) {
+            word.store(value, Ordering::Relaxed);
+        }
+    }
+
+    /// The words of slot `slot` (after the barrier that followed every PE's publish).
+    pub(crate) fn read(&self, slot: usize) -> [u64; 4] {
+        std::array::from_fn(|i| self.slots[slot][i].load(Ordering::Relaxed))
+    }
+
+    /// All words zero (the in-process models; the runtime's come zeroed from the segment).
+    #[cfg(loom)]
+    pub(crate) fn new() -> Self {
+        ArgumentSlots {
+            slots: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+        }
+    }
+}
+
+impl Shmem {
+    /// Publishes this rank's `call`, waits for every rank, and compares: every rank reads the
+    /// same slots, so a mismatch fails everywhere alike (and nothing is allocated or freed).
+    pub(crate) fn check_same_call(
+        &self,
+        heap: &mut Heap,
+        operation: &str,
+        call: HeapCall,
+    ) -> Result<()> {
+        heap.checks += 1;
+        let slot = (heap.checks % 2) as usize;
+        let stamped = call.encode(heap.checks);
+        self.segment
+            .pe_words(self.rank)
+            .arguments
+            .publish(slot, stamped);
+        self.data_barrier(operation)?;
+        let all: Vec<[u64; 4]> = (0..self.size)
+            .map(|pe| self.segment.pe_words(pe).arguments.read(slot))
+            .collect();
+        if all.iter().all(|words| *words == stamped) {
+            return Ok(());
+        }
+        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+        for (pe, words) in all.iter().enumerate() {
+            let described = if words[0] == heap.checks {
+                HeapCall::describe(words)
+            } else {
+                format!(
+                    "a different collective (call #{} instead of #{})",
+                    words[0], heap.checks
+                )
+            };
+            match groups.iter_mut().find(|(c, _)| *c == described) {
+                Some((_, ranks)) => ranks.push(pe),
+                None => groups.push((described, vec![pe])),
+            }
+        }
+        let listing: Vec<String> = groups
+            .iter()
+            .map(|(call, ranks)| format!("root ranks {ranks:?} called {call}"))
+            .collect();
+        Err(self.error(
+            ErrorKind::InvalidArgument,
+            operation,
+            format!(
+                "arguments differ across ranks: {}; every rank must make the same allocate and \
+                 free calls in the same order (nothing was allocated or freed)",
+                listing.join(", ")
+            ),
+        ))
+    }
+}
+
+/// A collective heap call, as published for the cross-rank argument check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HeapCall {
+    Allocate {
+        bytes: u64,
+        alignment: u64,
+        dtype: Dtype,
+    },
+    Free(AllocationId),
+}
+
+impl HeapCall {
+    const ALLOCATE: u64 = 1;
+    const FREE: u64 = 2;
+
+    /// Four words: call number, kind (high byte) and dtype, then two arguments.
+    fn encode(self, sequence: u64) -> [u64; 4] {
+        match self {
+            HeapCall::Allocate {
+                bytes,
+                alignment,
+                dtype,
+            } => {
+                let dtype = Dtype::ALL.iter().position(|d| *d == dtype).unwrap_or(0) as u64;
+                [sequence, Self::ALLOCATE << 56 | dtype, bytes, alignment]
+            }
+            HeapCall::Free(id) => [sequence, Self::FREE << 56, id.index, id.generation],
+        }
+    }
+
+    /// Words published by some rank, described for an error message.
+    fn describe(words: &[u64; 4]) -> String {
+        match words[1] >> 56 {
+            Self::ALLOCATE => {
+                let dtype = Dtype::ALL
+                    .get((words[1] & 0xff) as usize)
+                    .map_or("?", |d| d.name());
+                format!(
+                    "allocate({} bytes of {dtype}, alignment {})",
+                    words[2], words[3]
+                )
+            }
+            Self::FREE => format!(
+                "free(allocation {} of generation {:#x})",
+                words[2], words[3]
+            ),
+            _ => "an unknown heap call".into(),
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! The double-buffered argument slots under every interleaving of two PEs making three
+    //! collective calls in a row: each PE must read, for call `n`, every PE's words of call `n`
+    //! — a fast PE's call `n + 1` goes to the other slot, and its call `n + 2` cannot start
+    //! before the slow PE left call `n` (it waits in call `n + 1`'s barrier).
+    //!
+    //! `RUSTFLAGS="--cfg loom" cargo test -p hyper-multicore --lib --release loom_tests`
+
+    use std::time::{Duration, Instant};
+
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::ArgumentSlots;
+    use crate::shmem::sync::{barrier, AbortWord, BarrierWords, WaitPolicy};
+
+    struct Header {
+        barrier: BarrierWords,
+        abort: AbortWord,
+        slots: [ArgumentSlots; 2],
+    }
+
+    fn pe(header: &Header, me: usize) {
+        let policy = WaitPolicy {
+            spin: false,
+            deadline: Instant::now() + Duration::from_secs(3600),
+        };
+        for call in 1..=3u64 {
+            let slot = (call % 2) as usize;
+            let words = [call, 1 << 56, call * 10, 64];
+            header.slots[me].publish(slot, words);
+            assert_eq!(barrier(&header.barrier, 2, &header.abort, &policy), Ok(()));
+            for peer in 0..2 {
+                assert_eq!(
+                    header.slots[peer].read(slot),
+                    words,
+                    "call {call}, PE {peer}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn loom_argument_slots_two_pes_three_calls() {
+        let mut builder = loom::model::Builder::new();
+        if builder.preemption_bound.is_none() {
+            builder.preemption_bound = Some(3);
+        }
+        builder.check(|| {
+            let header = Arc::new(Header {
+                barrier: BarrierWords::new(),
+                abort: AbortWord::new(),
+                slots: [ArgumentSlots::new(), ArgumentSlots::new()],
+            });
+            let peer = {
+                let header = header.clone();
+                thread::spawn(move || pe(&header, 1))
+            };
+            pe(&header, 0);
+            peer.join().unwrap();
+        });
+    }
+}

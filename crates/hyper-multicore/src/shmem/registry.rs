@@ -1,0 +1,198 @@
+//! The registry of live allocations: collective allocate and free (after the cross-rank
+//! argument check), resolve, and the data plane's region check against the liveness table.
+
+use super::allocation::{
+    Allocation, AllocationId, AllocationRecord, AllocationSpec, Element, Region,
+};
+use super::arguments::HeapCall;
+use super::process;
+use super::runtime::{Shmem, DEFAULT_ALIGNMENT};
+use super::segment::MAX_ALIGNMENT;
+use crate::error::{Error, ErrorKind, Result};
+
+impl Shmem {
+    /// Collective: allocates `len` elements of `T` (alignment `None` = 64 bytes). Every rank
+    /// must make the same call; arguments that differ across ranks fail on every rank.
+    pub fn allocate<T: Element>(
+        &self,
+        len: usize,
+        alignment: Option<u64>,
+    ) -> Result<Allocation<T>> {
+        self.allocate_spec(&AllocationSpec::of::<T>(len, alignment))
+            .map(Allocation::new)
+    }
+
+    /// Collective: allocates by spec (shape, dtype, alignment) and returns the record.
+    pub fn allocate_spec(&self, spec: &AllocationSpec) -> Result<AllocationRecord> {
+        const OP: &str = "allocate";
+        let mut heap = self.heap.lock();
+        let bytes = spec.bytes();
+        let alignment = spec.alignment.unwrap_or(DEFAULT_ALIGNMENT);
+        let call = HeapCall::Allocate {
+            bytes: bytes.as_ref().copied().unwrap_or(u64::MAX),
+            alignment,
+            dtype: spec.dtype,
+        };
+        self.check_same_call(&mut heap, OP, call)
+            .inspect_err(|e| process::record_failure(e, "argument check"))?;
+        let result = (|| {
+            let bytes = bytes?;
+            if !alignment.is_power_of_two() || alignment > MAX_ALIGNMENT {
+                return Err(self.error(
+                    ErrorKind::InvalidArgument,
+                    OP,
+                    format!(
+                        "alignment {alignment} must be a power of two no larger than \
+                         {MAX_ALIGNMENT} (or None for the default {DEFAULT_ALIGNMENT})"
+                    ),
+                ));
+            }
+            let alignment = alignment.max(super::allocator::MIN_ALIGNMENT);
+            let offset = heap
+                .allocator
+                .allocate(bytes, alignment)
+                .map_err(|exhausted| {
+                    self.error(
+                        ErrorKind::InvalidArgument,
+                        OP,
+                        format!("the heap is exhausted: {}", exhausted.describe()),
+                    )
+                })?;
+            let index = heap.next_index;
+            heap.next_index += 1;
+            let record = AllocationRecord {
+                id: AllocationId {
+                    index,
+                    generation: self.generation(),
+                },
+                offset,
+                bytes,
+                alignment,
+                spec: spec.clone(),
+            };
+            heap.records.insert(index, record.clone());
+            self.live.insert(index, offset, bytes);
+            Ok(record)
+        })();
+        result.inspect_err(|e| process::record_failure(e, "allocate"))
+    }
+
+    /// Collective: frees an allocation (consumed, so it cannot be used again).
+    pub fn free<T: Element>(&self, allocation: Allocation<T>) -> Result<()> {
+        self.free_id(allocation.into_record().id)
+    }
+
+    /// Collective: frees the allocation `id`. Freeing twice, or an id of another lifetime, is
+    /// an error on every rank.
+    pub fn free_id(&self, id: AllocationId) -> Result<()> {
+        const OP: &str = "free";
+        let mut heap = self.heap.lock();
+        self.check_same_call(&mut heap, OP, HeapCall::Free(id))
+            .inspect_err(|e| process::record_failure(e, "argument check"))?;
+        let result = (|| {
+            self.check_generation(OP, id)?;
+            let record = heap.records.remove(&id.index).ok_or_else(|| {
+                self.error(
+                    ErrorKind::DoubleFree,
+                    OP,
+                    format!("allocation {} was already freed (double free)", id.index),
+                )
+            })?;
+            self.live.remove(id.index);
+            heap.allocator.free(record.offset).map_err(|e| {
+                self.error(
+                    ErrorKind::Protocol,
+                    OP,
+                    format!("the allocator has no block at offset {}", e.offset),
+                )
+            })?;
+            Ok(())
+        })();
+        result.inspect_err(|e| process::record_failure(e, "free"))
+    }
+
+    /// The record of live allocation `id` (fails if freed or of another lifetime).
+    pub fn resolve(&self, id: AllocationId) -> Result<AllocationRecord> {
+        self.check_generation("resolve", id)?;
+        let heap = self.heap.lock();
+        heap.records.get(&id.index).cloned().ok_or_else(|| {
+            self.error(
+                ErrorKind::DoubleFree,
+                "resolve",
+                format!(
+                    "allocation {} has been freed; it cannot be used any more",
+                    id.index
+                ),
+            )
+        })
+    }
+
+    /// Every live allocation, by id.
+    pub fn allocations(&self) -> Vec<AllocationRecord> {
+        self.heap.lock().records.values().cloned().collect()
+    }
+
+    /// The data plane's check of every region it is given: of this lifetime, its allocation
+    /// live, the range inside it. A generation compare and a lock-free lookup; the reason is
+    /// only worked out when the check fails.
+    #[inline]
+    pub(crate) fn check_region(&self, operation: &str, region: Region) -> Result<()> {
+        if region.id.generation == self.segment.generation() && self.live.contains(region) {
+            return Ok(());
+        }
+        Err(self.region_error(operation, region))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn region_error(&self, operation: &str, region: Region) -> Error {
+        if let Err(error) = self.check_generation(operation, region.id) {
+            return error;
+        }
+        let index = region.id.index;
+        if !self.live.is_live(index) {
+            return self.error(
+                ErrorKind::DoubleFree,
+                operation,
+                format!(
+                    "allocation {index} has been freed (or was never allocated in this runtime \
+                     lifetime); a handle or region of it cannot be used after free — allocate \
+                     again"
+                ),
+            );
+        }
+        let (start, end) = self
+            .heap
+            .lock()
+            .records
+            .get(&index)
+            .map_or((0, 0), |r| (r.offset, r.offset + r.bytes));
+        self.error(
+            ErrorKind::InvalidArgument,
+            operation,
+            format!(
+                "heap bytes {}..{} lie outside allocation {index} (heap bytes {start}..{end}); \
+                 pass a view inside the allocation",
+                region.heap_offset,
+                region.heap_offset.saturating_add(region.bytes)
+            ),
+        )
+    }
+
+    pub(crate) fn check_generation(&self, operation: &str, id: AllocationId) -> Result<()> {
+        if id.generation == self.generation() {
+            return Ok(());
+        }
+        Err(self.error(
+            ErrorKind::InvalidArgument,
+            operation,
+            format!(
+                "allocation {} belongs to another runtime lifetime (generation {:#x}, current \
+                 {:#x}); it was released by a shutdown or restart — allocate again",
+                id.index,
+                id.generation,
+                self.generation()
+            ),
+        ))
+    }
+}

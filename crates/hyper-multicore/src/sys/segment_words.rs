@@ -1,0 +1,47 @@
+//! The `#[repr(C)]` words at the start of every heap segment (see `shmem/segment.rs` for the
+//! layout), declared here because viewing them in shared memory is an `unsafe` promise
+//! ([`SharedWords`]): each is made only of atomics, valid for every bit pattern.
+
+use std::sync::atomic::AtomicU64;
+
+use super::mapping::SharedWords;
+use crate::shmem::arguments::ArgumentSlots;
+use crate::shmem::sync::{AbortWord, BarrierWords, Doorbell};
+
+/// The first words of the segment, written once by root rank 0.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub(crate) struct SegmentHeader {
+    pub(crate) magic: AtomicU64,
+    pub(crate) layout_version: AtomicU64,
+    pub(crate) generation: AtomicU64,
+    pub(crate) pes: AtomicU64,
+    pub(crate) heap_size: AtomicU64,
+    pub(crate) heap_stride: AtomicU64,
+    pub(crate) heaps_offset: AtomicU64,
+}
+
+/// Header and job-wide synchronisation words.
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct ControlBlock {
+    pub(crate) header: SegmentHeader,
+    pub(crate) barrier: BarrierWords,
+    pub(crate) abort: AbortWord,
+}
+
+/// Words owned by one PE: the doorbell its waiters sleep on, and the two (double-buffered)
+/// slots where it publishes the arguments of its current collective allocate/free.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub(crate) struct PeWords {
+    pub(crate) doorbell: Doorbell,
+    pub(crate) arguments: ArgumentSlots,
+}
+
+// SAFETY: repr(C), made only of atomics and padding; all-zero is the initial state.
+unsafe impl SharedWords for SegmentHeader {}
+// SAFETY: repr(C), made only of atomic-only repr(C) words.
+unsafe impl SharedWords for ControlBlock {}
+// SAFETY: repr(C), made only of atomic-only repr(C) words (the doorbell, the argument slots).
+unsafe impl SharedWords for PeWords {}
