@@ -32,13 +32,15 @@ def acquire_channel(
     rank: int,
     members: list[int],
     allgather: Callable[[bytes], list[bytes]],
+    alive: Callable[[], bool],
     heap_size_bytes: int | None = None,
 ) -> None: ...
 def release() -> None: ...
 def restart(
     heap_size_bytes: int,
     replacements: list[tuple[Region, tuple[list[int], str, int | None]]],
-    preflight_hook: Callable[[], bytes] | None = None,
+    preflight_hook: Callable[[], object] | None = None,
+    problem: str | None = None,
 ) -> tuple[list[Exported], dict[str, float]]: ...
 def world_members() -> list[int]: ...
 def reference_count() -> int: ...

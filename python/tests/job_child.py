@@ -84,6 +84,25 @@ elif SCENARIO == "peer_lost":
     # Outside the lifecycle: a barrier and a wait that the dead PE can never complete.
     report["barrier"] = outcome(shmem.barrier)
     report["wait"] = outcome(lambda: shmem.wait_signal(tensors[1][0:1], 1))
+elif SCENARIO == "destroyed_process_group":
+    # acquire over torch.distributed, then destroy_process_group(): later lifecycle calls are
+    # refused before any communication (the group is gone), on every rank.
+    for tensor in tensors:
+        shmem.free(tensor)
+    dist.destroy_process_group()
+    report["acquire"] = outcome(lambda: shmem.acquire(heap_size_bytes=8 << 20))
+    report["release"] = outcome(shmem.release)
+    report["references"] = shmem.reference_count()
+elif SCENARIO == "release":
+    # HYPER_MULTICORE_TEST_FAULT makes a stage of the last release fail.
+    for tensor in tensors:
+        shmem.free(tensor)
+    report["release"] = outcome(shmem.release)
+    os.environ.pop("HYPER_MULTICORE_TEST_FAULT", None)
+    report["references"] = shmem.reference_count()
+    report["acquire"] = outcome(lambda: shmem.acquire(heap_size_bytes=8 << 20))
+    report["references_after_acquire"] = shmem.reference_count()
+    report["stale"] = outcome(lambda: shmem.put(tensors[0], tensors[0], 0))
 else:  # pragma: no cover
     raise SystemExit(f"unknown scenario {SCENARIO}")
 

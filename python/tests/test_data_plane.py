@@ -169,6 +169,40 @@ def test_numpy_arrays_are_local_buffers_in_torch_mode(runtime):
     shmem.free(data)
 
 
+def _aliases_of(heap_tensor, nbytes: int) -> list:
+    """Local-looking objects over a symmetric tensor's memory, which Python cannot tell from a
+    private array: a NumPy view through torch, a foreign array over the same address."""
+    import ctypes
+
+    address = heap_tensor.data_ptr() if TORCH else heap_tensor.__array_interface__["data"][0]
+    raw = (ctypes.c_ubyte * nbytes).from_address(address)
+    aliases = [np.frombuffer(raw, dtype=np.int64)]
+    if TORCH:
+        aliases.append(heap_tensor.numpy())
+    return aliases
+
+
+def test_a_symmetric_tensor_seen_through_numpy_is_not_a_local_buffer(runtime, xp):
+    """Issue 9, item 11: the runtime (in Rust) refuses a local buffer that lies in the heap, so
+    no slice is ever formed over memory that other PEs write."""
+    data = shmem.empty(4, dtype="int64")
+    target = shmem.empty(4, dtype="int64")
+    xp.fill(data, RANK)
+    shmem.barrier()
+    for alias in _aliases_of(data, 32):
+        with pytest.raises(ValueError, match="use the symmetric tensor itself"):
+            shmem.put(target, alias, nxt())
+        with pytest.raises(ValueError, match="use the symmetric tensor itself"):
+            shmem.get(alias, target, nxt())
+    # The tensor itself is fine.
+    shmem.put(target, data, nxt())
+    shmem.barrier()
+    assert xp.tolist(target) == [prv()] * 4
+    shmem.barrier()
+    shmem.free(target)
+    shmem.free(data)
+
+
 # -- signals -------------------------------------------------------------------------------------
 
 

@@ -140,3 +140,40 @@ def test_a_dead_peer_ends_barriers_and_waits_with_peer_lost(tmp_path, channel):
             assert report[step]["error"] == "PeerLostError", report
             assert report[step]["elapsed"] < DEADLINE
         assert "rank 1" in report["barrier"]["message"]
+
+
+@needs_faults
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_after_a_failed_shutdown_nothing_is_held_and_nothing_starts(tmp_path, channel):
+    """Issue 9, item 9: a failed Shutdown of the last release is terminal; the runtime is gone,
+    so reference_count() is 0, and a new acquire is refused with the terminal hint."""
+    job = run_job(tmp_path, "release", channel, fault="release:Shutdown:1:retryable")
+    reports = job["reports"]
+    assert sorted(reports) == [0, 1, 2], job["output"]
+    for report in reports.values():
+        assert report["release"]["error"] == "TerminalError", report
+        assert report["release"]["stage"] == "Shutdown"
+        assert report["references"] == 0, report
+        assert report["acquire"]["error"] == "TerminalError", report
+        assert report["acquire"]["message"].endswith("restart the process")
+        assert report["references_after_acquire"] == 0
+        assert report["stale"]["error"] == "StaleTensorError", report
+
+
+@pytest.mark.skipif(not TORCH, reason="needs torch")
+def test_a_destroyed_process_group_is_a_changed_torch_state(tmp_path):
+    """Issue 9, item 4: acquire(pg), destroy_process_group(), then acquire() or release():
+    "torch.distributed state changed" on every rank, before any communication; the release is
+    refused in its Preflight, retryable."""
+    job = run_job(tmp_path, "destroyed_process_group", "torch")
+    reports = job["reports"]
+    assert sorted(reports) == [0, 1, 2], job["output"]
+    for report in reports.values():
+        acquire, release = report["acquire"], report["release"]
+        assert acquire["error"] == "ShmemError", report
+        assert "torch.distributed state changed" in acquire["message"]
+        assert release["error"] == "RetryableError", report
+        assert release["stage"] == "Preflight" and release["recovery"] == "retryable"
+        assert "torch.distributed state changed" in release["message"]
+        assert release["message"].endswith("the runtime remains usable")
+        assert report["references"] == 1

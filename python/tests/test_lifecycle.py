@@ -33,17 +33,56 @@ def test_operations_before_acquire_are_refused():
     assert state["allocations"] == []
 
 
-@pytest.mark.parametrize("bad", [True, False, "64", 1.5, [64]])
-def test_a_heap_size_must_be_an_integer(bad):
-    with pytest.raises(TypeError):
+@pytest.mark.parametrize("bad", [True, False, 1.5, "64", [64], 0, -1])
+def test_a_heap_size_must_be_a_positive_integer(bad):
+    """As the original runtime: ValueError for every heap size that is not a positive integer
+    (a bool is not one) -- issue 9, item 10."""
+    with pytest.raises(ValueError, match="positive integer"):
         shmem.acquire(heap_size_bytes=bad)
     assert shmem.reference_count() == 0
 
 
-@pytest.mark.parametrize("bad", [0, -1])
-def test_a_heap_size_must_be_positive(bad):
-    with pytest.raises(ValueError, match="positive"):
-        shmem.acquire(heap_size_bytes=bad)
+def test_errors_the_original_runtime_raised_as_runtime_error_still_are(xp):
+    """Issue 9, item 10: a larger heap than the active one, a membership that does not match
+    it, freeing a view, a bad alignment -- catchable as RuntimeError (and ValueError)."""
+    shmem.acquire(heap_size_bytes=HEAP)
+    try:
+        caught = []
+        for call in (
+            lambda: shmem.acquire(heap_size_bytes=HEAP * 2),
+            lambda: shmem.empty(4, alignment=48),
+            lambda: shmem.empty(4, alignment=-64),
+        ):
+            with pytest.raises(RuntimeError) as error:
+                call()
+            caught.append(error.value)
+        if not DIST and WORLD > 1:
+            with pytest.raises(RuntimeError) as error:
+                shmem.acquire(list(reversed(range(WORLD))))  # another member order
+            caught.append(error.value)
+        tensor = shmem.empty(8)
+        with pytest.raises(RuntimeError, match="a view cannot be freed") as error:
+            shmem.free(tensor[2:4])
+        caught.append(error.value)
+        for error in caught:
+            assert isinstance(error, shmem.InvalidArgumentError), error
+            assert isinstance(error, ValueError) and isinstance(error, shmem.ShmemError)
+        shmem.free(tensor)
+    finally:
+        cleanup()
+
+
+@pytest.mark.skipif(not DIST or WORLD < 2, reason="needs torch.distributed with 2 ranks")
+def test_a_process_group_this_rank_is_not_in_is_a_runtime_error():
+    import torch.distributed as dist
+
+    group = dist.new_group([0])  # collective: every rank makes it
+    if RANK == 0:
+        return
+    with pytest.raises(RuntimeError, match="not a member") as caught:
+        shmem.acquire(group)
+    assert isinstance(caught.value, shmem.InvalidArgumentError)
+    assert shmem.reference_count() == 0
 
 
 def test_a_root_group_of_the_wrong_type_is_a_type_error():

@@ -70,15 +70,8 @@ def test_restart_without_allocations_only_resizes(runtime):
     assert shmem.debug_state()["config"]["heap_size"] == HEAP // 2
 
 
-def test_restart_arguments_are_checked_locally(runtime):
+def test_malformed_specs_and_replacements_are_refused_when_made(runtime):
     tensor = shmem.empty(4)
-    for bad in (True, None, "1M", 0):
-        with pytest.raises((TypeError, ValueError)):
-            shmem.restart(heap_size_bytes=bad, replacements=[])
-    with pytest.raises(TypeError):
-        shmem.restart(heap_size_bytes=HEAP, replacements=replace(tensor, (4,), "float32"))
-    with pytest.raises(TypeError):
-        shmem.restart(heap_size_bytes=HEAP, replacements=[(tensor, (4,))])
     with pytest.raises(TypeError):
         AllocationReplacement(tensor, (4,))
     with pytest.raises(TypeError):
@@ -91,13 +84,47 @@ def test_restart_arguments_are_checked_locally(runtime):
         AllocationSpec((4,), "complex64")
     with pytest.raises(TypeError):
         AllocationSpec(4, "float32")
-    with pytest.raises(TypeError):
-        shmem.restart(heap_size_bytes=HEAP, replacements=[], preflight_hook=42)
     spec = AllocationSpec([2, 3], "int32", 0)
     assert spec == AllocationSpec((2, 3), "int32", None)
     assert AllocationSpec.like(tensor) == AllocationSpec((4,), "float32")
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.shape = (1,)
+    shmem.free(tensor)
+
+
+def test_restart_argument_problems_are_reported_on_every_rank(runtime, xp):
+    """Issue 9, item 8: a rank whose own restart arguments are bad still takes part, so every
+    rank reports its problem (retryable) instead of the others waiting until the deadline."""
+    tensor = shmem.empty(4, 4)
+    good = [replace(tensor, (4, 4), "float32")]
+    last = WORLD - 1  # the rank with the bad argument
+
+    def on_last(bad, fine):
+        return bad if RANK == last else fine
+
+    cases = [
+        (dict(heap_size_bytes=on_last(True, HEAP), replacements=good), "not a bool"),
+        (dict(heap_size_bytes=on_last(0, HEAP), replacements=good), "positive integer"),
+        (dict(heap_size_bytes=on_last("1M", HEAP), replacements=good), "positive integer"),
+        (dict(heap_size_bytes=HEAP, replacements=on_last(good[0], good)), "sequence of"),
+        (dict(heap_size_bytes=HEAP, replacements=on_last([(tensor, (4,))], good)), r"\[0\]"),
+        (
+            dict(
+                heap_size_bytes=HEAP,
+                replacements=on_last([replace(tensor.T, (4, 4), "float32")], good),
+            ),
+            "contiguous",
+        ),
+        (
+            dict(heap_size_bytes=HEAP, replacements=good, preflight_hook=on_last(42, None)),
+            "callable",
+        ),
+    ]
+    for kwargs, match in cases:
+        message = retryable(lambda kwargs=kwargs: shmem.restart(**kwargs), match)
+        assert f"root_ranks=[{last}]" in message, message
+    # Nothing changed: the tensor is still live.
+    shmem.barrier()
     shmem.free(tensor)
 
 
@@ -232,3 +259,38 @@ def test_restart_needs_exactly_one_reference(runtime):
         )
     finally:
         shmem.release()
+
+
+def test_hook_values_are_compared_as_values(runtime):
+    """Issue 9, item 7: equal values whose pickles differ (dicts and sets built in another
+    order on each rank) agree; values that differ are shown with repr, never as pickle bytes."""
+    a = shmem.empty(2)
+    keys = ["experts", "step", "layers"]
+    order = keys if RANK % 2 == 0 else list(reversed(keys))
+
+    def equal_values():
+        return {
+            "config": {key: len(key) for key in order},  # another insertion order per rank
+            "names": {f"expert-{key}" for key in order},
+            "step": 12,
+        }
+
+    result = shmem.restart(
+        heap_size_bytes=HEAP,
+        replacements=[replace(a, (2,), "float32")],
+        preflight_hook=equal_values,
+    )
+    (a,) = result.tensors
+    if WORLD > 1:
+        message = retryable(
+            lambda: shmem.restart(
+                heap_size_bytes=HEAP,
+                replacements=[replace(a, (2,), "float32")],
+                preflight_hook=lambda: {"rank": RANK % 2, "padding": "x" * 500},
+            ),
+            "differ across root ranks",
+        )
+        assert "{'rank': 0, 'padding': 'xxx" in message and "{'rank': 1, " in message, message
+        assert "x" * 400 not in message  # cut short
+        assert "\\x80" not in message and "0x80" not in message  # no pickle bytes
+    shmem.free(a)

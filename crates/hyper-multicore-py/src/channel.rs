@@ -4,27 +4,28 @@
 //! With torch.distributed initialised, the Python wrapper passes the group's rank, size, ordered
 //! global ranks (`torch.distributed.get_process_group_ranks`) and a function that runs
 //! `torch.distributed.all_gather_object` over it; the lifecycle's every exchange — the unique ID
-//! from root rank 0, each converged stage's outcome — then travels over torch. Without it, a list
-//! of world ranks forms a subgroup of [`World::global`] (hmrun's or torchrun's environment) with
-//! its own control plane, created once per membership and reused by later acquires.
+//! from root rank 0, each converged stage's outcome — then travels over torch. The channel also
+//! reports whether its process group is still alive ([`GroupChannel::mode`]: torch.distributed,
+//! or destroyed), so the lifecycle refuses a later acquire, release or restart once
+//! `torch.distributed.destroy_process_group()` took it away. Without torch.distributed, a list
+//! of world ranks is a [`RootGroup::Members`](hyper_multicore::lifecycle::RootGroup) root of the
+//! launcher's world (formed and cached by the library).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-
-use hyper_multicore::control::GroupChannel;
-use hyper_multicore::world::{Group, Launcher, World};
+use hyper_multicore::control::{ChannelMode, GroupChannel};
 use hyper_multicore::{Error, ErrorKind, Result};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::errors::from_python;
 
-/// A root group whose all-gather is a Python callable `allgather(bytes) -> list[bytes]`.
+/// A root group whose all-gather is a Python callable `allgather(bytes) -> list[bytes]`, and
+/// whose liveness is a Python callable `alive() -> bool`.
 pub(crate) struct PythonChannel {
     rank: usize,
     size: usize,
     members: Vec<usize>,
     allgather: Py<PyAny>,
+    alive: Py<PyAny>,
 }
 
 impl PythonChannel {
@@ -33,6 +34,7 @@ impl PythonChannel {
         rank: usize,
         members: Vec<usize>,
         allgather: Py<PyAny>,
+        alive: Py<PyAny>,
     ) -> std::result::Result<PythonChannel, String> {
         if rank >= members.len() {
             return Err(format!(
@@ -45,6 +47,7 @@ impl PythonChannel {
             size: members.len(),
             members,
             allgather,
+            alive,
         })
     }
 }
@@ -73,6 +76,23 @@ impl GroupChannel for PythonChannel {
 
     fn distributed(&self) -> bool {
         true
+    }
+
+    /// [`ChannelMode::Torch`] while the process group is alive (torch.distributed initialised
+    /// and the group not destroyed), else [`ChannelMode::Destroyed`]. Asked live, with the GIL:
+    /// the lifecycle calls it without holding it.
+    fn mode(&self) -> ChannelMode {
+        let alive = Python::attach(|py| {
+            self.alive
+                .call0(py)
+                .and_then(|answer| answer.extract::<bool>(py))
+                .unwrap_or(false)
+        });
+        if alive {
+            ChannelMode::Torch
+        } else {
+            ChannelMode::Destroyed
+        }
     }
 
     fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -106,28 +126,4 @@ impl GroupChannel for PythonChannel {
             Ok(gathered)
         })
     }
-}
-
-static SUBGROUPS: Mutex<Option<HashMap<Vec<usize>, Arc<Group>>>> = Mutex::new(None);
-
-/// The subgroup `members` (world ranks, in order) of the launcher's world, created on first use
-/// (a collective call over the members then) and reused afterwards.
-pub(crate) fn world_subgroup(members: &[usize]) -> Result<Arc<Group>> {
-    let world = World::global()?;
-    if world.launcher() == Launcher::Standalone {
-        return Err(Error::new(
-            ErrorKind::InvalidArgument,
-            "acquire",
-            "a root group was named, but this process has no distributed world (standalone); \
-             call acquire without a group, or start the job with hmrun or torchrun",
-        ));
-    }
-    let mut groups = SUBGROUPS.lock().unwrap_or_else(PoisonError::into_inner);
-    let groups = groups.get_or_insert_with(HashMap::new);
-    if let Some(group) = groups.get(members) {
-        return Ok(Arc::clone(group));
-    }
-    let group = Arc::new(world.new_group(members)?);
-    groups.insert(members.to_vec(), Arc::clone(&group));
-    Ok(group)
 }

@@ -1,7 +1,9 @@
 //! `hyper_multicore._native`: the PyO3 extension under the Python package `hyper_multicore`.
 //!
 //! A thin layer: it converts arguments, releases the GIL around every call into the library, and
-//! maps errors ([`errors`]). Lifecycle logic lives in `hyper_multicore::lifecycle`; every data-plane
+//! maps errors ([`errors`]). Releasing the GIL is a rule without exceptions: a call into the
+//! library may wait for the lifecycle lock, whose holder may need the GIL (a preflight hook, a
+//! torch all-gather), so waiting with the GIL held would freeze the interpreter. Lifecycle logic lives in `hyper_multicore::lifecycle`; every data-plane
 //! and allocation call goes through [`lifecycle::guarded`]. The public Python API is
 //! `hyper_multicore.shmem`, which turns tensors into the plain arguments taken here:
 //!
@@ -27,6 +29,7 @@ mod buffer;
 mod channel;
 mod errors;
 mod heap;
+mod hook;
 mod memory;
 
 use std::collections::HashMap;
@@ -34,18 +37,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_multicore::control::GroupChannel;
-use hyper_multicore::lifecycle::{self, Replacement};
+use hyper_multicore::lifecycle::{self, Replacement, RootGroup};
 use hyper_multicore::shmem::{
     AllocationId, AllocationSpec, AtomicWord, Comparison, Dtype, ReduceOp, Region, Shmem, SignalOp,
 };
-use hyper_multicore::ErrorKind;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::buffer::{Buffer, BufferArg};
-use crate::channel::{world_subgroup, PythonChannel};
-use crate::errors::{from_python, py_result};
+use crate::channel::PythonChannel;
+use crate::errors::py_result;
 use crate::heap::{Exported, ExportedTuple, HeapBuffer, RegionArg, Target};
+use crate::hook::PythonHook;
 
 /// Runs `body` with `W` bound to the signal/atomic word type named `dtype`.
 macro_rules! with_word {
@@ -163,7 +166,10 @@ fn parse_reduce_op(name: &str) -> PyResult<ReduceOp> {
 #[pyfunction]
 #[pyo3(signature = (heap_size_bytes=None))]
 fn acquire_world(py: Python<'_>, heap_size_bytes: Option<u64>) -> PyResult<()> {
-    py_result(py, py.detach(|| lifecycle::acquire(None, heap_size_bytes)))
+    py_result(
+        py,
+        py.detach(|| lifecycle::acquire_root(RootGroup::World, heap_size_bytes)),
+    )
 }
 
 /// Takes a reference over the subgroup `members` (world ranks, in order) of the launcher's world.
@@ -176,25 +182,25 @@ fn acquire_ranks(
 ) -> PyResult<()> {
     py_result(
         py,
-        py.detach(|| {
-            let group: Arc<dyn GroupChannel> = world_subgroup(&members)?;
-            lifecycle::acquire(Some(group), heap_size_bytes)
-        }),
+        py.detach(|| lifecycle::acquire_root(RootGroup::Members(members), heap_size_bytes)),
     )
 }
 
 /// Takes a reference over a group whose exchanges run through `allgather(bytes) -> list[bytes]`
-/// (a torch ProcessGroup's `all_gather_object`); `members` are its global ranks in group order.
+/// (a torch ProcessGroup's `all_gather_object`) and that lives while `alive() -> bool` says so;
+/// `members` are its global ranks in group order.
 #[pyfunction]
-#[pyo3(signature = (rank, members, allgather, heap_size_bytes=None))]
+#[pyo3(signature = (rank, members, allgather, alive, heap_size_bytes=None))]
 fn acquire_channel(
     py: Python<'_>,
     rank: usize,
     members: Vec<usize>,
     allgather: Py<PyAny>,
+    alive: Py<PyAny>,
     heap_size_bytes: Option<u64>,
 ) -> PyResult<()> {
-    let channel = PythonChannel::new(rank, members, allgather).map_err(PyValueError::new_err)?;
+    let channel =
+        PythonChannel::new(rank, members, allgather, alive).map_err(PyValueError::new_err)?;
     let channel: Arc<dyn GroupChannel> = Arc::new(channel);
     py_result(
         py,
@@ -210,56 +216,50 @@ fn release(py: Python<'_>) -> PyResult<()> {
 
 /// Replaces the runtime with one of `heap_size_bytes`, each `(current region, (shape, dtype,
 /// alignment))` allocation by a new one. Returns the new allocations and the stage timings (ms).
+///
+/// `preflight_hook()`'s value is compared across ranks as a value ([`PythonHook`]). `problem`
+/// is this rank's own argument problem, found by the wrapper: the rank still takes part, and
+/// Preflight reports the problem on every rank (retryable).
 #[pyfunction]
-#[pyo3(signature = (heap_size_bytes, replacements, preflight_hook=None))]
+#[pyo3(signature = (heap_size_bytes, replacements, preflight_hook=None, problem=None))]
 #[allow(clippy::type_complexity)]
 fn restart(
     py: Python<'_>,
     heap_size_bytes: u64,
     replacements: Vec<((u64, u64, u64, u64), (Vec<usize>, String, Option<u64>))>,
     preflight_hook: Option<Py<PyAny>>,
+    problem: Option<String>,
 ) -> PyResult<(Vec<ExportedTuple>, HashMap<&'static str, f64>)> {
-    let replacements = replacements
-        .into_iter()
-        .map(
-            |((index, generation, heap_offset, bytes), (shape, dtype, alignment))| {
-                Ok(Replacement {
-                    current: Region {
-                        id: AllocationId { index, generation },
-                        heap_offset,
-                        bytes,
-                    },
-                    target: AllocationSpec {
-                        shape,
-                        dtype: parse_dtype(&dtype)?,
-                        alignment,
-                    },
-                })
+    let mut problem = problem;
+    let mut requests = Vec::with_capacity(replacements.len());
+    for ((index, generation, heap_offset, bytes), (shape, dtype, alignment)) in replacements {
+        let dtype = match parse_dtype(&dtype) {
+            Ok(dtype) => dtype,
+            Err(error) => {
+                // Reported by Preflight on every rank, like any other argument problem.
+                problem.get_or_insert_with(|| error.to_string());
+                Dtype::U8
+            }
+        };
+        requests.push(Replacement {
+            current: Region {
+                id: AllocationId { index, generation },
+                heap_offset,
+                bytes,
             },
-        )
-        .collect::<PyResult<Vec<_>>>()?;
-    let mut hook = preflight_hook.map(|hook| {
-        move || -> hyper_multicore::Result<Vec<u8>> {
-            Python::attach(|py| {
-                hook.call0(py)
-                    .and_then(|value| value.extract::<Vec<u8>>(py))
-                    .map_err(|e| {
-                        from_python(
-                            py,
-                            ErrorKind::InvalidArgument,
-                            "restart",
-                            "the preflight hook raised",
-                            e,
-                        )
-                    })
-            })
-        }
-    });
+            target: AllocationSpec {
+                shape,
+                dtype,
+                alignment,
+            },
+        });
+    }
+    let mut hook = PythonHook::new(preflight_hook, problem);
     let outcome = py.detach(|| {
         let hook = hook
             .as_mut()
             .map(|h| h as &mut dyn lifecycle::PreflightHook);
-        let result = lifecycle::restart(heap_size_bytes, &replacements, hook)?;
+        let result = lifecycle::restart(heap_size_bytes, &requests, hook)?;
         let exported = lifecycle::guarded("restart", |shmem| {
             result
                 .allocations
@@ -291,10 +291,12 @@ fn world_members(py: Python<'_>) -> PyResult<Vec<usize>> {
     py_result(py, py.detach(|| lifecycle::root_members(None)))
 }
 
-/// References held in this process.
+/// References held in this process (0 once the runtime is gone, a failed shutdown included).
+/// It waits for the lifecycle lock, so without the GIL: the
+/// thread holding the lock may need the GIL (a preflight hook, a torch all-gather).
 #[pyfunction]
-fn reference_count() -> usize {
-    lifecycle::reference_count()
+fn reference_count(py: Python<'_>) -> usize {
+    py.detach(lifecycle::reference_count)
 }
 
 /// The debug snapshot, as JSON.

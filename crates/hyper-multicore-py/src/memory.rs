@@ -11,13 +11,19 @@
 //! the whole call. This is the contract every [`LocalBuffer`] relies on; the `_native` functions
 //! that take such pairs are private to the package.
 //!
-//! Symmetric tensors (views of the shared heap) never come through here: the wrapper passes them
-//! as regions `(allocation index, generation, byte offset, bytes)` and the runtime copies them
-//! with its own raw copies, so no `&[u8]` ever aliases memory that other processes write
-//! (ARCHITECTURE decision 7).
+//! Symmetric tensors (views of the shared heap) must not come through here: the wrapper passes
+//! them as regions `(allocation index, generation, byte offset, bytes)` and the runtime copies
+//! them with its own raw copies, so no `&[u8]` ever aliases memory that other processes write
+//! (ARCHITECTURE decision 7). The wrapper's detection of symmetric tensors is not trusted for
+//! that: a heap tensor seen through another object (`tensor.numpy()`, a `ctypes` array, a
+//! foreign array over the same address) looks like any local array to Python. So
+//! [`LocalBuffer::new`] asks the library whether the range overlaps a heap mapping alive in
+//! this process ([`overlaps_shared_memory`]) and refuses it if so: a slice is only ever formed
+//! over process-private memory.
 
 #![allow(unsafe_code)]
 
+use hyper_multicore::shmem::overlaps_shared_memory;
 use pyo3::exceptions::PyValueError;
 use pyo3::PyResult;
 
@@ -30,8 +36,9 @@ pub(crate) struct LocalBuffer {
 }
 
 impl LocalBuffer {
-    /// Checks what can be checked of a pair the wrapper handed in: a non-null address (unless the
-    /// buffer is empty) and a range that does not wrap around the address space.
+    /// Checks a pair the wrapper handed in: a non-null address (unless the buffer is empty), a
+    /// range that does not wrap around the address space, and memory outside every symmetric
+    /// heap mapping of this process.
     pub(crate) fn new(address: usize, len: usize) -> PyResult<LocalBuffer> {
         if len > 0 && address == 0 {
             return Err(PyValueError::new_err(format!(
@@ -41,6 +48,13 @@ impl LocalBuffer {
         if address.checked_add(len).is_none() || len > isize::MAX as usize {
             return Err(PyValueError::new_err(format!(
                 "a local buffer of {len} bytes at {address:#x} wraps around the address space"
+            )));
+        }
+        if overlaps_shared_memory(address, len) {
+            return Err(PyValueError::new_err(format!(
+                "a local buffer of {len} bytes at {address:#x} lies in the symmetric heap: it is \
+                 a symmetric tensor seen through another object (e.g. tensor.numpy()); use the \
+                 symmetric tensor itself, not a view of it through NumPy"
             )));
         }
         Ok(LocalBuffer { address, len })
@@ -53,8 +67,8 @@ impl LocalBuffer {
         }
         // SAFETY: by the module contract `address..address + len` is the memory of a live,
         // contiguous CPU tensor or array of this process that the Python caller keeps referenced
-        // for this call; it is process-private (symmetric tensors never come here), non-null and
-        // in range (checked in `new`), and any `u8` bit pattern is valid.
+        // for this call; it is process-private (no heap mapping overlaps it), non-null and in
+        // range (all checked in `new`), and any `u8` bit pattern is valid.
         let bytes = unsafe { std::slice::from_raw_parts(self.address as *const u8, self.len) };
         f(bytes)
     }

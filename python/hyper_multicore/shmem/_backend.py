@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import operator
+from collections.abc import Sequence
 from typing import Any
 
 from .. import _native
@@ -200,3 +201,26 @@ def check_word(value: Any, dtype: str, what: str) -> int:
     if not low <= number <= high:
         raise ValueError(f"{what} {number} does not fit in {dtype} ({low}..{high})")
     return number
+
+
+def check_shape(shape: Any, what: str) -> tuple[int, ...]:
+    """``shape`` as a tuple of non-negative ints (a sequence; a bool is not an integer)."""
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
+        raise TypeError(f"{what} must be a sequence of integers, not {type(shape).__name__}")
+    dims = tuple(check_int(d, f"{what} entry") for d in shape)
+    if any(d < 0 for d in dims):
+        raise ValueError(f"{what} has a negative dimension: {dims}")
+    return dims
+
+
+def check_alignment(alignment: Any) -> int | None:
+    """An alignment in bytes: ``None`` (or 0) for the default, else a non-negative int (the
+    runtime checks it is a power of two)."""
+    if alignment is None:
+        return None
+    value = check_int(alignment, "alignment")
+    if value < 0:
+        from ._errors import InvalidArgumentError  # (a RuntimeError too, as in the original)
+
+        raise InvalidArgumentError(f"alignment must be a power of two (or None), not {value}")
+    return value or None  # 0 means the default, as None does

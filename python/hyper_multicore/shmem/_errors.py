@@ -11,9 +11,12 @@ are classified by what recovery is possible, and their message ends with the hin
 
 Outside the lifecycle, :class:`PeerLostError` reports a dead PE (a wait woken by the loss of a
 peer), :class:`WaitTimeoutError` a deadline that passed, and :class:`StaleTensorError` a tensor
-whose allocation was freed, or released by ``restart``/``release``. Argument errors are
-``TypeError``/``ValueError``; those found by the native runtime (including arguments that differ
-across ranks) are :class:`InvalidArgumentError`, a ``ValueError``.
+whose allocation was freed, or released by ``restart``/``release``. Malformed arguments are
+``TypeError``/``ValueError``; arguments the runtime rejects (a membership that does not match the
+active root, a larger heap than the active one, a view passed to ``free``, a bad alignment, a
+root group this process is not a member of, arguments that differ across ranks) are
+:class:`InvalidArgumentError`, which is both a ``ValueError`` and -- as the original runtime
+raised ``RuntimeError`` for them -- a ``RuntimeError`` (through :class:`ShmemError`).
 
 The native cause of an error is chained as ``__cause__``.
 """
@@ -73,9 +76,36 @@ class StaleTensorError(ShmemError):
     longer be used by any operation (its memory stays mapped, so reading it never crashes)."""
 
 
-class InvalidArgumentError(HyperMulticoreError, ValueError):
-    """The native runtime rejected an argument, or the ranks passed different arguments to a
-    collective call (reported identically on every rank)."""
+class InvalidArgumentError(ShmemError, ValueError):
+    """The runtime rejected an argument, or the ranks passed different arguments to a collective
+    call (reported identically on every rank). Both a ``ValueError`` and a ``RuntimeError``
+    (code written for the original runtime catches ``RuntimeError`` for these)."""
+
+
+#: The hint that ends every lifecycle error of each recovery class (as the native runtime's).
+HINTS = {
+    "retryable": "the runtime remains usable",
+    "terminal": "restart the process",
+    "convergence failure": "the runtime cannot be managed safely any more; restart the process",
+}
+
+
+def native_style(
+    cls: type[HyperMulticoreError],
+    operation: str,
+    kind: str,
+    message: str,
+    *,
+    stage: str | None = None,
+    recovery: str | None = None,
+) -> HyperMulticoreError:
+    """An exception found by the Python front, worded and attributed as the native runtime's:
+    ``"<operation> failed[ during <stage>]: <kind>: <message>[; <hint>]"``."""
+    where = f" during {stage}" if stage else ""
+    hint = f"; {HINTS[recovery]}" if recovery else ""
+    error = cls(f"{operation} failed{where}: {kind}: {message}{hint}")
+    error.kind, error.operation, error.stage, error.recovery = kind, operation, stage, recovery
+    return error
 
 
 __all__ = [

@@ -1,0 +1,95 @@
+"""Allocation: :func:`empty` (a new symmetric tensor) and :func:`free`, both collective."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+from .. import _native
+from . import _backend
+from ._backend import Layout, check_alignment, check_shape
+from ._errors import HyperMulticoreError, InvalidArgumentError, StaleTensorError, native_style
+from ._registry import _NO_ALLOCATION, _lock, _lookup, _register, _retire
+
+
+def _size_args(size: tuple[Any, ...]) -> tuple[int, ...]:
+    if not size:
+        raise TypeError("empty() needs a size: empty(2, 3) or empty((2, 3)); empty(()) is a scalar")
+    if len(size) == 1 and not isinstance(size[0], (bool, int)) and isinstance(size[0], Sequence):
+        return check_shape(size[0], "size")
+    if len(size) == 1 and not isinstance(size[0], bool):
+        try:  # a 0-d integer tensor or NumPy integer counts as an int, as in torch
+            operator.index(size[0])
+        except TypeError:
+            if isinstance(size[0], Sequence) or hasattr(size[0], "__iter__"):
+                return check_shape(tuple(size[0]), "size")
+    return check_shape(size, "size")
+
+
+def empty(*size: Any, dtype: Any = None, alignment: int | None = None) -> Any:
+    """Collective: a new symmetric tensor of ``size``, uninitialised, viewing the heap.
+
+    Follows ``torch.empty``'s size conventions: ``empty(2, 3)``, ``empty((2, 3))`` or
+    ``empty([2, 3])``. ``dtype`` defaults to ``torch.get_default_dtype()`` (float32 with NumPy).
+    ``alignment`` (bytes) defaults to 64; otherwise a power of two up to 2 MiB. Every PE must
+    make the same call; arguments that differ across ranks raise :class:`InvalidArgumentError`
+    on every rank, and nothing is allocated.
+    """
+    shape = _size_args(size)
+    name = _backend.default_dtype_name() if dtype is None else _backend.dtype_name(dtype)
+    align = check_alignment(alignment)
+    with _lock:
+        exported = _native.allocate(list(shape), name, align)
+        return _register(exported, shape, name)
+
+
+def free(tensor: Any) -> None:
+    """Collective: frees the allocation of ``tensor`` (the whole tensor :func:`empty` or
+    :func:`restart` returned, not a view). The tensor and its views become stale.
+
+    A rank whose argument is invalid (a view, a freed or a foreign tensor) still takes part in
+    the collective check, so the other ranks fail at once with :class:`InvalidArgumentError`
+    ("arguments differ across ranks") while it raises its own error.
+    """
+    problem: Exception | None = None
+    allocation = None
+    if not _backend.is_tensor(tensor):
+        problem = TypeError(f"free() takes a symmetric tensor, not {type(tensor).__name__}")
+    else:
+        allocation = _lookup(tensor)
+        if allocation is None:
+            problem = native_style(
+                InvalidArgumentError,
+                "free",
+                "invalid argument",
+                "free() takes a tensor made by empty() or restart()",
+            )
+        elif not allocation.live:
+            problem = StaleTensorError(
+                f"allocation {allocation.index} was already freed or released (double free)"
+            )
+        else:
+            layout = Layout(tensor, "tensor")
+            # (torch reports address 0 for a tensor without elements)
+            moved = layout.nbytes > 0 and layout.address != allocation.address
+            if moved or layout.nbytes != allocation.nbytes:
+                problem = native_style(
+                    InvalidArgumentError,
+                    "free",
+                    "invalid argument",
+                    "free() takes the whole tensor empty() returned; a view cannot be freed on "
+                    "its own",
+                )
+    if problem is not None:
+        cause = None
+        try:
+            _native.free(_NO_ALLOCATION, 0)
+        except HyperMulticoreError as mismatch:
+            if "differ across ranks" in str(mismatch):
+                cause = mismatch
+        raise problem from cause
+    assert allocation is not None
+    with _lock:
+        _native.free(allocation.index, allocation.generation)
+        _retire(allocation)

@@ -1,0 +1,256 @@
+"""The data plane: put/get, signals, atomics, quiet/fence, and the collectives over the root
+(barrier, all_gather, broadcast, all_to_all, all_reduce).
+
+Symmetric tensors travel to the native runtime as regions ``(index, generation, byte offset,
+bytes)`` (:mod:`._registry`), local tensors as ``(address, nbytes)``; every call goes through the
+runtime's guarded path (refused when no reference is held or the runtime was invalidated).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _native
+from . import _backend
+from ._backend import Layout, check_word
+from ._registry import _buffer, _pe, _region, _same_dtype
+
+
+def put(remote_dst: Any, local_src: Any, target_pe: int) -> None:
+    """Copies ``local_src`` into PE ``target_pe``'s copy of the symmetric ``remote_dst`` (same
+    dtype and number of elements; either may be a view)."""
+    dst = _region(remote_dst, "remote_dst")
+    src = _buffer(local_src, "local_src")
+    _same_dtype(Layout(remote_dst, "remote_dst"), Layout(local_src, "local_src"), "put")
+    _native.put(dst, src, _pe(target_pe, "target_pe"))
+
+
+def get(local_dst: Any, remote_src: Any, source_pe: int) -> None:
+    """Copies PE ``source_pe``'s copy of the symmetric ``remote_src`` into ``local_dst``."""
+    src = _region(remote_src, "remote_src")
+    dst = _buffer(local_dst, "local_dst", writable=True)
+    _same_dtype(Layout(local_dst, "local_dst"), Layout(remote_src, "remote_src"), "get")
+    _native.get(dst, src, _pe(source_pe, "source_pe"))
+
+
+def _word(signal_tensor: Any, role: str) -> tuple[tuple[int, int, int, int], str]:
+    region = _region(signal_tensor, role)
+    layout = Layout(signal_tensor, role)
+    if layout.dtype not in _backend.WORD_DTYPES:
+        raise TypeError(
+            f"{role} must be an int32, uint32, int64 or uint64 tensor, not {layout.dtype}"
+        )
+    if layout.numel != 1:
+        raise ValueError(
+            f"{role} must hold exactly one element (a signal word), not {layout.numel}"
+        )
+    return region, layout.dtype
+
+
+_SIGNAL_OPS = ("set", "add")
+_COMPARISONS = ("eq", "ne", "gt", "ge", "lt", "le")
+
+
+def _choice(value: Any, choices: tuple[str, ...], what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, one of {choices}")
+    if value not in choices:
+        raise ValueError(f"{what} must be one of {choices}, not {value!r}")
+    return value
+
+
+def put_signal(
+    remote_dst: Any,
+    local_src: Any,
+    remote_signal: Any,
+    value: int,
+    target_pe: int,
+    *,
+    operation: str = "set",
+) -> None:
+    """:func:`put`, then :func:`signal` on the same PE: a waiter that sees the signal sees the
+    data."""
+    dst = _region(remote_dst, "remote_dst")
+    src = _buffer(local_src, "local_src")
+    _same_dtype(Layout(remote_dst, "remote_dst"), Layout(local_src, "local_src"), "put_signal")
+    word, dtype = _word(remote_signal, "remote_signal")
+    _native.put_signal(
+        dst,
+        src,
+        word,
+        dtype,
+        check_word(value, dtype, "value"),
+        _choice(operation, _SIGNAL_OPS, "operation"),
+        _pe(target_pe, "target_pe"),
+    )
+
+
+def signal(remote_signal: Any, value: int, target_pe: int, *, operation: str = "set") -> None:
+    """Sets (``operation="set"``) or adds to (``"add"``, wrapping) PE ``target_pe``'s copy of
+    the one-element signal word ``remote_signal``, and wakes its waiters."""
+    word, dtype = _word(remote_signal, "remote_signal")
+    _native.signal(
+        word,
+        dtype,
+        check_word(value, dtype, "value"),
+        _choice(operation, _SIGNAL_OPS, "operation"),
+        _pe(target_pe, "target_pe"),
+    )
+
+
+def wait_signal(
+    signal: Any, value: int, *, comparison: str = "eq", timeout: float | None = None
+) -> int:
+    """Waits until this PE's copy of the signal word compares ``comparison`` (``"eq"``,
+    ``"ne"``, ``"gt"``, ``"ge"``, ``"lt"``, ``"le"``) to ``value``; returns the word then.
+
+    ``timeout`` (seconds) defaults to ``HYPER_MULTICORE_SHMEM_TIMEOUT_SEC``; it raises
+    :class:`WaitTimeoutError` then, and :class:`PeerLostError` as soon as a PE of the root dies.
+    """
+    word, dtype = _word(signal, "signal")
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError("timeout must be a number of seconds (or None)")
+        if timeout < 0:
+            raise ValueError(f"timeout must be non-negative, not {timeout}")
+    return _native.wait_signal(
+        word,
+        dtype,
+        check_word(value, dtype, "value"),
+        _choice(comparison, _COMPARISONS, "comparison"),
+        None if timeout is None else float(timeout),
+    )
+
+
+def quiet() -> None:
+    """Completes every outstanding operation of this PE (its puts are visible to everyone)."""
+    _native.quiet()
+
+
+def fence() -> None:
+    """Orders this PE's earlier puts before its later ones, per target PE."""
+    _native.fence()
+
+
+def _atomic(operation: str, target: Any, pe: int, **values: Any) -> int | None:
+    word, dtype = _word(target, "target")
+    checked = {k: check_word(v, dtype, k) for k, v in values.items()}
+    return _native.atomic(operation, word, dtype, _pe(pe), **checked)
+
+
+def atomic_fetch(source: Any, pe: int) -> int:
+    """Atomically reads PE ``pe``'s copy of the one-element integer tensor ``source``."""
+    return _atomic("fetch", source, pe)  # type: ignore[return-value]
+
+
+def atomic_set(target: Any, value: int, pe: int) -> None:
+    """Atomically stores ``value`` into PE ``pe``'s copy of ``target``."""
+    _atomic("set", target, pe, value=value)
+
+
+def atomic_swap(target: Any, value: int, pe: int) -> int:
+    """Atomically replaces PE ``pe``'s copy of ``target`` with ``value``; returns the old value."""
+    return _atomic("swap", target, pe, value=value)  # type: ignore[return-value]
+
+
+def atomic_compare_swap(target: Any, expected: int, desired: int, pe: int) -> int:
+    """Atomically sets PE ``pe``'s copy of ``target`` to ``desired`` if it equals ``expected``;
+    returns the previous value (equal to ``expected`` on success)."""
+    return _atomic(  # type: ignore[return-value]
+        "compare_swap", target, pe, value=desired, expected=expected
+    )
+
+
+def atomic_fetch_add(target: Any, value: int, pe: int) -> int:
+    """Atomically adds ``value`` (wrapping) to PE ``pe``'s copy of ``target``; returns the old
+    value."""
+    return _atomic("fetch_add", target, pe, value=value)  # type: ignore[return-value]
+
+
+def atomic_add(target: Any, value: int, pe: int) -> None:
+    """Atomically adds ``value`` (wrapping) to PE ``pe``'s copy of ``target``."""
+    _atomic("add", target, pe, value=value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Collectives
+
+
+def barrier() -> None:
+    """Collective: waits until every PE of the root has called it; every put made before it is
+    visible after it."""
+    _native.barrier()
+
+
+def host_barrier() -> None:
+    """Collective: a barrier of the root over its group channel (torch.distributed or the
+    control plane) instead of shared memory."""
+    _native.host_barrier()
+
+
+def all_gather(output: Any, input: Any) -> None:
+    """Collective: gathers every PE's ``input`` into every PE's symmetric ``output``, in root-rank
+    order (``output`` holds ``n_pes() * input.numel()`` elements of the same dtype). A
+    zero-element input is a validated no-op."""
+    out = _region(output, "output")
+    src = _buffer(input, "input")
+    out_layout, in_layout = Layout(output, "output"), Layout(input, "input")
+    _same_dtype(out_layout, in_layout, "all_gather")
+    pes = _native.n_pes()
+    if out_layout.numel != pes * in_layout.numel:
+        raise ValueError(
+            f"all_gather: output holds {out_layout.numel} elements but {pes} PEs x "
+            f"{in_layout.numel} input elements need {pes * in_layout.numel}"
+        )
+    _native.all_gather(out, src)
+
+
+def broadcast(output: Any, input: Any, root: int) -> None:
+    """Collective: copies PE ``root``'s ``input`` into every PE's symmetric ``output``.
+    ``input`` is only read on ``root`` (it may be ``None`` elsewhere)."""
+    out = _region(output, "output")
+    root_pe = _pe(root, "root")
+    src = None
+    if input is not None and _native.my_pe() == root_pe:
+        src = _buffer(input, "input")
+        out_layout, in_layout = Layout(output, "output"), Layout(input, "input")
+        _same_dtype(out_layout, in_layout, "broadcast")
+        if out_layout.numel != in_layout.numel:
+            raise ValueError(
+                f"broadcast: output holds {out_layout.numel} elements, input {in_layout.numel}"
+            )
+    _native.broadcast(out, src, root_pe)
+
+
+def all_to_all(output: Any, input: Any) -> None:
+    """Collective: sends block ``j`` of ``input`` to PE ``j``, which stores it as block
+    ``my_pe()`` of its symmetric ``output``. Both hold ``n_pes() * block`` elements."""
+    out = _region(output, "output")
+    src = _buffer(input, "input")
+    out_layout, in_layout = Layout(output, "output"), Layout(input, "input")
+    _same_dtype(out_layout, in_layout, "all_to_all")
+    pes = _native.n_pes()
+    if out_layout.numel != in_layout.numel or in_layout.numel % pes:
+        raise ValueError(
+            f"all_to_all: input ({in_layout.numel}) and output ({out_layout.numel}) must hold "
+            f"the same number of elements, a multiple of the {pes} PEs"
+        )
+    _native.all_to_all(out, src)
+
+
+_REDUCE_OPS = ("sum", "min", "max")
+
+
+def all_reduce(output: Any, input: Any, op: str = "sum") -> None:
+    """Collective: combines every PE's symmetric ``input`` element-wise with ``op`` (``"sum"``,
+    ``"min"``, ``"max"``) into every PE's symmetric ``output``; they may be the same tensor.
+    Dtypes: int32, uint32, int64, uint64, float32, float64."""
+    out = _region(output, "output")
+    src = _region(input, "input")
+    out_layout, in_layout = Layout(output, "output"), Layout(input, "input")
+    _same_dtype(out_layout, in_layout, "all_reduce")
+    if out_layout.numel != in_layout.numel:
+        raise ValueError(
+            f"all_reduce: output ({out_layout.numel}) and input ({in_layout.numel}) lengths differ"
+        )
+    _native.all_reduce(out, src, out_layout.dtype, _choice(op, _REDUCE_OPS, "op"))

@@ -1,0 +1,146 @@
+"""The allocations this process holds, and how tensors become the native call's arguments.
+
+Each allocation handed to Python (by :func:`~hyper_multicore.shmem.empty` or
+:func:`~hyper_multicore.shmem.restart`) is recorded here with its identity (index, generation),
+address and size, keyed by its torch storage (or, for NumPy, found through the ctypes array at
+the root of an array's ``base`` chain). An operation resolves a tensor to a *region*
+``(index, generation, byte offset, bytes)``; the native runtime then checks that the allocation
+is live. Freed and released allocations stay known (their tensors are *stale*) for as long as
+their memory can still be viewed.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from . import _backend
+from ._backend import Layout, check_int
+from ._errors import StaleTensorError
+
+#: An allocation index no runtime ever hands out: a rank whose own argument to a collective
+#: free/restart is invalid still takes part with it, so the others fail at once instead of
+#: waiting for it.
+_NO_ALLOCATION = 2**64 - 1
+
+
+class _Allocation:
+    """One allocation handed to Python: its identity, where it lives, and its full tensor."""
+
+    __slots__ = (
+        "index",
+        "generation",
+        "heap_offset",
+        "nbytes",
+        "alignment",
+        "address",
+        "live",
+        "tensor",
+        "__weakref__",
+    )
+
+    def __init__(self, exported: tuple) -> None:
+        index, generation, heap_offset, nbytes, alignment, buffer = exported
+        self.index = index
+        self.generation = generation
+        self.heap_offset = heap_offset
+        self.nbytes = nbytes
+        self.alignment = alignment
+        self.address = buffer.address
+        self.live = True
+        #: The full tensor, referenced while the allocation is live (so its storage, and the
+        #: storage's key, stay unique); dropped when it is freed or released.
+        self.tensor: Any = None
+
+
+_lock = threading.RLock()
+#: Live allocations by (index, generation).
+_live: dict[tuple[int, int], _Allocation] = {}
+#: torch storages (``_cdata``) of every allocation whose memory may still be viewed, live or
+#: stale; an entry goes when the storage dies (see ``_register``).
+_by_storage: dict[int, _Allocation] = {}
+
+
+def _register(exported: tuple, shape: tuple[int, ...], dtype: str) -> Any:
+    allocation = _Allocation(exported)
+    tensor, raw = _backend.heap_tensor(exported[5], shape, dtype, allocation)
+    allocation.tensor = tensor
+    with _lock:
+        _live[(allocation.index, allocation.generation)] = allocation
+        key = _backend.storage_key(tensor)
+        if key is not None:
+            _by_storage[key] = allocation
+            # The storage references ``raw`` (the ctypes array over the heap), so ``raw`` dies
+            # exactly when the storage does -- and only then may its key be reused.
+            weakref.finalize(raw, _by_storage.pop, key, None)
+    return tensor
+
+
+def _retire(allocation: _Allocation) -> None:
+    """Marks an allocation freed/released: its tensors become stale."""
+    allocation.live = False
+    allocation.tensor = None
+    _live.pop((allocation.index, allocation.generation), None)
+
+
+def _lookup(x: Any) -> _Allocation | None:
+    """The allocation a tensor or array views (live or stale), or None."""
+    key = _backend.storage_key(x)
+    if key is not None:
+        return _by_storage.get(key)
+    raw = _backend.heap_bytes_of(x)
+    return getattr(raw, "hm_allocation", None)
+
+
+def _stale(role: str, allocation: _Allocation) -> StaleTensorError:
+    return StaleTensorError(
+        f"{role} views allocation {allocation.index}, which was freed or released by a "
+        "restart or release; allocate a new tensor"
+    )
+
+
+def _region(x: Any, role: str) -> tuple[int, int, int, int]:
+    """A symmetric tensor (or view) as ``(index, generation, byte offset, bytes)``."""
+    layout = Layout(x, role)
+    allocation = _lookup(x)
+    if allocation is None:
+        raise ValueError(
+            f"{role} must be a symmetric tensor (made by hyper_multicore.shmem.empty or "
+            "restart) or a view of one"
+        )
+    if not allocation.live:
+        raise _stale(role, allocation)
+    if not layout.contiguous:
+        raise ValueError(f"{role} must be contiguous")
+    # torch reports address 0 for a tensor without elements: any offset will do then.
+    offset = layout.address - allocation.address if layout.nbytes else 0
+    if not 0 <= offset <= allocation.nbytes - layout.nbytes:
+        raise ValueError(f"{role} lies outside its allocation")  # pragma: no cover
+    return (allocation.index, allocation.generation, offset, layout.nbytes)
+
+
+def _buffer(x: Any, role: str, *, writable: bool = False) -> tuple[int, ...]:
+    """A local buffer: a symmetric tensor's region, or ``(address, nbytes)`` of any other
+    contiguous CPU tensor or array."""
+    allocation = _lookup(x)
+    if allocation is not None:
+        return _region(x, role)
+    layout = Layout(x, role)
+    if not layout.contiguous:
+        raise ValueError(f"{role} must be contiguous")
+    if writable and not layout.writable:
+        raise ValueError(f"{role} is read-only")
+    return (layout.address, layout.nbytes)
+
+
+def _same_dtype(a: Layout, b: Layout, what: str) -> None:
+    if a.dtype != b.dtype:
+        raise TypeError(f"{what}: dtypes differ ({a.dtype} and {b.dtype})")
+
+
+def _pe(value: Any, what: str = "pe") -> int:
+    pe = check_int(value, what)
+    if pe < 0:
+        raise ValueError(f"{what} must be non-negative, not {pe}")
+    return pe

@@ -1,0 +1,130 @@
+"""Lifecycle calls from several threads: no call into the runtime may wait for a lock while it
+holds the GIL (issue 9, item 1).
+
+Thread A holds the lifecycle lock and needs the GIL (a preflight hook of ``restart``, or the
+torch all-gather of a first ``acquire`` over a ProcessGroup); thread B calls into the runtime
+meanwhile. If B waited for the lock holding the GIL, the whole interpreter would freeze -- a
+deadlock that no in-process timeout can report (a ``join(timeout)`` needs the GIL back to
+return). So each scenario runs in a child interpreter with a deadline, and a child that does not
+finish by then is a deadlock.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import LAUNCHED, TIMEOUT, TORCH
+
+pytestmark = pytest.mark.skipif(LAUNCHED, reason="starts its own interpreters")
+
+#: How long a child may take before it counts as deadlocked (it needs about a second).
+DEADLINE = 4 * TIMEOUT
+
+_CHILD = """
+import os, sys, threading
+from hyper_multicore import shmem
+from hyper_multicore.shmem import _lifecycle
+
+WAIT = {wait}
+SCENARIO, CALL = sys.argv[1], sys.argv[2]
+entered, calling = threading.Event(), threading.Event()
+seen = {{}}
+
+
+def hold_then_need_the_gil():
+    # Runs in thread A while it holds the lifecycle lock: it lets B start, waits (GIL
+    # released) until B is about to call into the runtime, then needs the GIL again.
+    entered.set()
+    assert calling.wait(WAIT), "thread B never called"
+
+
+if SCENARIO == "restart":
+    shmem.acquire(heap_size_bytes=8 << 20)
+    tensor = shmem.empty(4)
+
+    def hook():
+        hold_then_need_the_gil()
+        return "ok"
+
+    def thread_a():
+        result = shmem.restart(
+            heap_size_bytes=8 << 20,
+            replacements=[
+                shmem.AllocationReplacement(tensor, shmem.AllocationSpec.like(tensor))
+            ],
+            preflight_hook=hook,
+        )
+        seen["a"] = result.tensors
+else:  # the first acquire over a torch ProcessGroup: its all-gather needs the GIL
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", rank=0, world_size=1, init_method="file://" + sys.argv[3]
+    )
+    plain = _lifecycle._all_gather_object_over
+
+    def slow(dist_module, group):
+        allgather = plain(dist_module, group)
+
+        def gathered(data):
+            if not entered.is_set():
+                hold_then_need_the_gil()
+            return allgather(data)
+
+        return gathered
+
+    _lifecycle._all_gather_object_over = slow
+
+    def thread_a():
+        shmem.acquire(heap_size_bytes=8 << 20)
+        seen["a"] = "acquired"
+
+calls = {{
+    "reference_count": shmem.reference_count,
+    "debug_state": shmem.debug_state,
+    "release": shmem.release,
+    "acquire": shmem.acquire,
+    "host_barrier": shmem.host_barrier,
+}}
+
+
+def thread_b():
+    calling.set()
+    try:
+        seen["b"] = calls[CALL]()
+    except shmem.HyperMulticoreError as error:
+        seen["b"] = type(error).__name__
+
+
+a = threading.Thread(target=thread_a)
+a.start()
+assert entered.wait(WAIT), "thread A never reached its hook"
+b = threading.Thread(target=thread_b)
+b.start()
+a.join(WAIT)
+b.join(WAIT)
+assert not a.is_alive() and not b.is_alive()
+print("done", CALL, "->", seen["b"])
+"""
+
+CALLS = ["reference_count", "debug_state", "release", "acquire", "host_barrier"]
+SCENARIOS = ["restart"] + (["first_acquire_over_torch"] if TORCH else [])
+
+
+@pytest.mark.parametrize("call", CALLS)
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_a_lifecycle_call_waits_without_holding_the_gil(tmp_path, scenario, call):
+    child = textwrap.dedent(_CHILD.format(wait=TIMEOUT))
+    command = [sys.executable, "-c", child, scenario, call, str(tmp_path / "store")]
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        pytest.fail(
+            f"deadlock: thread B's {call}() waited for the lifecycle lock while holding the GIL "
+            f"that thread A ({scenario}) needed"
+        )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"done {call} ->" in run.stdout
