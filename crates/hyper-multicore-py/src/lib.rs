@@ -680,6 +680,9 @@ fn all_reduce(
 /// The extension module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // The runtime's log lines (level from HYPER_MULTICORE_SHMEM_LOG_LEVEL, rank on every line)
+    // go to stderr from the first import on; a bad level fails the import with the variable named.
+    py_result(m.py(), hyper_multicore::logging::install())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("FAULT_INJECTION", cfg!(feature = "fault-injection"))?;
     m.add(

@@ -620,6 +620,10 @@ pub fn restart(
     if let Some(active) = guard.borrow_mut().root.as_mut() {
         active.heap_size = heap_size_bytes;
     }
+    tracing::debug!(
+        "restart to a heap of {heap_size_bytes} bytes with {} allocations done: {timings:?}",
+        replacements.len()
+    );
     Ok(RestartResult {
         allocations,
         timings,

@@ -136,10 +136,28 @@ pub(crate) fn run<T: Serialize + DeserializeOwned + std::fmt::Debug + PartialEq>
         }),
         None => outcome,
     };
-    converge_step(channel, operation, outcome, require_equal).map_err(|diverged| match diverged {
-        Diverged::Failed { error, unavailable } => StageFailure::Failed { error, unavailable },
-        Diverged::Exchange(error) => StageFailure::Convergence(error),
-    })
+    let started = std::time::Instant::now();
+    let verdict =
+        converge_step(channel, operation, outcome, require_equal).map_err(
+            |diverged| match diverged {
+                Diverged::Failed { error, unavailable } => {
+                    StageFailure::Failed { error, unavailable }
+                }
+                Diverged::Exchange(error) => StageFailure::Convergence(error),
+            },
+        );
+    match &verdict {
+        Ok(_) => tracing::debug!(
+            "{operation}: stage {} converged on root rank {rank} ({:?} exchange)",
+            stage.name(),
+            started.elapsed()
+        ),
+        Err(failure) => tracing::debug!(
+            "{operation}: stage {} failed on root rank {rank}: {failure:?}",
+            stage.name()
+        ),
+    }
+    verdict
 }
 
 pub(crate) fn injected_error(operation: &str, stage: Stage, rank: usize) -> Error {

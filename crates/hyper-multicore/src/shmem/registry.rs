@@ -13,6 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 impl Shmem {
     /// Collective: allocates `len` elements of `T` (alignment `None` = 64 bytes). Every rank
     /// must make the same call; arguments that differ across ranks fail on every rank.
+    #[track_caller]
     pub fn allocate<T: Element>(
         &self,
         len: usize,
@@ -23,8 +24,10 @@ impl Shmem {
     }
 
     /// Collective: allocates by spec (shape, dtype, alignment) and returns the record.
+    #[track_caller]
     pub fn allocate_spec(&self, spec: &AllocationSpec) -> Result<AllocationRecord> {
         const OP: &str = "allocate";
+        let site = std::panic::Location::caller();
         let mut heap = self.heap.lock();
         let bytes = spec.bytes();
         let alignment = spec.alignment.unwrap_or(DEFAULT_ALIGNMENT);
@@ -72,6 +75,15 @@ impl Shmem {
             };
             heap.records.insert(index, record.clone());
             self.live.insert(index, offset, bytes);
+            tracing::debug!(
+                allocation = index,
+                offset,
+                bytes,
+                alignment,
+                "allocated at {}:{}",
+                site.file(),
+                site.line()
+            );
             Ok(record)
         })();
         result.inspect_err(|e| process::record_failure(e, "allocate"))
