@@ -179,6 +179,8 @@ def main() -> None:
     for tensor in (gathered, combine_signal, dispatch_signal, outbox, inbox_experts, inbox):
         shmem.free(tensor)
     shmem.release()
+    if args.gloo:
+        dist.destroy_process_group()  # gloo's threads must not outlive the interpreter
 
 
 if __name__ == "__main__":

@@ -52,6 +52,14 @@ if DIST:
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=TIMEOUT))
 
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Destroys the gloo process group before the interpreter finalises: left to exit, its
+    worker threads can abort the process (pytorch/pytorch#190489)."""
+    if DIST and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 multi_rank = pytest.mark.skipif(WORLD < 2, reason="needs a launcher with at least 2 ranks")
 single_process = pytest.mark.skipif(LAUNCHED, reason="runs without a launcher only")
 needs_torch = pytest.mark.skipif(not TORCH, reason="needs torch")

@@ -108,3 +108,9 @@ else:  # pragma: no cover
 
 with open(os.path.join(OUT, f"rank{RANK}.json"), "w") as out:
     json.dump(report, out)
+
+# torch's gloo process group must be destroyed before the interpreter finalises: left to exit,
+# its worker threads can abort the process ("terminate called without an active exception",
+# pytorch/pytorch#190489), which would fail the job for a reason that is not the runtime's.
+if report["channel"] == "torch" and dist.is_initialized():
+    dist.destroy_process_group()

@@ -108,6 +108,8 @@ a.join(WAIT)
 b.join(WAIT)
 assert not a.is_alive() and not b.is_alive()
 print("done", CALL, "->", seen["b"])
+if SCENARIO != "restart":
+    dist.destroy_process_group()  # gloo's threads must not outlive the interpreter
 """
 
 CALLS = ["reference_count", "debug_state", "release", "acquire", "host_barrier"]
