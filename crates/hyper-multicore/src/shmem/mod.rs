@@ -42,6 +42,7 @@ mod process;
 mod runtime;
 mod segment;
 pub(crate) mod sync;
+mod transport;
 
 pub use allocation::{
     Allocation, AllocationId, AllocationRecord, AllocationSpec, Dtype, Element, Region, Symmetric,

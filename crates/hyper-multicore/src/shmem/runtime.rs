@@ -12,10 +12,10 @@ use super::allocation::{
 };
 use super::allocator::Allocator;
 use super::converge::converge;
-use super::handoff;
 use super::process::{self, FailureRecord, RuntimeState};
 use super::segment::{Layout, Segment, MAX_ALIGNMENT};
 use super::sync;
+use super::transport::{self, Locality, Transports};
 use crate::config::Config;
 use crate::control::{lock_unpoisoned, BootstrapListener, ControlPlane, UniqueId};
 use crate::error::{Error, ErrorKind, Result};
@@ -36,6 +36,7 @@ pub struct Shmem {
     pub(crate) heap_size: u64,
     pub(crate) plane: ControlPlane,
     pub(crate) segment: Arc<Segment>,
+    pub(crate) transport: Transports,
     pub(crate) heap: Mutex<Heap>,
     pub(crate) spin: bool,
 }
@@ -54,6 +55,8 @@ pub(crate) struct Heap {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Introduction {
     heap_size: u64,
+    /// A fresh runtime generation; root rank 0's is the root's.
+    generation: u64,
     host: String,
     uid: u32,
     pid: u32,
@@ -153,12 +156,20 @@ impl Shmem {
             )?;
             phase = "introduction";
             let introductions = converge(&plane, "initialize", introduce(heap_size))?;
-            let layout = check_introductions(&introductions, rank)?;
-            phase = "segment";
+            let locality = check_introductions(&introductions, rank)?;
+            phase = "transport";
             let pids: Vec<u32> = introductions.iter().map(|i| i.pid).collect();
-            let segment = share_segment(&plane, unique_id, layout, &pids, config.timeout)?;
+            let transport = Transports::start(&transport::Start {
+                plane: &plane,
+                secret: unique_id.secret(),
+                locality: &locality,
+                pids: &pids,
+                generation: introductions[0].generation,
+                heap_size,
+                deadline: Instant::now() + config.timeout,
+            })?;
             Ok(Shmem::assemble(
-                config, rank, size, heap_size, plane, segment,
+                config, rank, size, heap_size, plane, transport,
             ))
         })();
         match result {
@@ -177,9 +188,9 @@ impl Shmem {
         size: usize,
         heap_size: u64,
         plane: ControlPlane,
-        segment: Segment,
+        transport: Transports,
     ) -> Shmem {
-        let segment = Arc::new(segment);
+        let segment = Arc::clone(transport.segment());
         let watched = Arc::clone(&segment);
         plane.on_break(move |_, peer, _| {
             let lost = peer.unwrap_or(size) as u32;
@@ -200,6 +211,7 @@ impl Shmem {
             heap_size,
             plane,
             segment,
+            transport,
         }
     }
 
@@ -444,17 +456,22 @@ impl Shmem {
         heap.checks += 1;
         let slot = (heap.checks % 2) as usize;
         let stamped = call.encode(heap.checks);
-        let mine = &self.segment.pe_words(self.rank).arguments[slot];
-        for (word, value) in mine.iter().zip(stamped) {
-            word.store(value, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.data_barrier(operation)?;
-        let all: Vec<[u64; 4]> = (0..self.size)
-            .map(|pe| {
-                let words = &self.segment.pe_words(pe).arguments[slot];
-                std::array::from_fn(|i| words[i].load(std::sync::atomic::Ordering::Relaxed))
-            })
-            .collect();
+        let all: Vec<[u64; 4]> = if self.transport.single_group() {
+            let mine = &self.transport.own_pe_words().arguments[slot];
+            for (word, value) in mine.iter().zip(stamped) {
+                word.store(value, std::sync::atomic::Ordering::Relaxed);
+            }
+            self.data_barrier(operation)?;
+            (0..self.size)
+                .map(|pe| {
+                    let words = &self.segment.pe_words(pe).arguments[slot];
+                    std::array::from_fn(|i| words[i].load(std::sync::atomic::Ordering::Relaxed))
+                })
+                .collect()
+        } else {
+            // The argument slots are not shared by every rank: over the control plane.
+            self.gather_call_words(operation, stamped)?
+        };
         if all.iter().all(|words| *words == stamped) {
             return Ok(());
         }
@@ -496,7 +513,6 @@ impl Shmem {
             usage.allocated_bytes + usage.free_bytes,
             heap.allocator.capacity()
         );
-        let own_heap = self.segment.layout().heap_offset(self.rank);
         DebugState {
             state: RuntimeState::Ready,
             root_rank: Some(self.rank),
@@ -515,8 +531,10 @@ impl Shmem {
                 .values()
                 .map(|r| AllocationSummary {
                     id: r.id.index,
-                    base_address: self.segment.mapping().address(own_heap + r.offset as usize)
-                        as usize,
+                    base_address: self
+                        .transport
+                        .local_ptr(self.rank, r.offset as usize)
+                        .map_or(0, |p| p.as_ptr() as usize),
                     bytes: r.bytes,
                 })
                 .collect(),
@@ -588,6 +606,7 @@ fn introduce(heap_size: u64) -> Result<Introduction> {
     let host = host_identity();
     Ok(Introduction {
         heap_size,
+        generation: fresh_generation()?,
         host,
         uid: rustix::process::getuid().as_raw(),
         pid: std::process::id(),
@@ -602,7 +621,7 @@ fn host_identity() -> String {
 }
 
 /// The checks every rank makes on the same introductions, so all reach the same verdict.
-fn check_introductions(all: &[Introduction], rank: usize) -> Result<Layout> {
+fn check_introductions(all: &[Introduction], rank: usize) -> Result<Locality> {
     const OP: &str = "initialize";
     let fail = |kind, message: String| Error::new(kind, OP, message).on_rank(rank);
     let sizes: Vec<u64> = all.iter().map(|i| i.heap_size).collect();
@@ -642,7 +661,8 @@ fn check_introductions(all: &[Introduction], rank: usize) -> Result<Layout> {
                 .into(),
         ));
     }
-    let layout = Layout::new(all.len(), sizes[0]).map_err(|e| e.on_rank(rank))?;
+    let locality = Locality::single(all.len());
+    Layout::new(all.len(), sizes[0]).map_err(|e| e.on_rank(rank))?;
     let host_memory = host_memory_bytes();
     if let Some(memory) = host_memory {
         let wanted = sizes[0].saturating_mul(all.len() as u64);
@@ -658,7 +678,7 @@ fn check_introductions(all: &[Introduction], rank: usize) -> Result<Layout> {
             ));
         }
     }
-    Ok(layout)
+    Ok(locality)
 }
 
 fn host_memory_bytes() -> Option<u64> {
@@ -682,60 +702,6 @@ fn group_by_value<T: PartialEq + std::fmt::Display>(values: &[T]) -> String {
         .map(|(v, ranks)| format!("root ranks {ranks:?}: {v}"))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// Root rank 0 creates the segment and hands it to every PE; each maps and checks it.
-fn share_segment(
-    plane: &ControlPlane,
-    id: &UniqueId,
-    layout: Layout,
-    pids: &[u32],
-    timeout: std::time::Duration,
-) -> Result<Segment> {
-    const OP: &str = "initialize";
-    let rank = plane.rank();
-    let deadline = Instant::now() + timeout;
-    let created = if rank == 0 {
-        let generation = fresh_generation()?;
-        Segment::create(layout, generation).and_then(|(segment, fd)| {
-            let listener =
-                handoff::HandoffListener::bind(&handoff::socket_name(id.secret(), generation))?;
-            Ok((generation, Some((segment, fd, listener))))
-        })
-    } else {
-        Ok((0, None))
-    };
-    let (local_created, root_parts) = match created {
-        Ok((generation, parts)) => (Ok(generation), parts),
-        Err(error) => (Err(error.on_rank(rank)), None),
-    };
-    let generations = converge(plane, OP, local_created)?;
-    let generation = generations[0];
-    let attached = match root_parts {
-        Some((segment, fd, listener)) => {
-            let still_alive = || plane.broken().map_or(Ok(()), Err);
-            listener
-                .serve(
-                    std::os::fd::AsFd::as_fd(&fd),
-                    &pids[1..],
-                    deadline,
-                    still_alive,
-                )
-                .map(|()| segment)
-        }
-        None => handoff::receive(
-            &handoff::socket_name(id.secret(), generation),
-            pids[0],
-            deadline,
-        )
-        .and_then(|fd| Segment::attach(&fd, layout, generation)),
-    };
-    let (local, segment) = match attached {
-        Ok(segment) => (Ok(()), Some(segment)),
-        Err(error) => (Err(error.on_rank(rank)), None),
-    };
-    converge(plane, OP, local)?;
-    Ok(segment.expect("every rank attached"))
 }
 
 fn fresh_generation() -> Result<u64> {
