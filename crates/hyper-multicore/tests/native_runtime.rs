@@ -7,7 +7,7 @@ use std::time::Duration;
 use hm_testkit::{
     heap_mappings, initialize_over, is_pe, open_fds, start_runtime, thread_count, Job, Options,
 };
-use hyper_multicore::config::HEAP_SIZE;
+use hyper_multicore::config::{HEAP_SIZE, TRANSPORT};
 use hyper_multicore::shmem::{
     debug_state_inactive, runtime_state, AllocationId, Comparison, RuntimeState, Shmem,
     ShutdownError,
@@ -159,6 +159,71 @@ fn a_bad_heap_size_variable_is_named() {
         "a_bad_heap_size_variable_is_named",
         2,
         Options::default().env(HEAP_SIZE, "lots"),
+    )
+    .wait()
+    .assert_all_succeeded();
+}
+
+/// `debug_state()` names the transport mode and each peer's route: every PE is `shm` on one
+/// host (the default `auto`); with `HYPER_MULTICORE_SHMEM_TRANSPORT=ucx` every peer but itself is
+/// `ucx`, and `ptr` refuses those peers with an error saying why.
+#[test]
+fn debug_state_shows_each_peers_route() {
+    if is_pe() {
+        let (_world, shmem) = start_runtime(Some(4 << 20)).unwrap();
+        let forced = std::env::var(TRANSPORT).is_ok_and(|v| v == "ucx");
+        let state = shmem.debug_state().transport.expect("initialized");
+        assert_eq!(state.mode, if forced { "ucx" } else { "auto" });
+        let expected: Vec<&str> = (0..shmem.size())
+            .map(|pe| {
+                if forced && pe != shmem.rank() {
+                    "ucx"
+                } else {
+                    "shm"
+                }
+            })
+            .collect();
+        assert_eq!(state.routes, expected);
+        let word = shmem.allocate::<u64>(1, None).unwrap();
+        let peer = (shmem.rank() + 1) % shmem.size();
+        assert!(shmem.ptr(&word, shmem.rank()).is_ok());
+        match shmem.ptr(&word, peer) {
+            Ok(_) => assert!(!forced),
+            Err(error) => {
+                assert!(forced, "{error}");
+                assert!(
+                    error.to_string().contains("not mapped in this process"),
+                    "{error}"
+                );
+            }
+        }
+        shmem.barrier().unwrap();
+        shmem.free(word).unwrap();
+        shmem.shutdown().unwrap();
+        return;
+    }
+    Job::launch(stringify!(debug_state_shows_each_peers_route), 3)
+        .wait()
+        .assert_all_succeeded();
+}
+
+/// `HYPER_MULTICORE_SHMEM_TRANSPORT` must agree across the root: a rank that differs fails
+/// initialize on every rank, with an error naming the variable (and nothing is left behind).
+#[test]
+fn a_transport_that_differs_across_ranks_fails_on_every_rank() {
+    if is_pe() {
+        let error = start_runtime(Some(4 << 20)).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::InvalidConfig, "{error}");
+        assert!(error.to_string().contains(TRANSPORT), "{error}");
+        assert_eq!(heap_mappings(), 0);
+        return;
+    }
+    Job::launch_with(
+        stringify!(a_transport_that_differs_across_ranks_fails_on_every_rank),
+        3,
+        Options::default()
+            .rank_env(1, TRANSPORT, "shm")
+            .rank_env(2, TRANSPORT, "ucx"),
     )
     .wait()
     .assert_all_succeeded();

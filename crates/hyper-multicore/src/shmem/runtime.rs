@@ -58,6 +58,8 @@ struct Introduction {
     /// A fresh runtime generation; root rank 0's is the root's.
     generation: u64,
     host: String,
+    /// `HYPER_MULTICORE_SHMEM_TRANSPORT` on this rank (must agree).
+    transport: crate::config::TransportMode,
     uid: u32,
     pid: u32,
 }
@@ -155,11 +157,13 @@ impl Shmem {
                 watch,
             )?;
             phase = "introduction";
-            let introductions = converge(&plane, "initialize", introduce(heap_size))?;
+            let introductions =
+                converge(&plane, "initialize", introduce(heap_size, config.transport))?;
             let locality = check_introductions(&introductions, rank)?;
             phase = "transport";
             let pids: Vec<u32> = introductions.iter().map(|i| i.pid).collect();
             let transport = Transports::start(&transport::Start {
+                mode: config.transport,
                 plane: &plane,
                 secret: unique_id.secret(),
                 locality: &locality,
@@ -200,7 +204,7 @@ impl Shmem {
         Shmem {
             rank,
             size,
-            spin: sync::WaitPolicy::new(size, Instant::now()).spin,
+            spin: sync::WaitPolicy::new(transport.local_pes(), Instant::now()).spin,
             heap: Mutex::new(Heap {
                 allocator: Allocator::new(heap_size),
                 records: BTreeMap::new(),
@@ -539,6 +543,7 @@ impl Shmem {
                 })
                 .collect(),
             latest_failure: process::latest_failure(),
+            transport: Some(self.transport.state()),
         }
     }
 }
@@ -602,9 +607,10 @@ impl Drop for Shmem {
     }
 }
 
-fn introduce(heap_size: u64) -> Result<Introduction> {
+fn introduce(heap_size: u64, transport: crate::config::TransportMode) -> Result<Introduction> {
     let host = host_identity();
     Ok(Introduction {
+        transport,
         heap_size,
         generation: fresh_generation()?,
         host,
@@ -613,11 +619,19 @@ fn introduce(heap_size: u64) -> Result<Introduction> {
     })
 }
 
-/// This host's identity: its boot ID (distinct per machine and boot) and name.
+/// This host's identity: its name, boot ID (distinct per machine and boot) and network
+/// namespace (the segment hand-off's abstract Unix socket is per network namespace, so PEs in
+/// different ones cannot share a segment).
 fn host_identity() -> String {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let name = rustix::system::uname();
-    format!("{}@{}", name.nodename().to_string_lossy(), boot.trim())
+    let network = std::fs::read_link("/proc/self/ns/net").unwrap_or_default();
+    format!(
+        "{}@{}/{}",
+        name.nodename().to_string_lossy(),
+        boot.trim(),
+        network.display()
+    )
 }
 
 /// The checks every rank makes on the same introductions, so all reach the same verdict.
@@ -642,38 +656,56 @@ fn check_introductions(all: &[Introduction], rank: usize) -> Result<Locality> {
             "the heap size must be positive".into(),
         ));
     }
+    let modes: Vec<&str> = all.iter().map(|i| i.transport.name()).collect();
+    if modes.iter().any(|m| *m != modes[0]) {
+        return Err(fail(
+            ErrorKind::InvalidConfig,
+            format!(
+                "{} differs across root ranks ({}); set the same value on every rank",
+                crate::config::TRANSPORT,
+                group_by_value(&modes)
+            ),
+        ));
+    }
     let hosts: Vec<&str> = all.iter().map(|i| i.host.as_str()).collect();
-    if hosts.iter().any(|h| *h != hosts[0]) {
+    if all[0].transport == crate::config::TransportMode::Shm && hosts.iter().any(|h| *h != hosts[0])
+    {
         return Err(fail(
             ErrorKind::Unsupported,
             format!(
-                "multi-node is not supported yet: the root spans several hosts ({}); run every \
-                 PE of a root on one host",
+                "{}=shm, but the root spans several hosts ({}); run every PE of a root on one \
+                 host, or use auto (the default) to reach other hosts through UCX",
+                crate::config::TRANSPORT,
                 group_by_value(&hosts)
             ),
         ));
     }
-    if all.iter().any(|i| i.uid != all[0].uid) {
+    let locality = Locality::new(all[0].transport, &hosts);
+    if all
+        .iter()
+        .enumerate()
+        .any(|(pe, i)| i.uid != all[locality.members_of(pe)[0]].uid)
+    {
         return Err(fail(
             ErrorKind::Unsupported,
             "the PEs of a root run as different users; the heap is only shared between \
-             processes of one user"
+             processes of one user (on one host)"
                 .into(),
         ));
     }
-    let locality = Locality::single(all.len());
-    Layout::new(all.len(), sizes[0]).map_err(|e| e.on_rank(rank))?;
+    let local_pes = locality.local_pes(rank);
+    let largest_group = locality.groups.iter().map(Vec::len).max().unwrap_or(1);
+    Layout::new(largest_group, sizes[0]).map_err(|e| e.on_rank(rank))?;
     let host_memory = host_memory_bytes();
     if let Some(memory) = host_memory {
-        let wanted = sizes[0].saturating_mul(all.len() as u64);
+        let wanted = sizes[0].saturating_mul(local_pes as u64);
         if wanted > memory {
             return Err(fail(
                 ErrorKind::InvalidArgument,
                 format!(
                     "{} PEs × {} heap bytes = {wanted} bytes exceed this host's {memory} bytes \
                      of memory; choose a smaller heap size",
-                    all.len(),
-                    sizes[0]
+                    local_pes, sizes[0]
                 ),
             ));
         }
@@ -787,6 +819,8 @@ pub struct DebugState {
     pub allocations: Vec<AllocationSummary>,
     /// The latest failure of a runtime operation in this process.
     pub latest_failure: Option<FailureRecord>,
+    /// The transport mode and each peer's route (None when not initialized).
+    pub transport: Option<super::TransportState>,
 }
 
 /// A snapshot when no runtime is active (state, configuration and the latest failure).
@@ -802,5 +836,6 @@ pub fn debug_state_inactive() -> DebugState {
         heap: None,
         allocations: Vec::new(),
         latest_failure: process::latest_failure(),
+        transport: None,
     }
 }

@@ -31,6 +31,7 @@ use std::time::Instant;
 use super::converge::converge;
 use super::segment::Segment;
 use super::sync::{AbortWord, Doorbell};
+use crate::config::TransportMode;
 use crate::control::ControlPlane;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -76,6 +77,16 @@ impl Width {
     }
 }
 
+/// The transport layer of an initialized runtime, as [`super::DebugState`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TransportState {
+    /// `HYPER_MULTICORE_SHMEM_TRANSPORT` in force: `auto`, `shm` or `ucx`.
+    pub mode: String,
+    /// How this PE reaches each root rank (itself included), in rank order: `shm` (its heap is
+    /// mapped here) or `ucx`.
+    pub routes: Vec<String>,
+}
+
 /// How a peer is reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Route {
@@ -96,21 +107,54 @@ impl Route {
 }
 
 /// Which PEs share a segment: the locality groups of a root, identical on every rank.
+///
+/// PEs are grouped by host identity (name, boot ID, network namespace). `auto` and `shm`: one
+/// group per host (the group's lowest rank creates the segment and hands it to the others);
+/// `ucx`: every PE is its own group, so every pair goes through UCX.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Locality {
     /// The groups, each ascending by root rank, ordered by their lowest rank.
     pub(crate) groups: Vec<Vec<usize>>,
     /// Index in `groups` of every rank's group.
     pub(crate) group_of: Vec<usize>,
+    /// Index of every rank's host (in order of first appearance).
+    pub(crate) host_of: Vec<usize>,
 }
 
 impl Locality {
-    /// One group holding every rank (the one-host root).
-    pub(crate) fn single(size: usize) -> Locality {
-        Locality {
-            groups: vec![(0..size).collect()],
-            group_of: vec![0; size],
+    /// The groups of a root whose ranks report `hosts` (in rank order), under `mode`.
+    pub(crate) fn new(mode: TransportMode, hosts: &[&str]) -> Locality {
+        let mut names: Vec<&str> = Vec::new();
+        let host_of: Vec<usize> = hosts
+            .iter()
+            .map(|host| match names.iter().position(|n| n == host) {
+                Some(index) => index,
+                None => {
+                    names.push(host);
+                    names.len() - 1
+                }
+            })
+            .collect();
+        let group_of: Vec<usize> = match mode {
+            TransportMode::Auto | TransportMode::Shm => host_of.clone(),
+            TransportMode::Ucx => (0..hosts.len()).collect(),
+        };
+        let count = group_of.iter().max().map_or(0, |g| g + 1);
+        let mut groups = vec![Vec::new(); count];
+        for (rank, &group) in group_of.iter().enumerate() {
+            groups[group].push(rank);
         }
+        Locality {
+            groups,
+            group_of,
+            host_of,
+        }
+    }
+
+    /// How many PEs of the root run on `rank`'s host (its own included).
+    pub(crate) fn local_pes(&self, rank: usize) -> usize {
+        let host = self.host_of[rank];
+        self.host_of.iter().filter(|&&h| h == host).count()
     }
 
     /// The members of `rank`'s group.
@@ -120,8 +164,10 @@ impl Locality {
 }
 
 /// What every transport's start-up gets.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Start<'a> {
+    /// The transport mode in force (the same on every rank).
+    pub(crate) mode: TransportMode,
     /// The root's control plane (the exchange runs over it).
     pub(crate) plane: &'a ControlPlane,
     /// The job secret (names the hand-off socket).
@@ -226,6 +272,8 @@ pub(crate) struct Transports {
     routes: Box<[Route]>,
     shm: ShmTransport,
     single_group: bool,
+    local_pes: usize,
+    mode: TransportMode,
 }
 
 impl Transports {
@@ -246,6 +294,8 @@ impl Transports {
         }
         Ok(Transports {
             single_group: start.locality.groups.len() == 1,
+            local_pes: start.locality.local_pes(rank),
+            mode: start.mode,
             routes,
             shm,
         })
@@ -260,6 +310,19 @@ impl Transports {
     /// shared-memory barrier and argument slots serve the whole root).
     pub(crate) fn single_group(&self) -> bool {
         self.single_group
+    }
+
+    /// How many PEs of the root share this host (waiting policy: spin only if each has a core).
+    pub(crate) fn local_pes(&self) -> usize {
+        self.local_pes
+    }
+
+    /// What `debug_state()` shows of the transport layer.
+    pub(crate) fn state(&self) -> TransportState {
+        TransportState {
+            mode: self.mode.name().to_string(),
+            routes: self.routes.iter().map(|r| r.name().to_string()).collect(),
+        }
     }
 
     /// Each peer's route, in rank order.
@@ -438,5 +501,38 @@ fn as_operation(error: Error, operation: &str) -> Error {
     match error.peer() {
         Some(peer) => renamed.with_peer(peer),
         None => renamed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_and_shm_group_pes_by_host() {
+        let hosts = ["a", "b", "a", "c", "b"];
+        for mode in [TransportMode::Auto, TransportMode::Shm] {
+            let locality = Locality::new(mode, &hosts);
+            assert_eq!(locality.groups, vec![vec![0, 2], vec![1, 4], vec![3]]);
+            assert_eq!(locality.members_of(4), &[1, 4]);
+            assert_eq!(locality.local_pes(0), 2);
+            assert_eq!(locality.local_pes(3), 1);
+        }
+    }
+
+    #[test]
+    fn ucx_makes_every_pe_its_own_group() {
+        let locality = Locality::new(TransportMode::Ucx, &["a", "a", "a"]);
+        assert_eq!(locality.groups, vec![vec![0], vec![1], vec![2]]);
+        assert_eq!(locality.members_of(1), &[1]);
+        // Still three PEs on the host (the waiting policy counts them).
+        assert_eq!(locality.local_pes(1), 3);
+    }
+
+    #[test]
+    fn one_host_is_one_group() {
+        let locality = Locality::new(TransportMode::Auto, &["h"; 4]);
+        assert_eq!(locality.groups, vec![vec![0, 1, 2, 3]]);
+        assert_eq!(locality.group_of, vec![0; 4]);
     }
 }

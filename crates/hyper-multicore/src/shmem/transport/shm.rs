@@ -169,6 +169,7 @@ impl ShmTransport {
         &self.segment
     }
 
+    #[inline]
     fn mapping(&self) -> &SharedMapping {
         self.segment.mapping()
     }
