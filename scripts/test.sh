@@ -4,6 +4,7 @@
 # benchmark harness in smoke mode and the Python front's pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/install_system_packages.sh # libucx-dev, libclang-dev when missing
 # Lints first: formatting, then clippy with every warning an error (undocumented unsafe blocks
 # among them, see [workspace.lints] in Cargo.toml).
 cargo fmt --all -- --check

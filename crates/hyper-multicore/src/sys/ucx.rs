@@ -1,0 +1,1812 @@
+//! A small safe wrapper over OpenUCX's `ucp` API (bindings: the `hm-ucx-sys` crate): the
+//! foundation of the UCX transport. Every `unsafe` block of the UCX route lives in this file.
+//!
+//! # The objects and who owns whom
+//!
+//! ```text
+//! Context (features RMA | AMO32 | AMO64 | AM | WAKEUP)
+//!  ├─ MemoryRegion   ucp_mem_map of a range (the heap) + its packed rkey bytes
+//!  └─ Worker         thread mode MULTI; address bytes; event fd; progress; AM handlers
+//!      ├─ ProgressThread  sleeps on the worker's event fd, progresses it, joins on drop
+//!      └─ Endpoint        to one peer (from its worker address bytes); error handler
+//!          ├─ RemoteKey   a peer's packed rkey, unpacked for this endpoint
+//!          └─ Request     a non-blocking put/get that owns its buffer
+//! ```
+//!
+//! Children hold an `Arc` of their parent's handle, so teardown always runs in UCX's order
+//! (requests and rkeys → endpoints → worker → memory handles → context) whatever order the values
+//! are dropped in.
+//!
+//! # Roles
+//!
+//! ```ignore
+//! // every PE: local setup, publish, exchange over the control plane, attach
+//! let context = Context::new()?;
+//! let worker = Worker::new(&context)?;
+//! let _progress = worker.start_progress_thread()?; // serves peers' AM-emulated RMA
+//! let region = MemoryRegion::register(&context, heap_mapping.clone(), 0, heap_len)?;
+//! let mine = (worker.address()?, region.base(), region.rkey_bytes().to_vec()); // allgather these
+//! let peer = worker.connect(&their_address, their_rank)?;
+//! let key = peer.unpack_rkey(&their_rkey)?;
+//! peer.put(b"hello", their_base + offset, &key, deadline)?;
+//! peer.flush(deadline)?;                          // remote completion (shmem_quiet)
+//! let old = peer.atomic_fetch_add(their_base + 64, &key, 1u64, deadline)?;
+//! ```
+//!
+//! # Completion, waiting and deadlines
+//!
+//! Every blocking call takes a deadline. It drives `ucp_worker_progress` itself: a short phase
+//! of progress + `yield_now` (about 50 µs), then `ucp_worker_arm` and `poll()` on the worker's
+//! event fd, at most 1 ms at a time (a progress thread may consume the event that completes our
+//! request, so the sleep is capped rather than trusted). Nothing spins without yielding.
+//!
+//! A blocking call whose deadline passes while UCX still references the caller's buffer cannot
+//! simply return: the endpoint is force-closed (UCX then completes every outstanding request on it
+//! with an error), the call waits for that, and fails with [`ErrorKind::Timeout`]. The endpoint
+//! is unusable afterwards — a peer that misses a deadline is treated as gone.
+//!
+//! # Failures
+//!
+//! Endpoints use `UCP_ERR_HANDLING_MODE_PEER` with an error handler that records the status;
+//! every later call on the endpoint fails at once with [`ErrorKind::PeerLost`] naming the peer
+//! rank given to [`Worker::connect`]. Other UCX failures are [`ErrorKind::Backend`] with a hint
+//! about `UCX_TLS` / `UCX_NET_DEVICES`.
+//!
+//! # Progress over TCP and shared memory
+//!
+//! Over `UCX_TLS=tcp` (and `sm`), UCX emulates RMA and atomics with active messages that the
+//! *target* worker must progress: a get from a peer whose threads never call UCX never completes.
+//! [`ProgressThread`] is the answer: it sleeps on the worker's event fd and progresses the worker
+//! when anything arrives, so the target's main thread may compute.
+
+use std::ffi::{c_void, CStr};
+use std::marker::PhantomData;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicBool, AtomicI8, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hm_ucx_sys as ffi;
+use parking_lot::Mutex;
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
+
+use crate::sys::mapping::SharedMapping;
+use crate::{Error, ErrorKind, Result};
+
+/// What to check when UCX itself fails; ends every [`ErrorKind::Backend`] message of this module.
+const UCX_HINT: &str = "check the UCX transports with UCX_TLS (e.g. UCX_TLS=tcp,self across \
+    hosts, UCX_TLS=sm,self on one host) and the network device with UCX_NET_DEVICES (e.g. \
+    UCX_NET_DEVICES=eth0); `ucx_info -d` lists what this host offers";
+
+/// How long a blocking call progresses with `yield_now` before it sleeps on the event fd.
+const SPIN_PHASE: Duration = Duration::from_micros(50);
+/// The longest single sleep on the event fd of a caller waiting for its own request.
+const CALLER_SLEEP_CAP: Duration = Duration::from_millis(1);
+/// The longest single sleep of the progress thread (it re-checks its stop flag after each).
+const PROGRESS_SLEEP_CAP: Duration = Duration::from_millis(100);
+/// How long a force-close may take to complete the requests it cancels before we give up.
+const FORCE_CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// UCX's own name of a status code.
+fn status_name(status: ffi::ucs_status_t) -> String {
+    // SAFETY: ucs_status_string returns a pointer to a static NUL-terminated string for every
+    // value (unknown codes give a static "unknown" text).
+    let text = unsafe { CStr::from_ptr(ffi::ucs_status_string(status)) };
+    text.to_string_lossy().into_owned()
+}
+
+/// A [`ErrorKind::Backend`] error for a failed UCX call.
+fn ucx_error(operation: &str, what: &str, status: ffi::ucs_status_t) -> Error {
+    Error::new(
+        ErrorKind::Backend,
+        operation,
+        format!(
+            "{what}: {} (UCX status {status}); {UCX_HINT}",
+            status_name(status)
+        ),
+    )
+}
+
+fn check(operation: &str, what: &str, status: ffi::ucs_status_t) -> Result<()> {
+    if status == ffi::UCS_OK {
+        Ok(())
+    } else {
+        Err(ucx_error(operation, what, status))
+    }
+}
+
+fn deadline_error(operation: &str, started: Instant, what: &str) -> Error {
+    Error::timeout(operation, started.elapsed(), what)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Context
+// ---------------------------------------------------------------------------------------------
+
+struct ContextHandle(ffi::ucp_context_h);
+
+// SAFETY: the context is created with `mt_workers_shared = 1`, which makes UCX guard its
+// context-level state (memory maps, rkey packing) with a lock, so it may be used and dropped from
+// any thread.
+unsafe impl Send for ContextHandle {}
+// SAFETY: as above.
+unsafe impl Sync for ContextHandle {}
+
+impl Drop for ContextHandle {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from ucp_init; every worker and memory handle holds an Arc of
+        // this value, so none is left when it drops.
+        unsafe { ffi::ucp_cleanup(self.0) };
+    }
+}
+
+/// A UCP application context (`ucp_init`): RMA, 32/64-bit atomics, active messages and wake-up
+/// events, shareable between threads. UCX reads its own `UCX_*` environment variables here.
+#[derive(Clone)]
+pub struct Context {
+    handle: Arc<ContextHandle>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// `ucp_init` with features RMA | AMO32 | AMO64 | AM | WAKEUP and `mt_workers_shared`.
+    pub fn new() -> Result<Context> {
+        const OP: &str = "ucx context";
+        let params = ffi::ucp_params_t {
+            field_mask: u64::from(
+                ffi::UCP_PARAM_FIELD_FEATURES
+                    | ffi::UCP_PARAM_FIELD_MT_WORKERS_SHARED
+                    | ffi::UCP_PARAM_FIELD_NAME,
+            ),
+            features: u64::from(
+                ffi::UCP_FEATURE_RMA
+                    | ffi::UCP_FEATURE_AMO32
+                    | ffi::UCP_FEATURE_AMO64
+                    | ffi::UCP_FEATURE_AM
+                    | ffi::UCP_FEATURE_WAKEUP,
+            ),
+            mt_workers_shared: 1,
+            name: c"hyper_multicore".as_ptr(),
+            ..Default::default()
+        };
+        let mut handle: ffi::ucp_context_h = ptr::null_mut();
+        // SAFETY: params is a valid, fully initialised ucp_params_t (fields outside field_mask are
+        // zero); a NULL config makes UCX read its environment; handle is a writable out-pointer.
+        let status = unsafe { ffi::ucp_init(&params, ptr::null(), &mut handle) };
+        check(OP, "ucp_init failed", status)?;
+        Ok(Context {
+            handle: Arc::new(ContextHandle(handle)),
+        })
+    }
+
+    /// The UCX library version this process runs, e.g. `"1.13.1"`.
+    pub fn version() -> String {
+        // SAFETY: returns a pointer to a static NUL-terminated string.
+        let text = unsafe { CStr::from_ptr(ffi::ucp_get_version_string()) };
+        text.to_string_lossy().into_owned()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory regions
+// ---------------------------------------------------------------------------------------------
+
+/// What keeps the registered bytes mapped while UCX may touch them.
+enum RegionMemory {
+    /// A range of a shared mapping (the symmetric heap).
+    Mapping(#[allow(dead_code)] Arc<SharedMapping>),
+    /// Memory UCX allocated itself (`UCP_MEM_MAP_ALLOCATE`), freed by `ucp_mem_unmap`.
+    Allocated,
+}
+
+/// A range of this process's memory registered with UCX (`ucp_mem_map`), which peers may read,
+/// write and update atomically once they hold [`MemoryRegion::rkey_bytes`] and its base address.
+pub struct MemoryRegion {
+    context: Arc<ContextHandle>,
+    memh: ffi::ucp_mem_h,
+    base: NonNull<u8>,
+    len: usize,
+    rkey: Vec<u8>,
+    memory: RegionMemory,
+}
+
+// SAFETY: the memory handle is only used through the context (thread-safe, see ContextHandle)
+// and the bytes are kept mapped by `memory`; this value hands out no references into them.
+unsafe impl Send for MemoryRegion {}
+// SAFETY: as above.
+unsafe impl Sync for MemoryRegion {}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("base", &self.base)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryRegion {
+    /// Registers bytes `offset..offset + len` of `mapping` (the heap) for remote access; the
+    /// region keeps the mapping alive.
+    pub(crate) fn register(
+        context: &Context,
+        mapping: Arc<SharedMapping>,
+        offset: usize,
+        len: usize,
+    ) -> Result<MemoryRegion> {
+        // `address` asserts offset is inside; the end is checked here.
+        let start = mapping.address(offset);
+        let _ = mapping.address(offset.checked_add(len).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                "ucx register",
+                "range overflows",
+            )
+        })?);
+        let base = NonNull::new(start).expect("a mapping is never at address 0");
+        Self::map(context, base, len, 0, RegionMemory::Mapping(mapping))
+    }
+
+    /// Lets UCX allocate and register `len` bytes (zero-filled by the kernel on first touch);
+    /// freed when the region drops. Useful for bounce buffers and tests.
+    pub fn allocate(context: &Context, len: usize) -> Result<MemoryRegion> {
+        Self::map(
+            context,
+            NonNull::dangling(),
+            len,
+            ffi::UCP_MEM_MAP_ALLOCATE,
+            RegionMemory::Allocated,
+        )
+    }
+
+    fn map(
+        context: &Context,
+        base: NonNull<u8>,
+        len: usize,
+        flags: u32,
+        memory: RegionMemory,
+    ) -> Result<MemoryRegion> {
+        const OP: &str = "ucx register";
+        if len == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                OP,
+                "cannot register an empty range",
+            ));
+        }
+        let allocate = flags & ffi::UCP_MEM_MAP_ALLOCATE != 0;
+        let params = ffi::ucp_mem_map_params_t {
+            field_mask: u64::from(
+                ffi::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
+                    | ffi::UCP_MEM_MAP_PARAM_FIELD_LENGTH
+                    | ffi::UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+            ),
+            address: if allocate {
+                ptr::null_mut()
+            } else {
+                base.as_ptr().cast()
+            },
+            length: len,
+            flags,
+            ..Default::default()
+        };
+        let mut memh: ffi::ucp_mem_h = ptr::null_mut();
+        // SAFETY: the context is alive (we hold it); for a registration, `memory` keeps the
+        // `len` bytes at `base` mapped for as long as the handle exists (it is stored next to it
+        // and dropped after ucp_mem_unmap); for ALLOCATE, UCX owns the memory.
+        let status = unsafe { ffi::ucp_mem_map(context.handle.0, &params, &mut memh) };
+        check(OP, "ucp_mem_map failed", status)?;
+        let mut region = MemoryRegion {
+            context: context.handle.clone(),
+            memh,
+            base,
+            len,
+            rkey: Vec::new(),
+            memory,
+        };
+        if allocate {
+            let mut attr = ffi::ucp_mem_attr_t {
+                field_mask: u64::from(
+                    ffi::UCP_MEM_ATTR_FIELD_ADDRESS | ffi::UCP_MEM_ATTR_FIELD_LENGTH,
+                ),
+                ..Default::default()
+            };
+            // SAFETY: memh is the live handle just created; attr is writable.
+            let status = unsafe { ffi::ucp_mem_query(memh, &mut attr) };
+            check(OP, "ucp_mem_query failed", status)?;
+            region.base = NonNull::new(attr.address.cast()).ok_or_else(|| {
+                Error::new(ErrorKind::Backend, OP, "UCX allocated memory at address 0")
+            })?;
+            region.len = attr.length.min(len);
+        }
+        let mut buffer: *mut c_void = ptr::null_mut();
+        let mut size = 0usize;
+        // SAFETY: live context and memory handle; out-pointers writable.
+        let status =
+            unsafe { ffi::ucp_rkey_pack(region.context.0, region.memh, &mut buffer, &mut size) };
+        check(OP, "ucp_rkey_pack failed", status)?;
+        // SAFETY: on success UCX returns `size` readable bytes at `buffer`, which we copy and then
+        // release exactly once with ucp_rkey_buffer_release.
+        region.rkey = unsafe {
+            let bytes = std::slice::from_raw_parts(buffer.cast::<u8>(), size).to_vec();
+            ffi::ucp_rkey_buffer_release(buffer);
+            bytes
+        };
+        Ok(region)
+    }
+
+    /// The address of the first registered byte, as peers must name it in put/get/atomics.
+    pub fn base(&self) -> u64 {
+        self.base.as_ptr() as u64
+    }
+
+    /// The registered length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: empty regions are refused.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The packed remote key: send these bytes (with [`MemoryRegion::base`]) to every peer,
+    /// which turns them into a [`RemoteKey`] with [`Endpoint::unpack_rkey`].
+    pub fn rkey_bytes(&self) -> &[u8] {
+        &self.rkey
+    }
+
+    /// Copies `source` into the region at `offset` (for memory UCX allocated; the heap has its
+    /// own accessors).
+    pub fn write(&self, offset: usize, source: &[u8]) {
+        let end = offset.checked_add(source.len()).expect("range overflows");
+        assert!(
+            end <= self.len,
+            "write {offset}..{end} outside {}",
+            self.len
+        );
+        // SAFETY: in bounds (checked) of memory that stays mapped while self lives; peers may
+        // write the same bytes concurrently, which (as for the heap, see sys::mapping) can only
+        // make bytes stale or torn: no reference into the region is ever created.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                source.as_ptr(),
+                self.base.as_ptr().add(offset),
+                source.len(),
+            )
+        };
+    }
+
+    /// Copies bytes at `offset` out of the region into `destination`.
+    pub fn read(&self, offset: usize, destination: &mut [u8]) {
+        let end = offset
+            .checked_add(destination.len())
+            .expect("range overflows");
+        assert!(end <= self.len, "read {offset}..{end} outside {}", self.len);
+        // SAFETY: as in `write`.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                self.base.as_ptr().add(offset),
+                destination.as_mut_ptr(),
+                destination.len(),
+            )
+        };
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        // SAFETY: memh came from ucp_mem_map on this (still alive) context and is unmapped once;
+        // the bytes stay mapped until `memory` drops after this.
+        let status = unsafe { ffi::ucp_mem_unmap(self.context.0, self.memh) };
+        if status != ffi::UCS_OK {
+            tracing::warn!("ucp_mem_unmap failed: {}", status_name(status));
+        }
+        if matches!(self.memory, RegionMemory::Allocated) {
+            tracing::trace!("freed UCX-allocated region of {} bytes", self.len);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker
+// ---------------------------------------------------------------------------------------------
+
+/// An active-message handler: called with (header, data) from whichever thread progresses the
+/// worker.
+type AmHandler = dyn Fn(&[u8], &[u8]) + Send + Sync + 'static;
+
+struct WorkerHandle {
+    handle: ffi::ucp_worker_h,
+    /// The worker's event fd: owned by UCX, closed by ucp_worker_destroy.
+    event_fd: i32,
+    max_am_header: usize,
+    /// Every handler ever registered: UCX holds raw pointers to them until the worker dies. The
+    /// outer box gives each (fat) handler a stable, thin address that survives the Vec growing.
+    #[allow(clippy::vec_box)]
+    am_handlers: Mutex<Vec<Box<Box<AmHandler>>>>,
+    _context: Arc<ContextHandle>,
+}
+
+// SAFETY: the worker is created with UCS_THREAD_MODE_MULTI (checked after creation), so UCX
+// serialises concurrent calls on it internally.
+unsafe impl Send for WorkerHandle {}
+// SAFETY: as above.
+unsafe impl Sync for WorkerHandle {}
+
+impl Drop for WorkerHandle {
+    fn drop(&mut self) {
+        // SAFETY: every endpoint, request, rkey and progress thread holds an Arc of this value,
+        // so none is left; the context outlives the worker (field dropped after this).
+        unsafe { ffi::ucp_worker_destroy(self.handle) };
+    }
+}
+
+impl WorkerHandle {
+    fn progress(&self) -> usize {
+        // SAFETY: live worker, thread mode MULTI.
+        unsafe { ffi::ucp_worker_progress(self.handle) as usize }
+    }
+
+    /// `ucp_worker_arm`: Ok(true) when armed (safe to sleep on the event fd), Ok(false) when
+    /// events are pending (progress again first).
+    fn arm(&self) -> Result<bool> {
+        // SAFETY: live worker created with UCP_FEATURE_WAKEUP.
+        let status = unsafe { ffi::ucp_worker_arm(self.handle) };
+        match status {
+            ffi::UCS_OK => Ok(true),
+            ffi::UCS_ERR_BUSY => Ok(false),
+            other => Err(ucx_error("ucx progress", "ucp_worker_arm failed", other)),
+        }
+    }
+
+    fn event_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: UCX keeps the fd open until ucp_worker_destroy, which runs only when self
+        // drops; the borrow cannot outlive self.
+        unsafe { BorrowedFd::borrow_raw(self.event_fd) }
+    }
+
+    /// Sleeps until the worker's event fd (or `extra`) is readable or `timeout` passes.
+    fn sleep(&self, extra: Option<BorrowedFd<'_>>, timeout: Duration) {
+        let event_fd = self.event_fd();
+        let mut fds = vec![PollFd::new(&event_fd, PollFlags::IN)];
+        if let Some(extra) = extra.as_ref() {
+            fds.push(PollFd::new(extra, PollFlags::IN));
+        }
+        let timeout = Timespec {
+            tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: timeout.subsec_nanos().into(),
+        };
+        // EINTR and friends: the caller re-checks its condition and deadline either way.
+        let _ = poll(&mut fds, Some(&timeout));
+    }
+
+    /// Drives the worker until `request` completes or `deadline` passes; Ok(status) when UCX
+    /// completed it (the request is then freed), Err(()) at the deadline (still in flight).
+    fn wait_request(
+        &self,
+        request: ffi::ucs_status_ptr_t,
+        deadline: Instant,
+    ) -> std::result::Result<ffi::ucs_status_t, ()> {
+        let started = Instant::now();
+        loop {
+            self.progress();
+            // SAFETY: request is a live request handle (not yet freed) of this worker.
+            let status = unsafe { ffi::ucp_request_check_status(request) };
+            if status != ffi::UCS_INPROGRESS {
+                // SAFETY: completed and not yet freed; freed exactly once here.
+                unsafe { ffi::ucp_request_free(request) };
+                return Ok(status);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(());
+            }
+            if now - started < SPIN_PHASE {
+                std::thread::yield_now();
+                continue;
+            }
+            match self.arm() {
+                Ok(true) => self.sleep(None, (deadline - now).min(CALLER_SLEEP_CAP)),
+                Ok(false) => continue,
+                // An arm failure only loses the sleep: poll briefly and retry.
+                Err(_) => std::thread::sleep(Duration::from_micros(100)),
+            }
+        }
+    }
+
+    /// Waits for a status pointer returned by a `*_nbx` call: NULL is immediate success, an error
+    /// pointer its status, a request is waited for. Err(request) at the deadline.
+    fn wait_status_ptr(
+        &self,
+        result: ffi::ucs_status_ptr_t,
+        deadline: Instant,
+    ) -> std::result::Result<ffi::ucs_status_t, ffi::ucs_status_ptr_t> {
+        if !ffi::ucs_ptr_is_ptr(result) {
+            return Ok(ffi::ucs_ptr_status(result));
+        }
+        self.wait_request(result, deadline).map_err(|()| result)
+    }
+}
+
+/// A UCP worker (`ucp_worker_create`) in thread mode MULTI: one per PE, shared by the caller and
+/// its [`ProgressThread`]. Cloning shares the same worker.
+#[derive(Clone)]
+pub struct Worker {
+    inner: Arc<WorkerHandle>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("event_fd", &self.inner.event_fd)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// Creates a worker of `context` in `UCS_THREAD_MODE_MULTI` and fetches its event fd.
+    pub fn new(context: &Context) -> Result<Worker> {
+        const OP: &str = "ucx worker";
+        let params = ffi::ucp_worker_params_t {
+            field_mask: u64::from(ffi::UCP_WORKER_PARAM_FIELD_THREAD_MODE),
+            thread_mode: ffi::UCS_THREAD_MODE_MULTI,
+            ..Default::default()
+        };
+        let mut handle: ffi::ucp_worker_h = ptr::null_mut();
+        // SAFETY: live context; valid params; writable out-pointer.
+        let status = unsafe { ffi::ucp_worker_create(context.handle.0, &params, &mut handle) };
+        check(OP, "ucp_worker_create failed", status)?;
+        // From here the handle is owned by `inner`'s Drop once it exists; until then destroy
+        // by hand on every error path.
+        let destroy = |error: Error| {
+            // SAFETY: the worker was just created and nothing else refers to it.
+            unsafe { ffi::ucp_worker_destroy(handle) };
+            error
+        };
+        let mut attr = ffi::ucp_worker_attr_t {
+            field_mask: u64::from(
+                ffi::UCP_WORKER_ATTR_FIELD_THREAD_MODE | ffi::UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER,
+            ),
+            ..Default::default()
+        };
+        // SAFETY: live worker; attr writable.
+        let status = unsafe { ffi::ucp_worker_query(handle, &mut attr) };
+        check(OP, "ucp_worker_query failed", status).map_err(destroy)?;
+        if attr.thread_mode != ffi::UCS_THREAD_MODE_MULTI {
+            return Err(destroy(Error::new(
+                ErrorKind::Unsupported,
+                OP,
+                format!(
+                    "this UCX ({}) gives thread mode {} instead of MULTI; a UCX built with \
+                     multi-thread support (--enable-mt, as Debian's libucx0) is required",
+                    Context::version(),
+                    attr.thread_mode
+                ),
+            )));
+        }
+        let mut event_fd: i32 = -1;
+        // SAFETY: live worker created with UCP_FEATURE_WAKEUP; writable out-pointer.
+        let status = unsafe { ffi::ucp_worker_get_efd(handle, &mut event_fd) };
+        check(OP, "ucp_worker_get_efd failed", status).map_err(destroy)?;
+        Ok(Worker {
+            inner: Arc::new(WorkerHandle {
+                handle,
+                event_fd,
+                max_am_header: attr.max_am_header,
+                am_handlers: Mutex::new(Vec::new()),
+                _context: context.handle.clone(),
+            }),
+        })
+    }
+
+    /// This worker's address: the bytes a peer passes to [`Worker::connect`].
+    pub fn address(&self) -> Result<Vec<u8>> {
+        let mut address: *mut ffi::ucp_address_t = ptr::null_mut();
+        let mut len = 0usize;
+        // SAFETY: live worker; writable out-pointers.
+        let status =
+            unsafe { ffi::ucp_worker_get_address(self.inner.handle, &mut address, &mut len) };
+        check("ucx address", "ucp_worker_get_address failed", status)?;
+        // SAFETY: on success UCX returns `len` readable bytes, copied then released once.
+        let bytes = unsafe {
+            let bytes = std::slice::from_raw_parts(address.cast::<u8>(), len).to_vec();
+            ffi::ucp_worker_release_address(self.inner.handle, address);
+            bytes
+        };
+        Ok(bytes)
+    }
+
+    /// The worker's event fd (`ucp_worker_get_efd`): readable when there may be work for
+    /// [`Worker::progress`]; only meaningful after [`Worker::arm`] returned true.
+    pub fn event_fd(&self) -> BorrowedFd<'_> {
+        self.inner.event_fd()
+    }
+
+    /// `ucp_worker_arm`: true when armed (now sleep on the event fd), false when events are
+    /// pending (call [`Worker::progress`] until it returns 0 and arm again).
+    pub fn arm(&self) -> Result<bool> {
+        self.inner.arm()
+    }
+
+    /// `ucp_worker_progress` once; returns how many events it handled (0: nothing to do).
+    pub fn progress(&self) -> usize {
+        self.inner.progress()
+    }
+
+    /// The largest active-message header [`Endpoint::am_send`] accepts on this worker.
+    pub fn max_am_header(&self) -> usize {
+        self.inner.max_am_header
+    }
+
+    /// Connects to the peer whose [`Worker::address`] is `address`; `peer` (its rank) names it
+    /// in errors.
+    ///
+    /// Asks for peer-failure handling (`UCP_ERR_HANDLING_MODE_PEER`: an error handler records a
+    /// broken connection, so later calls fail at once with PeerLost). UCX 1.13's shared-memory
+    /// transports (`posix`, `sysv`) cannot detect peer failure and are excluded in that mode; when
+    /// no transport is left (`UCX_TLS=sm,self`) the endpoint is created without failure
+    /// handling instead ([`Endpoint::detects_peer_failure`] is then false) and a dead peer shows
+    /// up as missed deadlines.
+    pub fn connect(&self, address: &[u8], peer: usize) -> Result<Endpoint> {
+        match self.connect_with(address, peer, true) {
+            Err(error) if error.kind() == ErrorKind::Unsupported => {
+                tracing::debug!("{error}; connecting without peer-failure handling");
+                self.connect_with(address, peer, false)
+            }
+            other => other,
+        }
+    }
+
+    fn connect_with(&self, address: &[u8], peer: usize, handle_failure: bool) -> Result<Endpoint> {
+        const OP: &str = "ucx connect";
+        if address.is_empty() {
+            return Err(
+                Error::new(ErrorKind::InvalidArgument, OP, "empty worker address").with_peer(peer),
+            );
+        }
+        let failure = Arc::new(EndpointFailure {
+            status: AtomicI8::new(ffi::UCS_OK),
+            peer,
+        });
+        let mut params = ffi::ucp_ep_params_t {
+            field_mask: u64::from(ffi::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS),
+            address: address.as_ptr().cast(),
+            ..Default::default()
+        };
+        if handle_failure {
+            params.field_mask |= u64::from(
+                ffi::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | ffi::UCP_EP_PARAM_FIELD_ERR_HANDLER,
+            );
+            params.err_mode = ffi::UCP_ERR_HANDLING_MODE_PEER;
+            params.err_handler = ffi::ucp_err_handler_t {
+                cb: Some(endpoint_error_handler),
+                arg: Arc::as_ptr(&failure).cast_mut().cast(),
+            };
+        }
+        let mut handle: ffi::ucp_ep_h = ptr::null_mut();
+        // SAFETY: live worker; `address` holds a worker address (UCX validates its header and
+        // fails otherwise) and is only read during the call; the error handler's `arg` points at
+        // `failure`, which the endpoint keeps alive until UCX has closed the endpoint.
+        let status = unsafe { ffi::ucp_ep_create(self.inner.handle, &params, &mut handle) };
+        if status == ffi::UCS_ERR_UNREACHABLE && handle_failure {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                OP,
+                format!("no UCX transport to rank {peer} can detect peer failure"),
+            )
+            .with_peer(peer));
+        }
+        if status != ffi::UCS_OK {
+            return Err(
+                ucx_error(OP, &format!("ucp_ep_create to rank {peer} failed"), status)
+                    .with_peer(peer),
+            );
+        }
+        Ok(Endpoint {
+            inner: Arc::new(EndpointHandle {
+                handle: Mutex::new(handle),
+                failure,
+                detects_peer_failure: handle_failure,
+                orphans: Mutex::new(Vec::new()),
+                worker: self.inner.clone(),
+            }),
+            _not_sync: PhantomData,
+        })
+    }
+
+    /// Registers `handler` for active messages with id `id` (replacing an earlier one). It runs
+    /// inside `progress` on whichever thread progresses the worker (often the progress thread):
+    /// keep it short, never block in it and never call blocking UCX operations from it.
+    pub fn set_am_handler<F>(&self, id: u16, handler: F) -> Result<()>
+    where
+        F: Fn(&[u8], &[u8]) + Send + Sync + 'static,
+    {
+        let boxed: Box<Box<AmHandler>> = Box::new(Box::new(handler));
+        let arg: *const Box<AmHandler> = &*boxed;
+        let params = ffi::ucp_am_handler_param_t {
+            field_mask: u64::from(
+                ffi::UCP_AM_HANDLER_PARAM_FIELD_ID
+                    | ffi::UCP_AM_HANDLER_PARAM_FIELD_CB
+                    | ffi::UCP_AM_HANDLER_PARAM_FIELD_ARG
+                    | ffi::UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
+            ),
+            id: id.into(),
+            flags: ffi::UCP_AM_FLAG_WHOLE_MSG,
+            cb: Some(am_trampoline),
+            arg: arg.cast_mut().cast(),
+        };
+        // Keep the box before UCX may call it; it lives until the worker is destroyed.
+        self.inner.am_handlers.lock().push(boxed);
+        // SAFETY: live worker; `arg` points into a heap box kept in `am_handlers` until the
+        // worker is destroyed, and `am_trampoline` treats it as `*const Box<AmHandler>`.
+        let status = unsafe { ffi::ucp_worker_set_am_recv_handler(self.inner.handle, &params) };
+        check(
+            "ucx am handler",
+            "ucp_worker_set_am_recv_handler failed",
+            status,
+        )
+    }
+
+    /// Orders operations: those issued on this worker before the fence complete at their
+    /// targets before any issued after it (`ucp_worker_fence`, the transport's fence). Does
+    /// not wait.
+    pub fn fence(&self) -> Result<()> {
+        // SAFETY: live worker.
+        let status = unsafe { ffi::ucp_worker_fence(self.inner.handle) };
+        check("ucx fence", "ucp_worker_fence failed", status)
+    }
+
+    /// Waits until every operation issued on every endpoint of this worker has completed
+    /// remotely (`ucp_worker_flush_nbx`, the transport's quiet).
+    pub fn flush(&self, deadline: Instant) -> Result<()> {
+        const OP: &str = "ucx quiet";
+        let started = Instant::now();
+        let param = ffi::ucp_request_param_t::default();
+        // SAFETY: live worker; param is a valid request description with no callback.
+        let result = unsafe { ffi::ucp_worker_flush_nbx(self.inner.handle, &param) };
+        match self.inner.wait_status_ptr(result, deadline) {
+            Ok(ffi::UCS_OK) => Ok(()),
+            Ok(status) => Err(ucx_error(OP, "ucp_worker_flush_nbx failed", status)),
+            Err(request) => {
+                // No caller buffer is involved: let UCX release the request when it completes.
+                // SAFETY: live request of this worker, released exactly once.
+                unsafe { ffi::ucp_request_free(request) };
+                Err(deadline_error(
+                    OP,
+                    started,
+                    "outstanding UCX operations did not complete",
+                ))
+            }
+        }
+    }
+
+    /// Starts a thread that sleeps on the worker's event fd and progresses the worker whenever
+    /// it fires, so peers' AM-emulated RMA and atomics complete while this PE's threads compute.
+    /// Stops and joins when the returned value drops.
+    pub fn start_progress_thread(&self) -> Result<ProgressThread> {
+        let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| Error::backend("ucx progress thread", "eventfd failed", e.into()))?;
+        let wake = Arc::new(wake);
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = self.inner.clone();
+        let (thread_wake, thread_stop) = (wake.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("hm-ucx-progress".into())
+            .spawn(move || progress_loop(&worker, thread_wake.as_fd(), &thread_stop))
+            .map_err(|e| Error::backend("ucx progress thread", "spawning it failed", e))?;
+        Ok(ProgressThread {
+            stop,
+            wake,
+            thread: Some(thread),
+        })
+    }
+}
+
+fn progress_loop(worker: &WorkerHandle, wake: BorrowedFd<'_>, stop: &AtomicBool) {
+    while !stop.load(Ordering::Acquire) {
+        while worker.progress() != 0 {}
+        match worker.arm() {
+            Ok(true) => worker.sleep(Some(wake), PROGRESS_SLEEP_CAP),
+            Ok(false) => std::thread::yield_now(),
+            Err(error) => {
+                tracing::warn!("progress thread: {error}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// A thread that progresses a [`Worker`] whenever its event fd fires (see
+/// [`Worker::start_progress_thread`]); dropping it stops and joins the thread.
+pub struct ProgressThread {
+    stop: Arc<AtomicBool>,
+    wake: Arc<OwnedFd>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ProgressThread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgressThread").finish_non_exhaustive()
+    }
+}
+
+impl Drop for ProgressThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // A write of 1 to the eventfd makes it readable and ends the thread's poll at once.
+        let _ = rustix::io::write(&*self.wake, &1u64.to_ne_bytes());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// UCX's active-message callback: forwards to the Rust handler `arg` points at.
+unsafe extern "C" fn am_trampoline(
+    arg: *mut c_void,
+    header: *const c_void,
+    header_length: usize,
+    data: *mut c_void,
+    length: usize,
+    param: *const ffi::ucp_am_recv_param_t,
+) -> ffi::ucs_status_t {
+    // SAFETY: UCX passes back the `arg` registered in set_am_handler: a `*const Box<AmHandler>`
+    // kept alive until the worker is destroyed.
+    let handler = unsafe { &*arg.cast::<Box<AmHandler>>() };
+    // SAFETY: UCX passes a valid parameter block for the duration of the callback.
+    let recv_attr = unsafe { (*param).recv_attr };
+    if recv_attr & u64::from(ffi::UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 {
+        // Our senders force the eager protocol; a rendezvous message came from elsewhere.
+        tracing::warn!("dropped a rendezvous active message ({length} bytes): not supported");
+        return ffi::UCS_OK;
+    }
+    let as_slice = |pointer: *const c_void, len: usize| -> &[u8] {
+        if len == 0 || pointer.is_null() {
+            &[]
+        } else {
+            // SAFETY: UCX guarantees `len` readable bytes at `pointer` during the callback
+            // (eager data); the slice does not escape the callback.
+            unsafe { std::slice::from_raw_parts(pointer.cast::<u8>(), len) }
+        }
+    };
+    let header = as_slice(header, header_length);
+    let data = as_slice(data, length);
+    if catch_unwind(AssertUnwindSafe(|| handler(header, data))).is_err() {
+        tracing::error!("an active-message handler panicked; the message was dropped");
+    }
+    // UCS_OK: we did not keep the data, UCX may release it.
+    ffi::UCS_OK
+}
+
+// ---------------------------------------------------------------------------------------------
+// Endpoints
+// ---------------------------------------------------------------------------------------------
+
+/// What the error handler records about an endpoint.
+struct EndpointFailure {
+    /// UCS_OK while healthy; the first error status otherwise.
+    status: AtomicI8,
+    peer: usize,
+}
+
+/// Status recorded when *we* force-closed the endpoint after a missed deadline.
+const CLOSED_AFTER_TIMEOUT: ffi::ucs_status_t = ffi::UCS_ERR_TIMED_OUT;
+
+unsafe extern "C" fn endpoint_error_handler(
+    arg: *mut c_void,
+    _ep: ffi::ucp_ep_h,
+    status: ffi::ucs_status_t,
+) {
+    // SAFETY: `arg` is the EndpointFailure registered at ucp_ep_create, kept alive (by the
+    // endpoint, or leaked) until UCX has closed the endpoint.
+    let failure = unsafe { &*arg.cast::<EndpointFailure>() };
+    let _ =
+        failure
+            .status
+            .compare_exchange(ffi::UCS_OK, status, Ordering::AcqRel, Ordering::Acquire);
+    tracing::debug!(
+        "UCX endpoint to rank {} failed: {}",
+        failure.peer,
+        status_name(status)
+    );
+}
+
+/// A request that outlived its owner: freed once UCX completes it (its buffer with it).
+struct Orphan {
+    request: ffi::ucs_status_ptr_t,
+    _buffer: Box<dyn std::any::Any + Send>,
+}
+
+/// A heap buffer UCX reads or writes during a blocking call instead of the caller's memory, so
+/// that a missed deadline can hand it to the endpoint (as an [`Orphan`]) rather than leave UCX
+/// pointing into the caller's stack. 8-byte aligned (atomics use it too).
+struct Staging(Vec<u64>);
+
+impl Staging {
+    fn zeroed(len: usize) -> Staging {
+        Staging(vec![0; len.div_ceil(8)])
+    }
+
+    fn copy_of(bytes: &[u8]) -> Staging {
+        let mut staging = Staging::zeroed(bytes.len());
+        staging.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
+        staging
+    }
+
+    fn bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(&mut self.0)
+    }
+
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr().cast()
+    }
+}
+
+struct EndpointHandle {
+    /// NULL once closed.
+    handle: Mutex<ffi::ucp_ep_h>,
+    failure: Arc<EndpointFailure>,
+    detects_peer_failure: bool,
+    orphans: Mutex<Vec<Orphan>>,
+    worker: Arc<WorkerHandle>,
+}
+
+// SAFETY: the worker is MULTI-threaded, so the endpoint handle may be used from any thread; the
+// handle itself is behind a mutex so closing it cannot race a use.
+unsafe impl Send for EndpointHandle {}
+// SAFETY: as above.
+unsafe impl Sync for EndpointHandle {}
+
+impl EndpointHandle {
+    fn peer(&self) -> usize {
+        self.failure.peer
+    }
+
+    /// The error for a request or call that failed with `status`: PeerLost when the endpoint is
+    /// known to be broken, Backend otherwise.
+    fn error(&self, operation: &str, what: &str, status: ffi::ucs_status_t) -> Error {
+        match self.failure.status.load(Ordering::Acquire) {
+            ffi::UCS_OK => {
+                let is_peer_failure = matches!(
+                    status,
+                    ffi::UCS_ERR_CONNECTION_RESET
+                        | ffi::UCS_ERR_ENDPOINT_TIMEOUT
+                        | ffi::UCS_ERR_UNREACHABLE
+                        | ffi::UCS_ERR_CANCELED
+                ) || (ffi::UCS_ERR_LAST_ENDPOINT_FAILURE
+                    ..=ffi::UCS_ERR_FIRST_ENDPOINT_FAILURE)
+                    .contains(&status)
+                    || (ffi::UCS_ERR_LAST_LINK_FAILURE..=ffi::UCS_ERR_FIRST_LINK_FAILURE)
+                        .contains(&status);
+                if is_peer_failure {
+                    Error::peer_lost(
+                        operation,
+                        self.peer(),
+                        &format!("{what}: UCX reports {}", status_name(status)),
+                    )
+                } else {
+                    ucx_error(operation, what, status).with_peer(self.peer())
+                }
+            }
+            CLOSED_AFTER_TIMEOUT => Error::new(
+                ErrorKind::Timeout,
+                operation,
+                format!(
+                    "the UCX endpoint to rank {} was closed after an earlier operation missed its \
+                     deadline; the peer is treated as gone",
+                    self.peer()
+                ),
+            )
+            .with_peer(self.peer()),
+            failed => Error::peer_lost(
+                operation,
+                self.peer(),
+                &format!("UCX endpoint error: {}", status_name(failed)),
+            ),
+        }
+    }
+
+    /// The live handle, or the error every operation on a failed/closed endpoint returns.
+    fn usable(&self, operation: &str) -> Result<parking_lot::MutexGuard<'_, ffi::ucp_ep_h>> {
+        let status = self.failure.status.load(Ordering::Acquire);
+        if status != ffi::UCS_OK {
+            return Err(self.error(operation, "the endpoint failed earlier", status));
+        }
+        let guard = self.handle.lock();
+        if guard.is_null() {
+            return Err(Error::new(
+                ErrorKind::InvalidState,
+                operation,
+                format!("the UCX endpoint to rank {} is closed", self.peer()),
+            )
+            .with_peer(self.peer()));
+        }
+        Ok(guard)
+    }
+
+    /// Closes the endpoint handle in `guard` (force or flush) and waits until `deadline`; on
+    /// success frees every orphan. Err(status or timeout) leaves what UCX may still touch leaked.
+    fn close_locked(
+        &self,
+        guard: &mut ffi::ucp_ep_h,
+        force: bool,
+        deadline: Instant,
+    ) -> std::result::Result<(), Option<ffi::ucs_status_t>> {
+        let handle = std::mem::replace(guard, ptr::null_mut());
+        if handle.is_null() {
+            return Ok(());
+        }
+        let param = ffi::ucp_request_param_t {
+            op_attr_mask: ffi::UCP_OP_ATTR_FIELD_FLAGS,
+            flags: if force {
+                ffi::UCP_EP_CLOSE_FLAG_FORCE
+            } else {
+                0
+            },
+            ..Default::default()
+        };
+        // SAFETY: `handle` is the live endpoint, taken out of the mutex so it is closed once.
+        let result = unsafe { ffi::ucp_ep_close_nbx(handle, &param) };
+        let outcome = match self.worker.wait_status_ptr(result, deadline) {
+            Ok(ffi::UCS_OK) => Ok(()),
+            // The peer may be gone already (flush close of a failed endpoint); the endpoint is
+            // released anyway.
+            Ok(status) => Err(Some(status)),
+            Err(request) => {
+                // SAFETY: live request; UCX finishes the close and releases it later.
+                unsafe { ffi::ucp_request_free(request) };
+                // The error handler may still run: its argument must outlive UCX's endpoint.
+                std::mem::forget(self.failure.clone());
+                Err(None)
+            }
+        };
+        // Requests the close completed are freed; any other (UCX does not cancel requests of an
+        // endpoint without peer-failure handling) keeps its buffer leaked.
+        self.release_orphans(true);
+        outcome
+    }
+
+    /// Blocking completion of a request. UCX reads or writes either `staging` (owned here) or,
+    /// when `staging` is None, the caller's memory, which must not be touched after we return.
+    ///
+    /// At the deadline the endpoint is force-closed and the call fails with Timeout. A staged
+    /// request becomes an orphan. An unstaged one must finish first: on an endpoint with
+    /// peer-failure handling the force-close completes it (cancelled); callers stage on the
+    /// others. Should UCX not complete it anyway, the process aborts rather than let UCX write
+    /// into memory the caller has reused.
+    #[allow(clippy::too_many_arguments)]
+    fn complete(
+        &self,
+        mut guard: parking_lot::MutexGuard<'_, ffi::ucp_ep_h>,
+        operation: &str,
+        result: ffi::ucs_status_ptr_t,
+        deadline: Instant,
+        started: Instant,
+        staging: Option<Staging>,
+    ) -> Result<Option<Staging>> {
+        let request = match self.worker.wait_status_ptr(result, deadline) {
+            Ok(ffi::UCS_OK) => return Ok(staging),
+            Ok(status) => return Err(self.error(operation, "the operation failed", status)),
+            Err(request) => request,
+        };
+        // Missed the deadline with the request in flight.
+        let _ = self.failure.status.compare_exchange(
+            ffi::UCS_OK,
+            CLOSED_AFTER_TIMEOUT,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        let grace = Instant::now() + FORCE_CLOSE_GRACE;
+        match staging {
+            Some(staging) => {
+                self.orphans.lock().push(Orphan {
+                    request,
+                    _buffer: Box::new(staging),
+                });
+                let _ = self.close_locked(&mut guard, true, grace);
+            }
+            None => {
+                let _ = self.close_locked(&mut guard, true, grace);
+                if self.worker.wait_request(request, grace).is_err() {
+                    // UCX still holds a pointer into the caller's memory and we cannot take it
+                    // back: returning would let it write into memory the caller reuses.
+                    eprintln!(
+                        "hyper_multicore: a UCX {operation} to rank {} neither completed nor was \
+                         cancelled by a force-close; aborting rather than risk memory corruption",
+                        self.peer()
+                    );
+                    std::process::abort();
+                }
+            }
+        }
+        drop(guard);
+        Err(deadline_error(
+            operation,
+            started,
+            &format!(
+                "UCX did not complete it; rank {} may be busy without a progress thread, hung or \
+                 unreachable, so its endpoint was closed",
+                self.peer()
+            ),
+        )
+        .with_peer(self.peer()))
+    }
+
+    /// Frees orphans UCX has completed; with `finally` (the endpoint is closed) the rest are
+    /// released to UCX with their buffers leaked, since UCX may still write into them.
+    fn release_orphans(&self, finally: bool) {
+        let mut orphans = self.orphans.lock();
+        for orphan in std::mem::take(&mut *orphans) {
+            // SAFETY: orphans are live requests not yet freed.
+            let status = unsafe { ffi::ucp_request_check_status(orphan.request) };
+            if status != ffi::UCS_INPROGRESS || finally {
+                // SAFETY: freed exactly once (not put back); UCX releases an unfinished request
+                // itself when it completes.
+                unsafe { ffi::ucp_request_free(orphan.request) };
+                if status == ffi::UCS_INPROGRESS {
+                    std::mem::forget(orphan._buffer);
+                }
+            } else {
+                orphans.push(orphan);
+            }
+        }
+    }
+}
+
+impl Drop for EndpointHandle {
+    fn drop(&mut self) {
+        let mut guard = self.handle.lock();
+        if !guard.is_null() {
+            let deadline = Instant::now() + Duration::from_secs(1);
+            if let Err(None) = self.close_locked(&mut guard, true, deadline) {
+                tracing::warn!(
+                    "the UCX endpoint to rank {} did not close within 1 s",
+                    self.peer()
+                );
+            }
+        }
+        self.release_orphans(true);
+    }
+}
+
+/// A connection to one peer's worker (`ucp_ep_create` with peer error handling).
+///
+/// `Send` but not `Sync`: one thread uses it at a time (wrap it in a mutex to share). Dropping it
+/// force-closes the connection; [`Endpoint::close`] flushes first. Every blocking call takes a
+/// deadline; see the module docs for what a missed deadline does to the endpoint.
+pub struct Endpoint {
+    inner: Arc<EndpointHandle>,
+    _not_sync: PhantomData<std::cell::Cell<()>>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("peer", &self.inner.peer())
+            .finish_non_exhaustive()
+    }
+}
+
+/// 32- and 64-bit words UCX can update atomically.
+pub trait AtomicWord: bytemuck::Pod + Default + Send + private::Sealed {}
+impl AtomicWord for u32 {}
+impl AtomicWord for u64 {}
+mod private {
+    pub trait Sealed {}
+    impl Sealed for u32 {}
+    impl Sealed for u64 {}
+}
+
+impl Endpoint {
+    /// The peer rank this endpoint was connected to.
+    pub fn peer(&self) -> usize {
+        self.inner.peer()
+    }
+
+    /// Whether UCX reports a broken connection to this peer (see [`Worker::connect`]); when
+    /// false, a dead peer shows up only as missed deadlines.
+    pub fn detects_peer_failure(&self) -> bool {
+        self.inner.detects_peer_failure
+    }
+
+    /// The first error UCX reported on this endpoint, if any (for diagnostics; every operation
+    /// returns it as an error anyway).
+    pub fn failure(&self) -> Option<Error> {
+        let status = self.inner.failure.status.load(Ordering::Acquire);
+        (status != ffi::UCS_OK).then(|| self.inner.error("ucx endpoint", "failed", status))
+    }
+
+    /// Unpacks a peer's [`MemoryRegion::rkey_bytes`] for use on this endpoint.
+    pub fn unpack_rkey(&self, packed: &[u8]) -> Result<RemoteKey> {
+        const OP: &str = "ucx unpack rkey";
+        let guard = self.inner.usable(OP)?;
+        if packed.is_empty() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                OP,
+                "empty remote key",
+            ));
+        }
+        let mut rkey: ffi::ucp_rkey_h = ptr::null_mut();
+        // SAFETY: live endpoint (guard held); `packed` is readable for the call (UCX parses
+        // and validates it); writable out-pointer.
+        let status = unsafe { ffi::ucp_ep_rkey_unpack(*guard, packed.as_ptr().cast(), &mut rkey) };
+        if status != ffi::UCS_OK {
+            return Err(self.inner.error(OP, "ucp_ep_rkey_unpack failed", status));
+        }
+        Ok(RemoteKey {
+            handle: rkey,
+            endpoint: self.inner.clone(),
+        })
+    }
+
+    fn check_key(&self, operation: &str, rkey: &RemoteKey) -> Result<()> {
+        if Arc::ptr_eq(&rkey.endpoint, &self.inner) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::InvalidArgument,
+                operation,
+                format!(
+                    "the remote key was unpacked for the endpoint to rank {}, not rank {}",
+                    rkey.endpoint.peer(),
+                    self.peer()
+                ),
+            ))
+        }
+    }
+
+    /// Writes `source` to `remote_addr` in the peer's region of `rkey`; returns when `source` may
+    /// be reused (local completion). Remote visibility: [`Endpoint::flush`] / [`Worker::flush`].
+    pub fn put(
+        &self,
+        source: &[u8],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        deadline: Instant,
+    ) -> Result<()> {
+        const OP: &str = "ucx put";
+        let started = Instant::now();
+        self.check_key(OP, rkey)?;
+        let guard = self.inner.usable(OP)?;
+        if source.is_empty() {
+            return Ok(());
+        }
+        // Without peer-failure handling a missed deadline cannot cancel the request: stage.
+        let mut staging = (!self.inner.detects_peer_failure).then(|| Staging::copy_of(source));
+        let pointer = match staging.as_mut() {
+            Some(staging) => staging.as_mut_ptr().cast_const(),
+            None => source.as_ptr(),
+        };
+        let param = ffi::ucp_request_param_t::default();
+        // SAFETY: live endpoint and rkey of it; `pointer` is `source` (borrowed until `complete`
+        // returns, which guarantees UCX no longer references it) or the staging buffer that
+        // `complete` keeps or orphans.
+        let result = unsafe {
+            ffi::ucp_put_nbx(
+                *guard,
+                pointer.cast(),
+                source.len(),
+                remote_addr,
+                rkey.handle,
+                &param,
+            )
+        };
+        self.inner
+            .complete(guard, OP, result, deadline, started, staging)
+            .map(drop)
+    }
+
+    /// Reads `destination.len()` bytes at `remote_addr` in the peer's region into `destination`.
+    pub fn get(
+        &self,
+        destination: &mut [u8],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        deadline: Instant,
+    ) -> Result<()> {
+        const OP: &str = "ucx get";
+        let started = Instant::now();
+        self.check_key(OP, rkey)?;
+        let guard = self.inner.usable(OP)?;
+        if destination.is_empty() {
+            return Ok(());
+        }
+        let len = destination.len();
+        let mut staging = (!self.inner.detects_peer_failure).then(|| Staging::zeroed(len));
+        let pointer = match staging.as_mut() {
+            Some(staging) => staging.as_mut_ptr(),
+            None => destination.as_mut_ptr(),
+        };
+        let param = ffi::ucp_request_param_t::default();
+        // SAFETY: live endpoint and rkey; `pointer` is `destination` (mutably borrowed until
+        // `complete` returns, which guarantees UCX no longer writes to it) or the staging buffer
+        // that `complete` returns or orphans.
+        let result = unsafe {
+            ffi::ucp_get_nbx(
+                *guard,
+                pointer.cast(),
+                len,
+                remote_addr,
+                rkey.handle,
+                &param,
+            )
+        };
+        if let Some(staging) = self
+            .inner
+            .complete(guard, OP, result, deadline, started, staging)?
+        {
+            destination.copy_from_slice(&staging.bytes()[..len]);
+        }
+        Ok(())
+    }
+
+    /// Starts a put of `source` (owned until completion) without waiting; complete it with
+    /// [`Request::wait`] or a flush.
+    pub fn put_nb(&self, source: Vec<u8>, remote_addr: u64, rkey: &RemoteKey) -> Result<Request> {
+        const OP: &str = "ucx put_nb";
+        self.check_key(OP, rkey)?;
+        let guard = self.inner.usable(OP)?;
+        let param = ffi::ucp_request_param_t::default();
+        // SAFETY: live endpoint and rkey; `source`'s heap buffer moves into the Request (or an
+        // orphan) and is not freed before UCX completes the request.
+        let result = unsafe {
+            ffi::ucp_put_nbx(
+                *guard,
+                source.as_ptr().cast(),
+                source.len(),
+                remote_addr,
+                rkey.handle,
+                &param,
+            )
+        };
+        drop(guard);
+        self.request(OP, result, source)
+    }
+
+    /// Starts a get of `len` bytes at `remote_addr` into a buffer the [`Request`] owns and
+    /// [`Request::wait`] returns.
+    pub fn get_nb(&self, len: usize, remote_addr: u64, rkey: &RemoteKey) -> Result<Request> {
+        const OP: &str = "ucx get_nb";
+        self.check_key(OP, rkey)?;
+        let guard = self.inner.usable(OP)?;
+        let mut buffer = vec![0u8; len];
+        let param = ffi::ucp_request_param_t::default();
+        // SAFETY: as in put_nb; the buffer is written by UCX until the request completes.
+        let result = unsafe {
+            ffi::ucp_get_nbx(
+                *guard,
+                buffer.as_mut_ptr().cast(),
+                len,
+                remote_addr,
+                rkey.handle,
+                &param,
+            )
+        };
+        drop(guard);
+        self.request(OP, result, buffer)
+    }
+
+    fn request(
+        &self,
+        operation: &'static str,
+        result: ffi::ucs_status_ptr_t,
+        buffer: Vec<u8>,
+    ) -> Result<Request> {
+        self.inner.release_orphans(false);
+        if ffi::ucs_ptr_is_err(result) {
+            return Err(self.inner.error(
+                operation,
+                "the operation failed",
+                ffi::ucs_ptr_status(result),
+            ));
+        }
+        Ok(Request {
+            request: ffi::ucs_ptr_is_ptr(result).then_some(result),
+            buffer,
+            operation,
+            endpoint: self.inner.clone(),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn atomic<T: AtomicWord>(
+        &self,
+        operation: &str,
+        opcode: ffi::ucp_atomic_op_t,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        operand: T,
+        reply: Option<T>,
+        deadline: Instant,
+    ) -> Result<T> {
+        let started = Instant::now();
+        self.check_key(operation, rkey)?;
+        let size = std::mem::size_of::<T>();
+        if remote_addr % size as u64 != 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                operation,
+                format!("remote address {remote_addr:#x} is not aligned to {size} bytes"),
+            ));
+        }
+        let guard = self.inner.usable(operation)?;
+        // Operand in word 0, reply in word 1 of a staging buffer (16 bytes, aligned).
+        let mut staging = Staging::zeroed(16);
+        staging.bytes_mut()[..size].copy_from_slice(bytemuck::bytes_of(&operand));
+        staging.bytes_mut()[8..8 + size]
+            .copy_from_slice(bytemuck::bytes_of(&reply.unwrap_or_default()));
+        let base = staging.as_mut_ptr();
+        let mut param = ffi::ucp_request_param_t {
+            op_attr_mask: ffi::UCP_OP_ATTR_FIELD_DATATYPE,
+            datatype: ffi::ucp_dt_make_contig(size),
+            ..Default::default()
+        };
+        if reply.is_some() {
+            param.op_attr_mask |= ffi::UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+            param.reply_buffer = base.wrapping_add(8).cast();
+        }
+        // SAFETY: live endpoint and rkey; operand and reply live in the staging buffer, whose
+        // heap allocation `complete` returns or orphans (never frees while UCX may use it);
+        // datatype matches T's size.
+        let result = unsafe {
+            ffi::ucp_atomic_op_nbx(
+                *guard,
+                opcode,
+                base.cast_const().cast(),
+                1,
+                remote_addr,
+                rkey.handle,
+                &param,
+            )
+        };
+        let staging = self
+            .inner
+            .complete(guard, operation, result, deadline, started, Some(staging))?
+            .expect("complete returns the staging buffer it was given");
+        Ok(bytemuck::pod_read_unaligned(&staging.bytes()[8..8 + size]))
+    }
+
+    /// Atomically reads the word at `remote_addr` (a fetch-add of 0).
+    pub fn atomic_fetch<T: AtomicWord + From<u8>>(
+        &self,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        deadline: Instant,
+    ) -> Result<T> {
+        let zero = T::from(0);
+        self.atomic(
+            "ucx atomic fetch",
+            ffi::UCP_ATOMIC_OP_ADD,
+            remote_addr,
+            rkey,
+            zero,
+            Some(zero),
+            deadline,
+        )
+    }
+
+    /// Atomically stores `value` at `remote_addr`.
+    pub fn atomic_set<T: AtomicWord>(
+        &self,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        value: T,
+        deadline: Instant,
+    ) -> Result<()> {
+        self.atomic(
+            "ucx atomic set",
+            ffi::UCP_ATOMIC_OP_SWAP,
+            remote_addr,
+            rkey,
+            value,
+            Some(T::default()),
+            deadline,
+        )
+        .map(drop)
+    }
+
+    /// Atomically stores `value` at `remote_addr` and returns the previous value.
+    pub fn atomic_swap<T: AtomicWord>(
+        &self,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        value: T,
+        deadline: Instant,
+    ) -> Result<T> {
+        self.atomic(
+            "ucx atomic swap",
+            ffi::UCP_ATOMIC_OP_SWAP,
+            remote_addr,
+            rkey,
+            value,
+            Some(T::default()),
+            deadline,
+        )
+    }
+
+    /// Atomically stores `desired` at `remote_addr` if it holds `expected`; returns the value
+    /// found (equal to `expected` when the swap happened).
+    pub fn atomic_compare_swap<T: AtomicWord>(
+        &self,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        expected: T,
+        desired: T,
+        deadline: Instant,
+    ) -> Result<T> {
+        // UCX: buffer = compare value, reply buffer = new value in, old value out.
+        self.atomic(
+            "ucx atomic compare-swap",
+            ffi::UCP_ATOMIC_OP_CSWAP,
+            remote_addr,
+            rkey,
+            expected,
+            Some(desired),
+            deadline,
+        )
+    }
+
+    /// Atomically adds `value` (wrapping) at `remote_addr`; returns the previous value.
+    pub fn atomic_fetch_add<T: AtomicWord>(
+        &self,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        value: T,
+        deadline: Instant,
+    ) -> Result<T> {
+        self.atomic(
+            "ucx atomic fetch-add",
+            ffi::UCP_ATOMIC_OP_ADD,
+            remote_addr,
+            rkey,
+            value,
+            Some(T::default()),
+            deadline,
+        )
+    }
+
+    /// Atomically adds `value` at `remote_addr` without fetching (remote completion at flush).
+    pub fn atomic_add<T: AtomicWord>(
+        &self,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        value: T,
+        deadline: Instant,
+    ) -> Result<()> {
+        self.atomic(
+            "ucx atomic add",
+            ffi::UCP_ATOMIC_OP_ADD,
+            remote_addr,
+            rkey,
+            value,
+            None,
+            deadline,
+        )
+        .map(drop)
+    }
+
+    /// Sends an active message `id` with `header` and `data` (eager protocol: keep it small) to
+    /// the peer's handler; returns once the buffers may be reused.
+    pub fn am_send(&self, id: u16, header: &[u8], data: &[u8], deadline: Instant) -> Result<()> {
+        const OP: &str = "ucx am send";
+        let started = Instant::now();
+        if header.len() > self.inner.worker.max_am_header {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                OP,
+                format!(
+                    "an active-message header of {} bytes exceeds UCX's limit of {}",
+                    header.len(),
+                    self.inner.worker.max_am_header
+                ),
+            ));
+        }
+        let guard = self.inner.usable(OP)?;
+        // Header and data are copied into one staging buffer (AMs are small).
+        let mut staging = Staging::zeroed(header.len() + data.len());
+        staging.bytes_mut()[..header.len()].copy_from_slice(header);
+        staging.bytes_mut()[header.len()..header.len() + data.len()].copy_from_slice(data);
+        let base = staging.as_mut_ptr();
+        let param = ffi::ucp_request_param_t {
+            op_attr_mask: ffi::UCP_OP_ATTR_FIELD_FLAGS,
+            flags: ffi::UCP_AM_SEND_FLAG_EAGER,
+            ..Default::default()
+        };
+        // SAFETY: live endpoint; header and data live in the staging buffer, which `complete`
+        // returns or orphans (never frees while UCX may read it).
+        let result = unsafe {
+            ffi::ucp_am_send_nbx(
+                *guard,
+                id.into(),
+                base.cast_const().cast(),
+                header.len(),
+                base.wrapping_add(header.len()).cast_const().cast(),
+                data.len(),
+                &param,
+            )
+        };
+        self.inner
+            .complete(guard, OP, result, deadline, started, Some(staging))
+            .map(drop)
+    }
+
+    /// Waits until every operation issued on this endpoint has completed at the peer
+    /// (`ucp_ep_flush_nbx`); frees completed non-blocking requests that were dropped.
+    pub fn flush(&self, deadline: Instant) -> Result<()> {
+        const OP: &str = "ucx flush";
+        let started = Instant::now();
+        let guard = self.inner.usable(OP)?;
+        let param = ffi::ucp_request_param_t::default();
+        // SAFETY: live endpoint; no caller buffer is involved.
+        let result = unsafe { ffi::ucp_ep_flush_nbx(*guard, &param) };
+        drop(guard);
+        match self.inner.worker.wait_status_ptr(result, deadline) {
+            Ok(ffi::UCS_OK) => {
+                self.inner.release_orphans(false);
+                Ok(())
+            }
+            Ok(status) => Err(self.inner.error(OP, "ucp_ep_flush_nbx failed", status)),
+            Err(request) => {
+                // SAFETY: live request, released once; UCX frees it when it completes.
+                unsafe { ffi::ucp_request_free(request) };
+                let failed = self.inner.failure.status.load(Ordering::Acquire);
+                if failed != ffi::UCS_OK {
+                    return Err(self.inner.error(OP, "flush", failed));
+                }
+                Err(deadline_error(
+                    OP,
+                    started,
+                    &format!("operations to rank {} did not complete", self.peer()),
+                )
+                .with_peer(self.peer()))
+            }
+        }
+    }
+
+    /// Closes the endpoint in order: flush, then disconnect (`ucp_ep_close_nbx`); a failed
+    /// endpoint is force-closed instead. The peer must progress for the flush to finish.
+    pub fn close(self, deadline: Instant) -> Result<()> {
+        const OP: &str = "ucx close";
+        let started = Instant::now();
+        let failed = self.inner.failure.status.load(Ordering::Acquire) != ffi::UCS_OK;
+        let mut guard = self.inner.handle.lock();
+        match self.inner.close_locked(&mut guard, failed, deadline) {
+            Ok(()) => Ok(()),
+            Err(Some(status)) => Err(self.inner.error(OP, "ucp_ep_close_nbx failed", status)),
+            Err(None) => Err(deadline_error(
+                OP,
+                started,
+                &format!("the endpoint to rank {} did not close", self.peer()),
+            )
+            .with_peer(self.peer())),
+        }
+    }
+}
+
+/// A peer's memory key unpacked for one [`Endpoint`] (`ucp_ep_rkey_unpack`); pass it with a
+/// remote address to that endpoint's put/get/atomics.
+pub struct RemoteKey {
+    handle: ffi::ucp_rkey_h,
+    endpoint: Arc<EndpointHandle>,
+}
+
+// SAFETY: an rkey is immutable after unpacking and only read by operations on its endpoint's
+// MULTI-threaded worker; it is destroyed once, in Drop.
+unsafe impl Send for RemoteKey {}
+// SAFETY: as above.
+unsafe impl Sync for RemoteKey {}
+
+impl std::fmt::Debug for RemoteKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteKey")
+            .field("peer", &self.endpoint.peer())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for RemoteKey {
+    fn drop(&mut self) {
+        // SAFETY: unpacked once, destroyed once; the worker (which the rkey refers to) is kept
+        // alive through `endpoint`.
+        unsafe { ffi::ucp_rkey_destroy(self.handle) };
+    }
+}
+
+/// A non-blocking put or get in flight; owns its buffer. Dropping it unfinished hands the buffer
+/// to the endpoint, which frees it once UCX completes the request (at the next flush or close).
+pub struct Request {
+    /// None when UCX completed the operation immediately.
+    request: Option<ffi::ucs_status_ptr_t>,
+    buffer: Vec<u8>,
+    operation: &'static str,
+    endpoint: Arc<EndpointHandle>,
+}
+
+// SAFETY: requests of a MULTI-threaded worker may be checked and freed from any thread.
+unsafe impl Send for Request {}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("operation", &self.operation)
+            .field("in_flight", &self.request.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Request {
+    /// Progresses the worker once and tells whether the operation has completed.
+    pub fn is_complete(&self) -> bool {
+        match self.request {
+            None => true,
+            Some(request) => {
+                self.endpoint.worker.progress();
+                // SAFETY: live request, not freed until this value is dropped or waited.
+                unsafe { ffi::ucp_request_check_status(request) != ffi::UCS_INPROGRESS }
+            }
+        }
+    }
+
+    /// Waits for completion; returns the buffer (the data read, for a get). At the deadline the
+    /// request is handed to the endpoint (see the type docs) and a Timeout error returned.
+    pub fn wait(mut self, deadline: Instant) -> Result<Vec<u8>> {
+        let started = Instant::now();
+        let Some(request) = self.request.take() else {
+            return Ok(std::mem::take(&mut self.buffer));
+        };
+        match self.endpoint.worker.wait_request(request, deadline) {
+            Ok(ffi::UCS_OK) => Ok(std::mem::take(&mut self.buffer)),
+            Ok(status) => Err(self
+                .endpoint
+                .error(self.operation, "the operation failed", status)),
+            Err(()) => {
+                self.request = Some(request);
+                Err(deadline_error(
+                    self.operation,
+                    started,
+                    &format!(
+                        "the non-blocking operation to rank {} did not complete",
+                        self.endpoint.peer()
+                    ),
+                )
+                .with_peer(self.endpoint.peer()))
+            }
+        }
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        let Some(request) = self.request.take() else {
+            return;
+        };
+        // SAFETY: live request of this endpoint's worker.
+        let status = unsafe { ffi::ucp_request_check_status(request) };
+        if status != ffi::UCS_INPROGRESS {
+            // SAFETY: completed; freed once.
+            unsafe { ffi::ucp_request_free(request) };
+            return;
+        }
+        self.endpoint.orphans.lock().push(Orphan {
+            request,
+            _buffer: Box::new(std::mem::take(&mut self.buffer)),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;
