@@ -171,6 +171,7 @@ impl Shmem {
                 generation: introductions[0].generation,
                 heap_size,
                 deadline: Instant::now() + config.timeout,
+                shm: None,
             })?;
             Ok(Shmem::assemble(
                 config, rank, size, heap_size, plane, transport,

@@ -22,6 +22,11 @@
 //! ```
 
 mod shm;
+#[cfg(all(feature = "ucx", not(loom)))]
+mod ucx;
+#[cfg(not(all(feature = "ucx", not(loom))))]
+#[path = "ucx_absent.rs"]
+mod ucx;
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64};
@@ -36,6 +41,7 @@ use crate::control::ControlPlane;
 use crate::error::{Error, ErrorKind, Result};
 
 pub(crate) use shm::{ShmPeer, ShmTransport};
+pub(crate) use ucx::{UcxPeer, UcxTransport};
 
 /// The read-modify-write operations on one word (the bits of the value, zero-extended).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,8 +98,8 @@ pub struct TransportState {
 pub(crate) enum Route {
     /// Its heap is mapped here, at this offset of this process's segment.
     Shm(ShmPeer),
-    /// Through UCX (no peer data yet: this build has no UCX transport).
-    Ucx,
+    /// Through UCX.
+    Ucx(UcxPeer),
 }
 
 impl Route {
@@ -101,7 +107,7 @@ impl Route {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Route::Shm(_) => "shm",
-            Route::Ucx => "ucx",
+            Route::Ucx(_) => "ucx",
         }
     }
 }
@@ -182,6 +188,8 @@ pub(crate) struct Start<'a> {
     pub(crate) heap_size: u64,
     /// When start-up gives up.
     pub(crate) deadline: Instant,
+    /// The shared-memory transport, once started (the UCX transport registers its heap).
+    pub(crate) shm: Option<&'a ShmTransport>,
 }
 
 /// One transport: its start-up stages and its operations. Operations address a peer by the
@@ -271,6 +279,7 @@ pub(crate) fn start_one<T: Transport>(start: &Start<'_>) -> Result<T> {
 pub(crate) struct Transports {
     routes: Box<[Route]>,
     shm: ShmTransport,
+    ucx: Option<UcxTransport>,
     single_group: bool,
     local_pes: usize,
     mode: TransportMode,
@@ -281,23 +290,38 @@ impl Transports {
     pub(crate) fn start(start: &Start<'_>) -> Result<Transports> {
         let shm: ShmTransport = start_one(start)?;
         let rank = start.plane.rank();
+        let single_group = start.locality.groups.len() == 1;
+        // Every rank of a root spanning several groups has peers outside its own, so all ranks
+        // make the same decision (the start-up is collective).
+        let ucx: Option<UcxTransport> = if single_group {
+            None
+        } else {
+            Some(start_one(&Start {
+                shm: Some(&shm),
+                ..*start
+            })?)
+        };
         let routes = (0..start.pids.len())
-            .map(|pe| shm.peer(pe).map_or(Route::Ucx, Route::Shm))
-            .collect::<Box<[Route]>>();
-        if let Some(pe) = routes.iter().position(|r| *r == Route::Ucx) {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                "initialize",
-                format!("root rank {pe} is not on this host and this build has no UCX transport"),
+            .map(
+                |pe| match (shm.peer(pe), ucx.as_ref().and_then(|u| u.peer(pe))) {
+                    (Some(peer), _) => Ok(Route::Shm(peer)),
+                    (None, Some(peer)) => Ok(Route::Ucx(peer)),
+                    (None, None) => Err(Error::new(
+                        ErrorKind::Protocol,
+                        "initialize",
+                        format!("no transport reaches root rank {pe}"),
+                    )
+                    .on_rank(rank)),
+                },
             )
-            .on_rank(rank));
-        }
+            .collect::<Result<Box<[Route]>>>()?;
         Ok(Transports {
-            single_group: start.locality.groups.len() == 1,
+            single_group,
             local_pes: start.locality.local_pes(rank),
             mode: start.mode,
             routes,
             shm,
+            ucx,
         })
     }
 
@@ -335,7 +359,7 @@ impl Transports {
     pub(crate) fn put(&self, pe: usize, offset: usize, source: &[u8]) -> Result<()> {
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.put(peer, offset, source),
-            Route::Ucx => unreachable_ucx(),
+            Route::Ucx(peer) => self.ucx()?.put(peer, offset, source),
         }
     }
 
@@ -344,7 +368,7 @@ impl Transports {
     pub(crate) fn put_nbi(&self, pe: usize, offset: usize, source: &[u8]) -> Result<()> {
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.put_nbi(peer, offset, source),
-            Route::Ucx => unreachable_ucx(),
+            Route::Ucx(peer) => self.ucx()?.put_nbi(peer, offset, source),
         }
     }
 
@@ -353,7 +377,7 @@ impl Transports {
     pub(crate) fn get(&self, pe: usize, offset: usize, target: &mut [u8]) -> Result<()> {
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.get(peer, offset, target),
-            Route::Ucx => unreachable_ucx(),
+            Route::Ucx(peer) => self.ucx()?.get(peer, offset, target),
         }
     }
 
@@ -362,7 +386,7 @@ impl Transports {
     pub(crate) fn get_nbi(&self, pe: usize, offset: usize, target: &mut [u8]) -> Result<()> {
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.get_nbi(peer, offset, target),
-            Route::Ucx => unreachable_ucx(),
+            Route::Ucx(peer) => self.ucx()?.get_nbi(peer, offset, target),
         }
     }
 
@@ -371,7 +395,7 @@ impl Transports {
     pub(crate) fn atomic(&self, pe: usize, offset: usize, width: Width, rmw: Rmw) -> Result<u64> {
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.atomic(peer, offset, width, rmw),
-            Route::Ucx => unreachable_ucx(),
+            Route::Ucx(peer) => self.ucx()?.atomic(peer, offset, width, rmw),
         }
     }
 
@@ -387,20 +411,40 @@ impl Transports {
     ) -> Result<()> {
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.signal(peer, offset, width, add, value),
-            Route::Ucx => unreachable_ucx(),
+            Route::Ucx(peer) => self.ucx()?.signal(peer, offset, width, add, value),
         }
     }
 
     /// See [`Transport::fence`]: every transport in use.
     #[inline]
     pub(crate) fn fence(&self) -> Result<()> {
-        self.shm.fence()
+        self.shm.fence()?;
+        match &self.ucx {
+            Some(ucx) => ucx.fence(),
+            None => Ok(()),
+        }
     }
 
     /// See [`Transport::quiet`]: every transport in use.
     #[inline]
     pub(crate) fn quiet(&self) -> Result<()> {
-        self.shm.quiet()
+        self.shm.quiet()?;
+        match &self.ucx {
+            Some(ucx) => ucx.quiet(),
+            None => Ok(()),
+        }
+    }
+
+    /// The UCX transport (a route says `Ucx` only when it exists).
+    #[cold]
+    fn ucx(&self) -> Result<&UcxTransport> {
+        self.ucx.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Protocol,
+                "transport",
+                "a peer is routed through UCX but no UCX transport was started",
+            )
+        })
     }
 
     /// See [`Transport::local_ptr`].
@@ -408,7 +452,7 @@ impl Transports {
     pub(crate) fn local_ptr(&self, pe: usize, offset: usize) -> Option<NonNull<u8>> {
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.local_ptr(peer, offset),
-            Route::Ucx => None,
+            Route::Ucx(peer) => self.ucx.as_ref().and_then(|u| u.local_ptr(peer, offset)),
         }
     }
 
@@ -436,15 +480,6 @@ impl Transports {
     pub(crate) fn abort_word(&self) -> &AbortWord {
         &self.shm.segment().control().abort
     }
-}
-
-#[cold]
-fn unreachable_ucx<T>() -> Result<T> {
-    Err(Error::new(
-        ErrorKind::Unsupported,
-        "transport",
-        "this build has no UCX transport",
-    ))
 }
 
 impl super::runtime::Shmem {

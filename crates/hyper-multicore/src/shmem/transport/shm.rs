@@ -229,6 +229,18 @@ impl ShmTransport {
         self.mapping().words(heap + offset)
     }
 
+    /// This PE's slot in the segment (its words and doorbell).
+    pub(crate) fn own_slot(&self) -> usize {
+        self.own_slot
+    }
+
+    /// The mapping holding this PE's own heap, and the heap's offset in it (for registration
+    /// with another transport).
+    pub(crate) fn own_heap(&self) -> (Arc<SharedMapping>, usize) {
+        let heap = self.segment.layout().heap_offset(self.own_slot);
+        (Arc::clone(self.segment.mapping()), heap)
+    }
+
     /// This PE's own words (doorbell, argument slots).
     pub(crate) fn own_pe_words(&self) -> &PeWords {
         self.segment.pe_words(self.own_slot)
