@@ -1,6 +1,7 @@
 //! The data plane and collectives of the native runtime across real processes (2, 4 and 8 PEs).
 
-use hm_testkit::{is_pe, start_runtime, Job};
+use hm_testkit::{is_pe, start_runtime, Job, Options};
+use hyper_multicore::config::TRANSPORT;
 use hyper_multicore::shmem::{Comparison, ReduceOp, Shmem, SignalOp, Symmetric};
 
 const HEAP: Option<u64> = Some(16 << 20);
@@ -319,6 +320,55 @@ fn barriers() {
     }
     shmem.free(marks).unwrap();
     finish(shmem);
+}
+
+/// A get from a PE whose main thread is busy — computing, never calling the runtime — completes:
+/// over UCX (forced here) the target's progress thread serves it. PE 1 spins (yielding) on a word
+/// of its own heap through a raw pointer until PE 0, after its get, puts the release value there.
+fn a_get_from_a_busy_peer_completes() {
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let data = shmem.allocate::<u64>(4, None).unwrap();
+    let release = shmem.allocate::<u64>(1, None).unwrap();
+    shmem.put(&data, &[7, 8, 9, 10], shmem.rank()).unwrap();
+    shmem.put(&release, &[0], shmem.rank()).unwrap();
+    shmem.barrier().unwrap();
+    if shmem.rank() == 1 {
+        let word = shmem.ptr(&release, 1).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        // SAFETY: the pointer addresses this PE's own live word; the reads are volatile and
+        // never form a reference.
+        while unsafe { std::ptr::read_volatile(word.as_ptr()) } != 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "PE 0 never released PE 1"
+            );
+            std::thread::yield_now();
+        }
+    } else {
+        let mut seen = [0u64; 4];
+        shmem.get(&mut seen, &data, 1).unwrap();
+        assert_eq!(seen, [7, 8, 9, 10]);
+        shmem.put(&release, &[1], 1).unwrap();
+        shmem.quiet();
+    }
+    shmem.barrier().unwrap();
+    shmem.free(release).unwrap();
+    shmem.free(data).unwrap();
+    finish(shmem);
+}
+
+#[test]
+fn a_get_from_a_busy_peer_completes_over_ucx() {
+    if is_pe() {
+        return a_get_from_a_busy_peer_completes();
+    }
+    Job::launch_with(
+        stringify!(a_get_from_a_busy_peer_completes_over_ucx),
+        2,
+        Options::default().env(TRANSPORT, "ucx"),
+    )
+    .wait()
+    .assert_all_succeeded();
 }
 
 macro_rules! on_pes {

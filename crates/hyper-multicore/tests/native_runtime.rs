@@ -430,6 +430,17 @@ fn wait_while_a_peer_dies() {
             .wait_signal(&flag, 1, Comparison::Eq, Some(Duration::from_secs(60)))
             .unwrap_err(),
         "all_gather" => shmem.all_gather(&gathered, &[1]).unwrap_err(),
+        // UCX operations to the dead PE (a shared-memory get would keep reading its memory).
+        "get_loop" => {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            let mut word = [0u64];
+            loop {
+                if let Err(error) = shmem.get(&mut word, &flag, victim) {
+                    break error;
+                }
+                assert!(std::time::Instant::now() < deadline, "gets never failed");
+            }
+        }
         other => panic!("unknown wait {other}"),
     };
     report("ERROR", &error);
@@ -475,4 +486,31 @@ kill_during! {
     killing_a_pe_during_wait_signal_fails_the_waiters: "wait_signal" on 3 killing 1,
     killing_a_pe_during_all_gather_fails_the_others: "all_gather" on 4 killing 3,
     killing_a_pe_during_a_barrier_of_8_fails_the_others: "barrier" on 8 killing 5,
+}
+
+/// The same kills with every pair of PEs on the UCX route (`HYPER_MULTICORE_SHMEM_TRANSPORT=ucx`):
+/// a wait on a signal or barrier, and UCX gets from the dead PE, end with peer lost naming it.
+macro_rules! kill_during_ucx {
+    ($($name:ident: $wait:literal on $pes:literal killing $victim:literal),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            if is_pe() {
+                return wait_while_a_peer_dies();
+            }
+            let options = Options::default()
+                .env(TRANSPORT, "ucx")
+                .env("HM_TEST_VICTIM", $victim)
+                .env("HM_TEST_WAIT", $wait);
+            let result = Job::launch_with(stringify!($name), $pes, options).wait();
+            for pe in result.pes.iter().filter(|p| p.rank != $victim) {
+                assert!(pe.status.success(), "{}", result.describe());
+            }
+        }
+    )*};
+}
+
+kill_during_ucx! {
+    killing_a_pe_during_a_ucx_wait_signal_fails_the_waiters: "wait_signal" on 3 killing 1,
+    killing_a_pe_during_a_ucx_barrier_fails_the_others: "barrier" on 3 killing 2,
+    killing_a_pe_during_ucx_gets_from_it_fails_the_getters: "get_loop" on 3 killing 0,
 }

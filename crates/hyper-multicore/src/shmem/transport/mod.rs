@@ -189,6 +189,7 @@ pub(crate) struct Start<'a> {
     /// When start-up gives up.
     pub(crate) deadline: Instant,
     /// The shared-memory transport, once started (the UCX transport registers its heap).
+    #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
     pub(crate) shm: Option<&'a ShmTransport>,
 }
 

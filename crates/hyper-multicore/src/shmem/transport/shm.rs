@@ -230,12 +230,14 @@ impl ShmTransport {
     }
 
     /// This PE's slot in the segment (its words and doorbell).
+    #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
     pub(crate) fn own_slot(&self) -> usize {
         self.own_slot
     }
 
     /// The mapping holding this PE's own heap, and the heap's offset in it (for registration
     /// with another transport).
+    #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
     pub(crate) fn own_heap(&self) -> (Arc<SharedMapping>, usize) {
         let heap = self.segment.layout().heap_offset(self.own_slot);
         (Arc::clone(self.segment.mapping()), heap)
