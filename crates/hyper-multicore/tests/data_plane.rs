@@ -2,7 +2,9 @@
 
 use hm_testkit::{is_pe, start_runtime, Job, Options};
 use hyper_multicore::config::TRANSPORT;
-use hyper_multicore::shmem::{Comparison, ReduceOp, Shmem, SignalOp, Symmetric};
+use hyper_multicore::shmem::{
+    Comparison, ReduceOp, Shmem, SignalOp, Symmetric, TEST_HOST_VARIABLE,
+};
 
 const HEAP: Option<u64> = Some(16 << 20);
 
@@ -389,3 +391,51 @@ on_pes!(signals: signals_2_pes = 2, signals_4_pes = 4, signals_8_pes = 8);
 on_pes!(atomics: atomics_2_pes = 2, atomics_4_pes = 4);
 on_pes!(collectives: collectives_2_pes = 2, collectives_4_pes = 4);
 on_pes!(barriers: barriers_2_pes = 2, barriers_4_pes = 4, barriers_8_pes = 8);
+
+/// A root spanning two simulated hosts (`HYPER_MULTICORE_TEST_HOST`: ranks 0–1 on "a", 2–3 on
+/// "b"): shared memory within each host's segment, UCX between them, barriers and the allocate
+/// argument check over the control plane. Every data-plane body runs unchanged.
+macro_rules! on_two_hosts {
+    ($body:ident: $($name:ident),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            if is_pe() {
+                return $body();
+            }
+            let mut options = Options::default();
+            for rank in 0..4 {
+                options = options.rank_env(rank, TEST_HOST_VARIABLE, if rank < 2 { "a" } else { "b" });
+            }
+            Job::launch_with(stringify!($name), 4, options)
+                .wait()
+                .assert_all_succeeded();
+        }
+    )*};
+}
+
+on_two_hosts!(puts_and_gets: puts_and_gets_across_two_hosts);
+on_two_hosts!(signals: signals_across_two_hosts);
+on_two_hosts!(atomics: atomics_across_two_hosts);
+on_two_hosts!(collectives: collectives_across_two_hosts);
+on_two_hosts!(barriers: barriers_across_two_hosts);
+on_two_hosts!(routes_follow_the_hosts: routes_follow_the_simulated_hosts);
+
+/// Each PE's routes: `shm` to the PEs of its own simulated host, `ucx` to the others (unless
+/// `HYPER_MULTICORE_SHMEM_TRANSPORT=ucx` forces every peer through UCX).
+fn routes_follow_the_hosts() {
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let forced = std::env::var(TRANSPORT).is_ok_and(|v| v == "ucx");
+    let routes = shmem.debug_state().transport.expect("initialized").routes;
+    let expected: Vec<&str> = (0..4)
+        .map(|pe| {
+            let same_host = pe / 2 == shmem.rank() / 2;
+            if pe == shmem.rank() || (same_host && !forced) {
+                "shm"
+            } else {
+                "ucx"
+            }
+        })
+        .collect();
+    assert_eq!(routes, expected);
+    finish(shmem);
+}

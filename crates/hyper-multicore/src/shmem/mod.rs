@@ -55,4 +55,4 @@ pub use runtime::{
     debug_state_inactive, AllocationSummary, DebugState, EffectiveConfig, HeapUsage, Shmem,
     ShutdownError, DEFAULT_ALIGNMENT,
 };
-pub use transport::TransportState;
+pub use transport::{TransportState, TEST_HOST_VARIABLE};

@@ -609,7 +609,7 @@ impl Drop for Shmem {
 }
 
 fn introduce(heap_size: u64, transport: crate::config::TransportMode) -> Result<Introduction> {
-    let host = host_identity();
+    let host = transport::host_identity();
     Ok(Introduction {
         transport,
         heap_size,
@@ -618,21 +618,6 @@ fn introduce(heap_size: u64, transport: crate::config::TransportMode) -> Result<
         uid: rustix::process::getuid().as_raw(),
         pid: std::process::id(),
     })
-}
-
-/// This host's identity: its name, boot ID (distinct per machine and boot) and network
-/// namespace (the segment hand-off's abstract Unix socket is per network namespace, so PEs in
-/// different ones cannot share a segment).
-fn host_identity() -> String {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let name = rustix::system::uname();
-    let network = std::fs::read_link("/proc/self/ns/net").unwrap_or_default();
-    format!(
-        "{}@{}/{}",
-        name.nodename().to_string_lossy(),
-        boot.trim(),
-        network.display()
-    )
 }
 
 /// The checks every rank makes on the same introductions, so all reach the same verdict.

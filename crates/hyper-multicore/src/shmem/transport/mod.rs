@@ -112,6 +112,30 @@ impl Route {
     }
 }
 
+/// Test-only: a simulated host name replacing this process's host identity, so one machine
+/// can run a root spanning "hosts" (shared memory within each, UCX between them). Read only by
+/// builds with the `fault-injection` cargo feature (the test harness).
+pub const TEST_HOST_VARIABLE: &str = "HYPER_MULTICORE_TEST_HOST";
+
+/// This host's identity: its name, boot ID (distinct per machine and boot) and network
+/// namespace (the segment hand-off's abstract Unix socket is per network namespace, so PEs in
+/// different ones cannot share a segment).
+pub(crate) fn host_identity() -> String {
+    #[cfg(feature = "fault-injection")]
+    if let Ok(simulated) = std::env::var(TEST_HOST_VARIABLE) {
+        return format!("simulated host {simulated}");
+    }
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let name = rustix::system::uname();
+    let network = std::fs::read_link("/proc/self/ns/net").unwrap_or_default();
+    format!(
+        "{}@{}/{}",
+        name.nodename().to_string_lossy(),
+        boot.trim(),
+        network.display()
+    )
+}
+
 /// Which PEs share a segment: the locality groups of a root, identical on every rank.
 ///
 /// PEs are grouped by host identity (name, boot ID, network namespace). `auto` and `shm`: one

@@ -174,6 +174,7 @@ impl Transport for UcxTransport {
     }
 
     fn put(&self, peer: UcxPeer, offset: usize, source: &[u8]) -> Result<()> {
+        self.not_aborted("put")?;
         let (remote, address) = self.remote(peer, offset);
         let endpoint = remote.endpoint.lock();
         let outcome = endpoint.put(source, address, &remote.rkey, self.deadline());
@@ -181,6 +182,7 @@ impl Transport for UcxTransport {
     }
 
     fn get(&self, peer: UcxPeer, offset: usize, target: &mut [u8]) -> Result<()> {
+        self.not_aborted("get")?;
         let (remote, address) = self.remote(peer, offset);
         let endpoint = remote.endpoint.lock();
         let outcome = endpoint.get(target, address, &remote.rkey, self.deadline());
@@ -188,6 +190,7 @@ impl Transport for UcxTransport {
     }
 
     fn atomic(&self, peer: UcxPeer, offset: usize, width: Width, rmw: Rmw) -> Result<u64> {
+        self.not_aborted("atomic")?;
         let (remote, address) = self.remote(peer, offset);
         let endpoint = remote.endpoint.lock();
         let deadline = self.deadline();
@@ -206,6 +209,7 @@ impl Transport for UcxTransport {
         add: bool,
         value: u64,
     ) -> Result<()> {
+        self.not_aborted("signal")?;
         let rmw = if add {
             Rmw::Add(value)
         } else {
@@ -230,6 +234,7 @@ impl Transport for UcxTransport {
     }
 
     fn quiet(&self) -> Result<()> {
+        self.not_aborted("quiet")?;
         let outcome = self.worker.flush(self.deadline());
         self.checked(outcome)
     }
@@ -242,6 +247,24 @@ impl Transport for UcxTransport {
 impl UcxTransport {
     fn deadline(&self) -> Instant {
         Instant::now() + self.timeout
+    }
+
+    /// Fails at once with peer lost when this root was aborted (a PE lost, seen by the control
+    /// plane or another endpoint), instead of starting an operation that may wait for the dead.
+    fn not_aborted(&self, operation: &str) -> Result<()> {
+        let Some(lost) = sync::aborted(&self.segment.control().abort) else {
+            return Ok(());
+        };
+        let lost = lost as usize;
+        Err(if lost < self.peers.len() {
+            Error::peer_lost(operation, lost, "the root was aborted when it was lost")
+        } else {
+            Error::new(
+                ErrorKind::PeerLost,
+                operation,
+                "the root's control plane broke; the root cannot continue",
+            )
+        })
     }
 
     fn remote(&self, peer: UcxPeer, offset: usize) -> (&Peer, u64) {
