@@ -20,6 +20,8 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p hyper-multicore --lib --release loom_tests
 # The chaos suite, bounded form: every fault point on 3 and 4 PEs, a soak, bootstrap abuse.
 scripts/chaos.sh --ci
+# ... and again with every pair of PEs on the UCX route (same fault points and leak checks).
+HYPER_MULTICORE_SHMEM_TRANSPORT=ucx scripts/chaos.sh --ci
 if [ -x bench/smoke.sh ]; then
   bench/smoke.sh
 fi
