@@ -332,3 +332,57 @@ fn data_plane_across_hosts() {
     shmem.shutdown().unwrap();
     println!("DATA PLANE OK on rank {rank}");
 }
+
+/// kill -9 of a PE on host 1 while the runtime spans both hosts: the survivors' barrier (a
+/// control-plane barrier after a UCX quiet) and signal waits end with peer lost naming a rank of
+/// host 1, on both hosts.
+#[test]
+fn a_pe_killed_on_one_host_fails_the_runtime_on_both() {
+    if is_pe() {
+        let world = World::from_env().unwrap();
+        let shmem = hm_testkit::initialize_over(&world, Some(8 << 20)).unwrap();
+        let flag = shmem.allocate::<u64>(1, None).unwrap();
+        shmem.barrier().unwrap();
+        if shmem.rank() == 3 {
+            let me = rustix::process::getpid();
+            rustix::process::kill_process(me, rustix::process::Signal::KILL).unwrap();
+        }
+        let error = if shmem.rank() % 2 == 0 {
+            shmem.barrier().unwrap_err()
+        } else {
+            let wait = Some(std::time::Duration::from_secs(60));
+            let comparison = hyper_multicore::shmem::Comparison::Eq;
+            shmem.wait_signal(&flag, 1, comparison, wait).unwrap_err()
+        };
+        assert_eq!(error.kind(), ErrorKind::PeerLost, "{error}");
+        println!("LOST peer={:?}", error.peer());
+        std::process::exit(1);
+    }
+    let test = "multinode::a_pe_killed_on_one_host_fails_the_runtime_on_both";
+    let Some(hosts) = two_hosts_or_skip(test, "r") else {
+        return;
+    };
+    let [node0, node1] = start_job_with(&hosts, test, |node| {
+        vec![
+            ("UCX_TLS", "tcp,self".to_string()),
+            ("UCX_NET_DEVICES", hosts.devices[node].clone()),
+        ]
+    });
+    let (node0, node1) = (node0.finish(), node1.finish());
+    assert_ne!(node0.code(), 0, "{node0:?}");
+    assert_ne!(node1.code(), 0, "{node1:?}");
+    // Survivors name rank 3, or rank 2 if host 1's hmrun stopped it first. Which survivor
+    // reports first is a race (an agent stops its other PEs once one fails), so at least one
+    // report is required, every report must name host 1, and both hosts' jobs failed.
+    let lost: Vec<String> = [&node0, &node1]
+        .iter()
+        .flat_map(|f| f.stdout_lines())
+        .filter(|l| l.contains("LOST"))
+        .collect();
+    assert!(!lost.is_empty(), "{node0:?}\n{node1:?}");
+    let on_host_1 =
+        |l: &String| l.ends_with("LOST peer=Some(3)") || l.ends_with("LOST peer=Some(2)");
+    assert!(lost.iter().all(on_host_1), "{lost:?}");
+    wait_until_nothing_left(&node0.marker);
+    wait_until_nothing_left(&node1.marker);
+}
