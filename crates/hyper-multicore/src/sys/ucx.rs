@@ -37,8 +37,9 @@
 //!
 //! Every blocking call takes a deadline. It drives `ucp_worker_progress` itself: a short phase
 //! of progress + `yield_now` (about 50 µs), then `ucp_worker_arm` and `poll()` on the worker's
-//! event fd, at most 1 ms at a time (a progress thread may consume the event that completes our
-//! request, so the sleep is capped rather than trusted). Nothing spins without yielding.
+//! event fd plus a per-worker eventfd: a progress thread may consume the event that completes
+//! our request, so any thread whose `progress` handled events while a caller sleeps writes that
+//! eventfd. Sleeps are still capped at 1 ms as a safety net. Nothing spins without yielding.
 //!
 //! A blocking call whose deadline passes while UCX still references the caller's buffer cannot
 //! simply return: the endpoint is force-closed (UCX then completes every outstanding request on it
@@ -59,12 +60,40 @@
 //! [`ProgressThread`] is the answer: it sleeps on the worker's event fd and progresses the worker
 //! when anything arrives, so the target's main thread may compute.
 
+//! # Notes for the transport built on this
+//!
+//! - **One worker per PE, thread mode MULTI** (checked at creation; the context has
+//!   `mt_workers_shared`): the caller and the progress thread call into the same worker, UCX
+//!   locks inside. Keep one [`ProgressThread`] per worker for the worker's whole life.
+//! - **Arm loop**: `ucp_worker_arm` returns `UCS_ERR_BUSY` while events are pending; the
+//!   only correct sleep is `while progress() != 0 {}` → `arm()` → `poll(event_fd)` only when
+//!   `arm()` returned true ([`Worker::arm`] maps BUSY to `false`).
+//! - **Endpoints are `Send`, not `Sync`** (a blocking call holds the endpoint for its whole
+//!   wait): give each thread its own, or wrap one in a mutex. [`RemoteKey`]s and [`Request`]s
+//!   keep their endpoint's UCX state alive, so any drop order is safe.
+//! - **Peer-failure handling** is asked for on every endpoint; `UCX_TLS=sm,self` cannot provide
+//!   it (UCX prints one `no peer failure handler` error line per connection), so such endpoints
+//!   run without it ([`Endpoint::detects_peer_failure`]), stage put/get through an owned buffer
+//!   and learn about a dead peer only from deadlines — the control plane's peer-loss notice
+//!   must close them. With the default `UCX_TLS`, UCX then prefers TCP even on one host.
+//! - **Local vs remote completion**: put, atomics and AM return at local completion; only
+//!   [`Endpoint::flush`] / [`Worker::flush`] (quiet) guarantee the target has the data.
+//!   [`Worker::fence`] only orders.
+//! - **A missed deadline closes the endpoint** (force-close) and fails with Timeout; every later
+//!   call on it fails at once. Reconnect with [`Worker::connect`] if the peer is still wanted.
+//! - **Active messages** run inside `progress` on whichever thread progresses (usually the
+//!   progress thread): never block there and never call blocking UCX operations from a handler;
+//!   sends use the eager protocol (small messages; the header is limited to
+//!   [`Worker::max_am_header`]).
+//! - **The heap** is registered with [`MemoryRegion::register`] from its `Arc<SharedMapping>`,
+//!   which it keeps mapped; re-register (and re-exchange keys) after a restart maps a new heap.
+
 use std::ffi::{c_void, CStr};
 use std::marker::PhantomData;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicBool, AtomicI8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -429,6 +458,11 @@ struct WorkerHandle {
     /// The worker's event fd: owned by UCX, closed by ucp_worker_destroy.
     event_fd: i32,
     max_am_header: usize,
+    /// Callers sleeping in `wait_request`, and the eventfd that wakes them when another thread's
+    /// progress handled events (the progress thread may complete their request and consume the
+    /// worker event they sleep on).
+    sleepers: AtomicUsize,
+    completions: OwnedFd,
     /// Every handler ever registered: UCX holds raw pointers to them until the worker dies. The
     /// outer box gives each (fat) handler a stable, thin address that survives the Vec growing.
     #[allow(clippy::vec_box)]
@@ -453,7 +487,13 @@ impl Drop for WorkerHandle {
 impl WorkerHandle {
     fn progress(&self) -> usize {
         // SAFETY: live worker, thread mode MULTI.
-        unsafe { ffi::ucp_worker_progress(self.handle) as usize }
+        let events = unsafe { ffi::ucp_worker_progress(self.handle) as usize };
+        // Whoever progresses may complete a sleeping caller's request and consume the event
+        // that would have woken it: tell the sleepers to look again.
+        if events != 0 && self.sleepers.load(Ordering::SeqCst) != 0 {
+            let _ = rustix::io::write(&self.completions, &1u64.to_ne_bytes());
+        }
+        events
     }
 
     /// `ucp_worker_arm`: Ok(true) when armed (safe to sleep on the event fd), Ok(false) when
@@ -514,12 +554,26 @@ impl WorkerHandle {
                 std::thread::yield_now();
                 continue;
             }
-            match self.arm() {
-                Ok(true) => self.sleep(None, (deadline - now).min(CALLER_SLEEP_CAP)),
-                Ok(false) => continue,
-                // An arm failure only loses the sleep: poll briefly and retry.
-                Err(_) => std::thread::sleep(Duration::from_micros(100)),
+            // Announce the sleep before the last look at the request, so that a completion by
+            // another thread after that look writes `completions` (see `progress`).
+            self.sleepers.fetch_add(1, Ordering::SeqCst);
+            // SAFETY: as above.
+            let done = unsafe { ffi::ucp_request_check_status(request) } != ffi::UCS_INPROGRESS;
+            if !done {
+                match self.arm() {
+                    Ok(true) => self.sleep(
+                        Some(self.completions.as_fd()),
+                        (deadline - now).min(CALLER_SLEEP_CAP),
+                    ),
+                    Ok(false) => {}
+                    // An arm failure only loses the sleep: pause briefly and retry.
+                    Err(_) => std::thread::sleep(Duration::from_micros(100)),
+                }
+                // Reset the counter (nonblocking; empty is fine).
+                let mut drained = [0u8; 8];
+                let _ = rustix::io::read(&self.completions, &mut drained);
             }
+            self.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -597,11 +651,15 @@ impl Worker {
         // SAFETY: live worker created with UCP_FEATURE_WAKEUP; writable out-pointer.
         let status = unsafe { ffi::ucp_worker_get_efd(handle, &mut event_fd) };
         check(OP, "ucp_worker_get_efd failed", status).map_err(destroy)?;
+        let completions = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| destroy(Error::backend(OP, "eventfd failed", e.into())))?;
         Ok(Worker {
             inner: Arc::new(WorkerHandle {
                 handle,
                 event_fd,
                 max_am_header: attr.max_am_header,
+                sleepers: AtomicUsize::new(0),
+                completions,
                 am_handlers: Mutex::new(Vec::new()),
                 _context: context.handle.clone(),
             }),

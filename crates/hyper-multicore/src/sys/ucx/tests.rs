@@ -635,3 +635,4 @@ two_pe_test!(
     Some("sm,self"),
     latency_body
 );
+two_pe_test!(latency_report_with_default_transports, None, latency_body);
