@@ -439,3 +439,120 @@ fn routes_follow_the_hosts() {
     assert_eq!(routes, expected);
     finish(shmem);
 }
+
+/// Not a test of speed (nothing is asserted about time): prints the UCX route's latencies through
+/// the runtime API for docs/multinode.md — one-way signal and put_signal ping-pong, get 8 B and
+/// fetch-add, 2 PEs with every pair on UCX. Does nothing unless `HM_REPORT_ITERS` is set: run
+/// `HM_REPORT_ITERS=2000 cargo test -p hyper-multicore --test data_plane ucx_route_latency_report
+/// -- --nocapture`.
+#[test]
+fn ucx_route_latency_report() {
+    if std::env::var_os("HM_REPORT_ITERS").is_none() {
+        return;
+    }
+    if is_pe() {
+        return ucx_route_latencies();
+    }
+    let result = Job::launch_with(
+        stringify!(ucx_route_latency_report),
+        2,
+        Options::default().env(TRANSPORT, "ucx"),
+    )
+    .wait();
+    result.assert_all_succeeded();
+    for line in result.pe(0).lines_with("REPORT") {
+        println!("UCX route:{line}");
+    }
+}
+
+fn ucx_route_latencies() {
+    use std::time::{Duration, Instant};
+    let iters: usize = std::env::var("HM_REPORT_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200)
+        .max(1);
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let (rank, peer) = (shmem.rank(), 1 - shmem.rank());
+    let word = shmem.allocate::<u64>(1, None).unwrap();
+    let flag = shmem.allocate::<u64>(1, None).unwrap();
+    let data = shmem.allocate::<u64>(1, None).unwrap();
+    shmem.put(&flag, &[0], rank).unwrap();
+    shmem.barrier().unwrap();
+    let median = |mut samples: Vec<Duration>| {
+        samples.sort();
+        samples[samples.len() / 2]
+    };
+    let report = |what: &str, value: Duration| {
+        println!("REPORT {what}: median {:.1} us", value.as_secs_f64() * 1e6);
+    };
+    // Ping-pong: rank 0 signals 2k+1, rank 1 answers 2k+2; half a round trip is one way.
+    for (name, with_data) in [("signal one-way", false), ("put_signal one-way", true)] {
+        let mut rounds = Vec::with_capacity(iters);
+        shmem.put(&flag, &[0], rank).unwrap();
+        shmem.barrier().unwrap();
+        for k in 0..iters as u64 {
+            let started = Instant::now();
+            let (send, expect) = if rank == 0 {
+                (2 * k + 1, 2 * k + 2)
+            } else {
+                (2 * k + 2, 2 * k + 1)
+            };
+            if rank == 1 {
+                shmem
+                    .wait_signal(&flag, expect, Comparison::Eq, None)
+                    .unwrap();
+            }
+            if with_data {
+                shmem
+                    .put_signal(&data, &[k], &flag, send, SignalOp::Set, peer)
+                    .unwrap();
+            } else {
+                shmem.signal(&flag, send, SignalOp::Set, peer).unwrap();
+            }
+            if rank == 0 {
+                shmem
+                    .wait_signal(&flag, expect, Comparison::Eq, None)
+                    .unwrap();
+                rounds.push(started.elapsed() / 2);
+            }
+        }
+        shmem.barrier().unwrap();
+        if rank == 0 {
+            report(name, median(rounds));
+        }
+    }
+    if rank == 0 {
+        let mut value = [0u64];
+        let gets: Vec<Duration> = (0..iters)
+            .map(|_| {
+                let started = Instant::now();
+                shmem.get(&mut value, &word, peer).unwrap();
+                started.elapsed()
+            })
+            .collect();
+        report("get 8 B (peer idle in a barrier)", median(gets));
+        let adds: Vec<Duration> = (0..iters)
+            .map(|_| {
+                let started = Instant::now();
+                shmem.atomic_fetch_add(&word, 1, peer).unwrap();
+                started.elapsed()
+            })
+            .collect();
+        report("fetch-add u64", median(adds));
+        let puts: Vec<Duration> = (0..iters)
+            .map(|_| {
+                let started = Instant::now();
+                shmem.put(&data, &[1], peer).unwrap();
+                shmem.try_quiet().unwrap();
+                started.elapsed()
+            })
+            .collect();
+        report("put 8 B + quiet", median(puts));
+    }
+    shmem.barrier().unwrap();
+    for allocation in [data, flag, word] {
+        shmem.free(allocation).unwrap();
+    }
+    finish(shmem);
+}
