@@ -511,6 +511,8 @@ impl super::runtime::Shmem {
     /// The barrier of a root spanning several locality groups: every transport's operations
     /// complete (quiet), then a control-plane barrier (correct first; a hierarchical barrier —
     /// shared memory within a group, then across groups — can replace it).
+    #[cold]
+    #[inline(never)]
     pub(crate) fn spanning_barrier(&self, operation: &str) -> Result<()> {
         self.transport
             .quiet()
