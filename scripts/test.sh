@@ -11,11 +11,17 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+# The data-plane, runtime and lifecycle suites again with every pair of PEs on the UCX route
+# (issue 10: one machine exercises the remote path).
+HYPER_MULTICORE_SHMEM_TRANSPORT=ucx cargo test -p hyper-multicore \
+  --test data_plane --test native_runtime --test lifecycle
 # The barrier / signal / abort protocols under loom (a separate build with --cfg loom).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p hyper-multicore --lib --release loom_tests
 # The chaos suite, bounded form: every fault point on 3 and 4 PEs, a soak, bootstrap abuse.
 scripts/chaos.sh --ci
+# ... and again with every pair of PEs on the UCX route (same fault points and leak checks).
+HYPER_MULTICORE_SHMEM_TRANSPORT=ucx scripts/chaos.sh --ci
 if [ -x bench/smoke.sh ]; then
   bench/smoke.sh
 fi

@@ -51,6 +51,8 @@ use crate::stats::{time_batches, time_interleaved, Batch, Method, Summary, Timin
 
 /// The layer reported for the runtime's rows.
 const LAYER: &str = "shmem";
+/// The layer of our rows when the peer is reached through UCX (`--transport ucx`).
+const LAYER_UCX: &str = "shmem-ucx";
 /// The layer reported for same-run references.
 const REFERENCE: &str = "reference";
 
@@ -87,6 +89,10 @@ pub struct DriverArgs {
     /// Run only these groups (for profiling one pattern, e.g. under `perf record`).
     #[arg(long, value_delimiter = ',', value_enum)]
     only: Vec<Group>,
+    /// The PEs' HYPER_MULTICORE_SHMEM_TRANSPORT: `ucx` puts every pair on the UCX route (rows
+    /// of layer `shmem-ucx`, without the raw shared-memory references; no guarded job).
+    #[arg(long, value_parser = ["auto", "shm", "ucx"])]
+    transport: Option<String>,
 }
 
 /// Groups of rows, for `--only`.
@@ -153,6 +159,9 @@ pub struct PeArgs {
     /// Take the runtime from `lifecycle::acquire` and time the guarded word operations.
     #[arg(long)]
     lifecycle: bool,
+    /// The transport mode (overrides HYPER_MULTICORE_SHMEM_TRANSPORT).
+    #[arg(long)]
+    transport: Option<String>,
 }
 
 /// What a PE prints, one JSON line each.
@@ -215,6 +224,10 @@ pub fn drive(args: &DriverArgs) -> Result<()> {
     if !args.only.is_empty() {
         pe_args.extend(["--only", only.as_str()]);
     }
+    if let Some(transport) = &args.transport {
+        pe_args.extend(["--transport", transport.as_str()]);
+    }
+    let forced_ucx = args.transport.as_deref() == Some("ucx");
     let wants = |group| args.only.is_empty() || args.only.contains(&group);
     let mut report = Report::new(args.json);
     for &pes in &args.pes {
@@ -233,7 +246,7 @@ pub fn drive(args: &DriverArgs) -> Result<()> {
         if native {
             report_job(&mut report, pes, &pe_args, "data-plane job")?;
         }
-        if pes == 2 && wants(Group::Guarded) {
+        if pes == 2 && wants(Group::Guarded) && !forced_ucx {
             let mut lifecycle_args = pe_args.clone();
             lifecycle_args.push("--lifecycle");
             report_job(&mut report, pes, &lifecycle_args, "guarded job")?;
@@ -376,7 +389,8 @@ pub fn run_pe(args: &PeArgs) -> Result<()> {
     let started = Instant::now();
     let world = World::from_env().context("join the world")?;
     let joined = Instant::now();
-    let shmem = initialize_over(&world, args.heap).context("initialize the runtime")?;
+    let shmem = initialize_over(&world, args.heap, args.transport.as_deref())
+        .context("initialize the runtime")?;
     let initialized = Instant::now();
     let first = shmem
         .allocate::<u8>(MALLOC_BYTES, None)
@@ -403,10 +417,15 @@ pub fn run_pe(args: &PeArgs) -> Result<()> {
     if !args.no_pin {
         pin_main_thread(shmem.rank())?;
     }
+    let remote = shmem
+        .debug_state()
+        .transport
+        .is_some_and(|t| t.routes.iter().any(|route| route != "shm"));
     let bench = Bench {
         shmem: &shmem,
         method: method(args.quick),
         only: args.only.clone(),
+        remote,
     };
     bench
         .run()
@@ -432,6 +451,7 @@ fn run_pe_lifecycle(args: &PeArgs) -> Result<()> {
                 shmem,
                 method: method(args.quick),
                 only: Vec::new(),
+                remote: false,
             };
             bench
                 .guarded_word_ops()
@@ -445,8 +465,14 @@ fn run_pe_lifecycle(args: &PeArgs) -> Result<()> {
 }
 
 /// Initializes a runtime over every rank of `world` (collective): root rank 0 creates the
-/// unique ID and the world's control plane carries it to the others.
-fn initialize_over(world: &World, heap: u64) -> Result<Shmem> {
+/// unique ID and the world's control plane carries it to the others. `transport` overrides
+/// HYPER_MULTICORE_SHMEM_TRANSPORT.
+fn initialize_over(world: &World, heap: u64, transport: Option<&str>) -> Result<Shmem> {
+    let mut config = hyper_multicore::config::Config::from_env()?;
+    if let Some(transport) = transport {
+        config.transport =
+            hyper_multicore::config::parse_transport(transport).map_err(anyhow::Error::msg)?;
+    }
     let (bytes, listener) = if world.rank() == 0 {
         let (id, listener) = Shmem::get_unique_id(world.config())?;
         (world.control().broadcast(&id.to_bytes())?, Some(listener))
@@ -454,7 +480,8 @@ fn initialize_over(world: &World, heap: u64) -> Result<Shmem> {
         (world.control().broadcast(&[])?, None)
     };
     let id = UniqueId::from_bytes(&bytes)?;
-    Ok(Shmem::initialize(
+    Ok(Shmem::initialize_with(
+        config,
         world.rank(),
         world.size(),
         &id,
@@ -484,6 +511,9 @@ struct Bench<'a> {
     method: Method,
     /// The groups to run (all if empty).
     only: Vec<Group>,
+    /// True when some PE is on the UCX route (the same on every rank; no raw shared-memory
+    /// references then).
+    remote: bool,
 }
 
 /// The other PE of a 2-PE job.
@@ -631,6 +661,10 @@ impl<'s> Bench<'s> {
     /// The barrier of 2 PEs, interleaved with a raw cache-line round trip between them.
     fn barrier(&self) -> Result<()> {
         let shmem = self.shmem;
+        if self.remote {
+            let barrier = self.time_together(|ops| self.repeat(ops, || Ok(shmem.barrier()?)))?;
+            return self.report("barrier", LAYER, 0, barrier, None);
+        }
         let raw = [
             shmem.allocate::<u64>(1, None)?,
             shmem.allocate::<u64>(1, None)?,
@@ -678,6 +712,9 @@ impl<'s> Bench<'s> {
             );
         }
         shmem.barrier()?;
+        if self.remote {
+            return self.word_latency_remote(word);
+        }
         let theirs = shared_word(shmem, &word, PEER)?;
         let timings = self.time(vec![
             self.on_root(|ops| {
@@ -719,6 +756,37 @@ impl<'s> Bench<'s> {
         self.report("raw_store_fence", REFERENCE, WORD_BYTES, store_fence, None)?;
         self.report("put_quiet", LAYER, WORD_BYTES, put, None)?;
         self.report("raw_load", REFERENCE, WORD_BYTES, load, None)?;
+        self.report("get", LAYER, WORD_BYTES, get, None)?;
+        shmem.barrier()?;
+        Ok(shmem.free(word)?)
+    }
+
+    /// [`Bench::word_latency`] on the UCX route: put 8 B + quiet and get 8 B, no raw floor.
+    fn word_latency_remote(&self, word: Allocation<u64>) -> Result<()> {
+        let shmem = self.shmem;
+        let timings = self.time(vec![
+            self.on_root(|ops| {
+                let start = Instant::now();
+                for i in 0..ops {
+                    shmem.put(&word, &[black_box(i)], PEER)?;
+                    shmem.try_quiet()?;
+                }
+                Ok(start.elapsed())
+            }),
+            self.on_root(|ops| {
+                let mut value = [0u64];
+                let start = Instant::now();
+                for _ in 0..ops {
+                    shmem.get(&mut value, &word, PEER)?;
+                    black_box(&mut value);
+                }
+                Ok(start.elapsed())
+            }),
+        ])?;
+        let [put, get] = timings[..] else {
+            unreachable!("two batches were timed")
+        };
+        self.report("put_quiet", LAYER, WORD_BYTES, put, None)?;
         self.report("get", LAYER, WORD_BYTES, get, None)?;
         shmem.barrier()?;
         Ok(shmem.free(word)?)
@@ -815,9 +883,12 @@ impl<'s> Bench<'s> {
         // Each ping-pong counts its own round trips (both PEs alike) on its own flag.
         let mut signals = 0u64;
         let mut put_signals = 0u64;
-        let timings = self.time(vec![
-            self.raw_round_trip([&raw, &raw_pair])?,
-            self.raw_round_trip([&raw, &raw])?,
+        let mut batches = Vec::new();
+        if !self.remote {
+            batches.push(self.raw_round_trip([&raw, &raw_pair])?);
+            batches.push(self.raw_round_trip([&raw, &raw])?);
+        }
+        batches.extend([
             self.together(|ops| {
                 let start = Instant::now();
                 for _ in 0..ops {
@@ -847,7 +918,38 @@ impl<'s> Bench<'s> {
                 }
                 Ok(start.elapsed())
             }),
-        ])?;
+        ]);
+        let timings = self.time(batches)?;
+        if self.remote {
+            let [signal, put_signal] = timings[..] else {
+                unreachable!("two batches were timed")
+            };
+            self.report("pingpong_signal", LAYER, WORD_BYTES, half(signal), None)?;
+            self.report(
+                "pingpong_put_signal",
+                LAYER,
+                WORD_BYTES,
+                half(put_signal),
+                None,
+            )?;
+        } else {
+            self.report_ping_pong(&timings)?;
+        }
+        let mut last = [0u64];
+        shmem.get(&mut last, &data, shmem.rank())?;
+        ensure!(
+            last == [put_signals],
+            "put_signal delivered {last:?}, expected [{put_signals}]"
+        );
+        shmem.barrier()?;
+        for word in [data, put_flag, flag, raw_pair, raw] {
+            shmem.free(word)?;
+        }
+        Ok(())
+    }
+
+    /// The rows of [`Bench::ping_pong`] on the shared-memory route, with their references.
+    fn report_ping_pong(&self, timings: &[Timing]) -> Result<()> {
         let [round_trip, round_trip_same_offset, signal, put_signal] = timings[..] else {
             unreachable!("four batches were timed")
         };
@@ -875,18 +977,7 @@ impl<'s> Bench<'s> {
             WORD_BYTES,
             half(put_signal),
             reference,
-        )?;
-        let mut last = [0u64];
-        shmem.get(&mut last, &data, shmem.rank())?;
-        ensure!(
-            last == [put_signals],
-            "put_signal delivered {last:?}, expected [{put_signals}]"
-        );
-        shmem.barrier()?;
-        for word in [data, put_flag, flag, raw_pair, raw] {
-            shmem.free(word)?;
-        }
-        Ok(())
+        )
     }
 
     /// Remote fetch-add on the peer's word, interleaved with the raw `lock xadd` on the same
@@ -896,26 +987,34 @@ impl<'s> Bench<'s> {
         let counter = shmem.allocate::<u64>(1, None)?;
         shmem.atomic_set(&counter, 0, shmem.rank())?;
         shmem.barrier()?;
-        let theirs = shared_word(shmem, &counter, PEER)?;
+        let theirs = if self.remote {
+            None
+        } else {
+            Some(shared_word(shmem, &counter, PEER)?)
+        };
         let mut previous = None;
-        let timings = self.time(vec![
-            self.on_root(|ops| {
+        let mut batches = Vec::new();
+        if let Some(theirs) = &theirs {
+            batches.push(self.on_root(|ops| {
                 let start = Instant::now();
                 for _ in 0..ops {
                     black_box(theirs.fetch_add(1, Ordering::SeqCst));
                 }
                 Ok(start.elapsed())
-            }),
-            self.on_root(|ops| {
-                let start = Instant::now();
-                for _ in 0..ops {
-                    previous = Some(black_box(shmem.atomic_fetch_add(&counter, 1u64, PEER)?));
-                }
-                Ok(start.elapsed())
-            }),
-        ])?;
-        let [raw, fetch_add] = timings[..] else {
-            unreachable!("two batches were timed")
+            }));
+        }
+        batches.push(self.on_root(|ops| {
+            let start = Instant::now();
+            for _ in 0..ops {
+                previous = Some(black_box(shmem.atomic_fetch_add(&counter, 1u64, PEER)?));
+            }
+            Ok(start.elapsed())
+        }));
+        let timings = self.time(batches)?;
+        let (raw, fetch_add) = match timings[..] {
+            [raw, fetch_add] => (Some(raw), fetch_add),
+            [fetch_add] => (None, fetch_add),
+            _ => unreachable!("one or two batches were timed"),
         };
         if shmem.rank() == 0 {
             let now = shmem.atomic_fetch(&counter, PEER)?;
@@ -924,7 +1023,9 @@ impl<'s> Bench<'s> {
                 "fetch-add returned {previous:?} but the word now holds {now}"
             );
         }
-        self.report("raw_fetch_add", REFERENCE, WORD_BYTES, raw, None)?;
+        if let Some(raw) = raw {
+            self.report("raw_fetch_add", REFERENCE, WORD_BYTES, raw, None)?;
+        }
         self.report("fetch_add", LAYER, WORD_BYTES, fetch_add, None)?;
         shmem.barrier()?;
         Ok(shmem.free(counter)?)
@@ -1062,6 +1163,11 @@ impl<'s> Bench<'s> {
         if self.shmem.rank() != 0 {
             return Ok(());
         }
+        let layer = if layer == LAYER && self.remote {
+            LAYER_UCX
+        } else {
+            layer
+        };
         emit(&PeMessage::Timed {
             op: op.to_string(),
             layer: layer.to_string(),

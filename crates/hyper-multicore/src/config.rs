@@ -41,6 +41,8 @@ pub const LOG_LEVEL: &str = "HYPER_MULTICORE_SHMEM_LOG_LEVEL";
 /// The control plane's rendezvous secret where no private channel distributes one (torchrun):
 /// 32 hex digits, or the path of a file holding them.
 pub const SECRET: &str = "HYPER_MULTICORE_SHMEM_SECRET";
+/// How PEs reach each other's heaps: `auto`, `shm` or `ucx` (see [`TransportMode`]).
+pub const TRANSPORT: &str = "HYPER_MULTICORE_SHMEM_TRANSPORT";
 /// This process's rank in the world (set by hmrun).
 pub const RANK: &str = "HYPER_MULTICORE_RANK";
 /// Number of processes in the world (set by hmrun).
@@ -92,6 +94,14 @@ pub const VARIABLES: &[Variable] = &[
                   launching host); the Python front under torch.distributed sets it itself",
     },
     Variable {
+        name: TRANSPORT,
+        default: "auto",
+        meaning: "how PEs reach each other's heaps: auto (shared memory between the PEs of one \
+                  host, UCX across hosts), shm (shared memory only: every PE of a root must be \
+                  on one host) or ucx (every pair through UCX, also on one host: tests the \
+                  remote path on one machine); every rank of a root must use the same value",
+    },
+    Variable {
         name: RANK,
         default: "(unset: standalone or torchrun's RANK)",
         meaning: "world rank of this process; set by hmrun",
@@ -121,6 +131,42 @@ pub const VARIABLES: &[Variable] = &[
 /// Log levels accepted by [`LOG_LEVEL`].
 pub const LOG_LEVELS: &[&str] = &["off", "error", "warn", "info", "debug", "trace"];
 
+/// How PEs reach each other's heaps ([`TRANSPORT`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum TransportMode {
+    /// Shared memory between the PEs of one host, UCX across hosts.
+    #[default]
+    Auto,
+    /// Shared memory only: every PE of a root must be on one host.
+    Shm,
+    /// Every pair of PEs through UCX, also on one host (each PE its own locality group).
+    Ucx,
+}
+
+impl TransportMode {
+    /// Every mode, in the order of [`TransportMode::name`]'s values.
+    pub const ALL: [TransportMode; 3] =
+        [TransportMode::Auto, TransportMode::Shm, TransportMode::Ucx];
+
+    /// The value of [`TRANSPORT`] that selects this mode.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportMode::Auto => "auto",
+            TransportMode::Shm => "shm",
+            TransportMode::Ucx => "ucx",
+        }
+    }
+}
+
+/// Parses a value of [`TRANSPORT`] (`auto`, `shm` or `ucx`, any case).
+pub fn parse_transport(text: &str) -> std::result::Result<TransportMode, String> {
+    let wanted = text.trim().to_ascii_lowercase();
+    TransportMode::ALL
+        .into_iter()
+        .find(|mode| mode.name() == wanted)
+        .ok_or_else(|| "expected auto, shm or ucx".to_string())
+}
+
 /// The effective configuration of this process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -137,6 +183,8 @@ pub struct Config {
     /// from `MASTER_ADDR` when it names another host or a non-loopback address of this one: the
     /// address of the interface that routes to it.
     pub host_address: Option<IpAddr>,
+    /// How PEs reach each other's heaps.
+    pub transport: TransportMode,
 }
 
 impl Default for Config {
@@ -147,6 +195,7 @@ impl Default for Config {
             bootstrap_endpoint: None,
             log_level: "warn".to_string(),
             host_address: None,
+            transport: TransportMode::Auto,
         }
     }
 }
@@ -181,6 +230,10 @@ impl Config {
                 return Err(invalid_variable(LOG_LEVEL, &text, &why));
             }
             config.log_level = level;
+        }
+        if let Some(text) = lookup(TRANSPORT) {
+            config.transport =
+                parse_transport(&text).map_err(|why| invalid_variable(TRANSPORT, &text, &why))?;
         }
         if config.bootstrap_endpoint.is_none() {
             if let Some(master) = lookup("MASTER_ADDR") {
@@ -382,6 +435,24 @@ mod tests {
     fn log_levels_are_checked() {
         assert_eq!(config_with(LOG_LEVEL, "DEBUG").unwrap().log_level, "debug");
         assert!(config_with(LOG_LEVEL, "loud").is_err());
+    }
+
+    #[test]
+    fn transports_are_auto_shm_or_ucx() {
+        assert_eq!(Config::default().transport, TransportMode::Auto);
+        for (text, mode) in [
+            ("auto", TransportMode::Auto),
+            ("shm", TransportMode::Shm),
+            (" UCX ", TransportMode::Ucx),
+        ] {
+            assert_eq!(config_with(TRANSPORT, text).unwrap().transport, mode);
+        }
+        for bad in ["", "tcp", "shm,ucx", "rdma"] {
+            let err = config_with(TRANSPORT, bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+            assert!(err.to_string().contains(TRANSPORT), "{err}");
+            assert!(err.to_string().contains("auto, shm or ucx"), "{err}");
+        }
     }
 
     #[test]

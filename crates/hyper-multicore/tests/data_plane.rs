@@ -1,7 +1,10 @@
 //! The data plane and collectives of the native runtime across real processes (2, 4 and 8 PEs).
 
-use hm_testkit::{is_pe, start_runtime, Job};
-use hyper_multicore::shmem::{Comparison, ReduceOp, Shmem, SignalOp, Symmetric};
+use hm_testkit::{is_pe, start_runtime, Job, Options};
+use hyper_multicore::config::TRANSPORT;
+use hyper_multicore::shmem::{
+    Comparison, ReduceOp, Shmem, SignalOp, Symmetric, TEST_HOST_VARIABLE,
+};
 
 const HEAP: Option<u64> = Some(16 << 20);
 
@@ -275,11 +278,22 @@ fn collectives() {
         .put(&broadcast.view(0..1).unwrap(), &[42], next)
         .unwrap();
     shmem.quiet();
-    let pointer = shmem.ptr(&broadcast, next).unwrap();
-    // SAFETY: the pointer addresses a live allocation of this lifetime; the read is volatile
-    // and nothing else writes this word now.
-    let seen = unsafe { std::ptr::read_volatile(pointer.as_ptr()) };
-    assert_eq!(seen, 42);
+    let route = &shmem.debug_state().transport.expect("initialized").routes[next];
+    if route == "shm" {
+        let pointer = shmem.ptr(&broadcast, next).unwrap();
+        // SAFETY: the pointer addresses a live allocation of this lifetime; the read is volatile
+        // and nothing else writes this word now.
+        let seen = unsafe { std::ptr::read_volatile(pointer.as_ptr()) };
+        assert_eq!(seen, 42);
+    } else {
+        // Not mapped here (HYPER_MULTICORE_SHMEM_TRANSPORT=ucx): refused, and a get sees it.
+        assert!(shmem.ptr(&broadcast, next).is_err());
+        let mut seen = [0];
+        shmem
+            .get(&mut seen, &broadcast.view(0..1).unwrap(), next)
+            .unwrap();
+        assert_eq!(seen, [42]);
+    }
     shmem.barrier().unwrap();
     shmem.free(exchanged).unwrap();
     shmem.free(broadcast).unwrap();
@@ -365,6 +379,55 @@ fn freed_and_foreign_regions_are_refused() {
     finish(shmem);
 }
 
+/// A get from a PE whose main thread is busy — computing, never calling the runtime — completes:
+/// over UCX (forced here) the target's progress thread serves it. PE 1 spins (yielding) on a word
+/// of its own heap through a raw pointer until PE 0, after its get, puts the release value there.
+fn a_get_from_a_busy_peer_completes() {
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let data = shmem.allocate::<u64>(4, None).unwrap();
+    let release = shmem.allocate::<u64>(1, None).unwrap();
+    shmem.put(&data, &[7, 8, 9, 10], shmem.rank()).unwrap();
+    shmem.put(&release, &[0], shmem.rank()).unwrap();
+    shmem.barrier().unwrap();
+    if shmem.rank() == 1 {
+        let word = shmem.ptr(&release, 1).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        // SAFETY: the pointer addresses this PE's own live word; the reads are volatile and
+        // never form a reference.
+        while unsafe { std::ptr::read_volatile(word.as_ptr()) } != 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "PE 0 never released PE 1"
+            );
+            std::thread::yield_now();
+        }
+    } else {
+        let mut seen = [0u64; 4];
+        shmem.get(&mut seen, &data, 1).unwrap();
+        assert_eq!(seen, [7, 8, 9, 10]);
+        shmem.put(&release, &[1], 1).unwrap();
+        shmem.quiet();
+    }
+    shmem.barrier().unwrap();
+    shmem.free(release).unwrap();
+    shmem.free(data).unwrap();
+    finish(shmem);
+}
+
+#[test]
+fn a_get_from_a_busy_peer_completes_over_ucx() {
+    if is_pe() {
+        return a_get_from_a_busy_peer_completes();
+    }
+    Job::launch_with(
+        stringify!(a_get_from_a_busy_peer_completes_over_ucx),
+        2,
+        Options::default().env(TRANSPORT, "ucx"),
+    )
+    .wait()
+    .assert_all_succeeded();
+}
+
 macro_rules! on_pes {
     ($body:ident: $($name:ident = $pes:expr),* $(,)?) => {$(
         #[test]
@@ -384,3 +447,168 @@ on_pes!(atomics: atomics_2_pes = 2, atomics_4_pes = 4);
 on_pes!(collectives: collectives_2_pes = 2, collectives_4_pes = 4);
 on_pes!(barriers: barriers_2_pes = 2, barriers_4_pes = 4, barriers_8_pes = 8);
 on_pes!(freed_and_foreign_regions_are_refused: freed_and_foreign_regions_are_refused_2_pes = 2);
+
+/// A root spanning two simulated hosts (`HYPER_MULTICORE_TEST_HOST`: ranks 0–1 on "a", 2–3 on
+/// "b"): shared memory within each host's segment, UCX between them, barriers and the allocate
+/// argument check over the control plane. Every data-plane body runs unchanged.
+macro_rules! on_two_hosts {
+    ($body:ident: $($name:ident),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            if is_pe() {
+                return $body();
+            }
+            let mut options = Options::default();
+            for rank in 0..4 {
+                options = options.rank_env(rank, TEST_HOST_VARIABLE, if rank < 2 { "a" } else { "b" });
+            }
+            Job::launch_with(stringify!($name), 4, options)
+                .wait()
+                .assert_all_succeeded();
+        }
+    )*};
+}
+
+on_two_hosts!(puts_and_gets: puts_and_gets_across_two_hosts);
+on_two_hosts!(signals: signals_across_two_hosts);
+on_two_hosts!(atomics: atomics_across_two_hosts);
+on_two_hosts!(collectives: collectives_across_two_hosts);
+on_two_hosts!(barriers: barriers_across_two_hosts);
+on_two_hosts!(routes_follow_the_hosts: routes_follow_the_simulated_hosts);
+
+/// Each PE's routes: `shm` to the PEs of its own simulated host, `ucx` to the others (unless
+/// `HYPER_MULTICORE_SHMEM_TRANSPORT=ucx` forces every peer through UCX).
+fn routes_follow_the_hosts() {
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let forced = std::env::var(TRANSPORT).is_ok_and(|v| v == "ucx");
+    let routes = shmem.debug_state().transport.expect("initialized").routes;
+    let expected: Vec<&str> = (0..4)
+        .map(|pe| {
+            let same_host = pe / 2 == shmem.rank() / 2;
+            if pe == shmem.rank() || (same_host && !forced) {
+                "shm"
+            } else {
+                "ucx"
+            }
+        })
+        .collect();
+    assert_eq!(routes, expected);
+    finish(shmem);
+}
+
+/// Not a test of speed (nothing is asserted about time): prints the UCX route's latencies through
+/// the runtime API for docs/multinode.md — one-way signal and put_signal ping-pong, get 8 B and
+/// fetch-add, 2 PEs with every pair on UCX. Does nothing unless `HM_REPORT_ITERS` is set: run
+/// `HM_REPORT_ITERS=2000 cargo test -p hyper-multicore --test data_plane ucx_route_latency_report
+/// -- --nocapture`.
+#[test]
+fn ucx_route_latency_report() {
+    if std::env::var_os("HM_REPORT_ITERS").is_none() {
+        return;
+    }
+    if is_pe() {
+        return ucx_route_latencies();
+    }
+    let result = Job::launch_with(
+        stringify!(ucx_route_latency_report),
+        2,
+        Options::default().env(TRANSPORT, "ucx"),
+    )
+    .wait();
+    result.assert_all_succeeded();
+    for line in result.pe(0).lines_with("REPORT") {
+        println!("UCX route:{line}");
+    }
+}
+
+fn ucx_route_latencies() {
+    use std::time::{Duration, Instant};
+    let iters: usize = std::env::var("HM_REPORT_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200)
+        .max(1);
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let (rank, peer) = (shmem.rank(), 1 - shmem.rank());
+    let word = shmem.allocate::<u64>(1, None).unwrap();
+    let flag = shmem.allocate::<u64>(1, None).unwrap();
+    let data = shmem.allocate::<u64>(1, None).unwrap();
+    shmem.put(&flag, &[0], rank).unwrap();
+    shmem.barrier().unwrap();
+    let median = |mut samples: Vec<Duration>| {
+        samples.sort();
+        samples[samples.len() / 2]
+    };
+    let report = |what: &str, value: Duration| {
+        println!("REPORT {what}: median {:.1} us", value.as_secs_f64() * 1e6);
+    };
+    // Ping-pong: rank 0 signals 2k+1, rank 1 answers 2k+2; half a round trip is one way.
+    for (name, with_data) in [("signal one-way", false), ("put_signal one-way", true)] {
+        let mut rounds = Vec::with_capacity(iters);
+        shmem.put(&flag, &[0], rank).unwrap();
+        shmem.barrier().unwrap();
+        for k in 0..iters as u64 {
+            let started = Instant::now();
+            let (send, expect) = if rank == 0 {
+                (2 * k + 1, 2 * k + 2)
+            } else {
+                (2 * k + 2, 2 * k + 1)
+            };
+            if rank == 1 {
+                shmem
+                    .wait_signal(&flag, expect, Comparison::Eq, None)
+                    .unwrap();
+            }
+            if with_data {
+                shmem
+                    .put_signal(&data, &[k], &flag, send, SignalOp::Set, peer)
+                    .unwrap();
+            } else {
+                shmem.signal(&flag, send, SignalOp::Set, peer).unwrap();
+            }
+            if rank == 0 {
+                shmem
+                    .wait_signal(&flag, expect, Comparison::Eq, None)
+                    .unwrap();
+                rounds.push(started.elapsed() / 2);
+            }
+        }
+        shmem.barrier().unwrap();
+        if rank == 0 {
+            report(name, median(rounds));
+        }
+    }
+    if rank == 0 {
+        let mut value = [0u64];
+        let gets: Vec<Duration> = (0..iters)
+            .map(|_| {
+                let started = Instant::now();
+                shmem.get(&mut value, &word, peer).unwrap();
+                started.elapsed()
+            })
+            .collect();
+        report("get 8 B (peer idle in a barrier)", median(gets));
+        let adds: Vec<Duration> = (0..iters)
+            .map(|_| {
+                let started = Instant::now();
+                shmem.atomic_fetch_add(&word, 1, peer).unwrap();
+                started.elapsed()
+            })
+            .collect();
+        report("fetch-add u64", median(adds));
+        let puts: Vec<Duration> = (0..iters)
+            .map(|_| {
+                let started = Instant::now();
+                shmem.put(&data, &[1], peer).unwrap();
+                shmem.try_quiet().unwrap();
+                started.elapsed()
+            })
+            .collect();
+        report("put 8 B + quiet", median(puts));
+    }
+    shmem.barrier().unwrap();
+    for allocation in [data, flag, word] {
+        shmem.free(allocation).unwrap();
+    }
+    finish(shmem);
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use hm_testkit::{
     heap_mappings, initialize_over, is_pe, open_fds, start_runtime, thread_count, Job, Options,
 };
-use hyper_multicore::config::HEAP_SIZE;
+use hyper_multicore::config::{HEAP_SIZE, TRANSPORT};
 use hyper_multicore::shmem::{
     debug_state_inactive, runtime_state, AllocationId, Comparison, RuntimeState, Shmem,
     ShutdownError,
@@ -159,6 +159,71 @@ fn a_bad_heap_size_variable_is_named() {
         "a_bad_heap_size_variable_is_named",
         2,
         Options::default().env(HEAP_SIZE, "lots"),
+    )
+    .wait()
+    .assert_all_succeeded();
+}
+
+/// `debug_state()` names the transport mode and each peer's route: every PE is `shm` on one
+/// host (the default `auto`); with `HYPER_MULTICORE_SHMEM_TRANSPORT=ucx` every peer but itself is
+/// `ucx`, and `ptr` refuses those peers with an error saying why.
+#[test]
+fn debug_state_shows_each_peers_route() {
+    if is_pe() {
+        let (_world, shmem) = start_runtime(Some(4 << 20)).unwrap();
+        let forced = std::env::var(TRANSPORT).is_ok_and(|v| v == "ucx");
+        let state = shmem.debug_state().transport.expect("initialized");
+        assert_eq!(state.mode, if forced { "ucx" } else { "auto" });
+        let expected: Vec<&str> = (0..shmem.size())
+            .map(|pe| {
+                if forced && pe != shmem.rank() {
+                    "ucx"
+                } else {
+                    "shm"
+                }
+            })
+            .collect();
+        assert_eq!(state.routes, expected);
+        let word = shmem.allocate::<u64>(1, None).unwrap();
+        let peer = (shmem.rank() + 1) % shmem.size();
+        assert!(shmem.ptr(&word, shmem.rank()).is_ok());
+        match shmem.ptr(&word, peer) {
+            Ok(_) => assert!(!forced),
+            Err(error) => {
+                assert!(forced, "{error}");
+                assert!(
+                    error.to_string().contains("not mapped in this process"),
+                    "{error}"
+                );
+            }
+        }
+        shmem.barrier().unwrap();
+        shmem.free(word).unwrap();
+        shmem.shutdown().unwrap();
+        return;
+    }
+    Job::launch(stringify!(debug_state_shows_each_peers_route), 3)
+        .wait()
+        .assert_all_succeeded();
+}
+
+/// `HYPER_MULTICORE_SHMEM_TRANSPORT` must agree across the root: a rank that differs fails
+/// initialize on every rank, with an error naming the variable (and nothing is left behind).
+#[test]
+fn a_transport_that_differs_across_ranks_fails_on_every_rank() {
+    if is_pe() {
+        let error = start_runtime(Some(4 << 20)).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::InvalidConfig, "{error}");
+        assert!(error.to_string().contains(TRANSPORT), "{error}");
+        assert_eq!(heap_mappings(), 0);
+        return;
+    }
+    Job::launch_with(
+        stringify!(a_transport_that_differs_across_ranks_fails_on_every_rank),
+        3,
+        Options::default()
+            .rank_env(1, TRANSPORT, "shm")
+            .rank_env(2, TRANSPORT, "ucx"),
     )
     .wait()
     .assert_all_succeeded();
@@ -365,6 +430,17 @@ fn wait_while_a_peer_dies() {
             .wait_signal(&flag, 1, Comparison::Eq, Some(Duration::from_secs(60)))
             .unwrap_err(),
         "all_gather" => shmem.all_gather(&gathered, &[1]).unwrap_err(),
+        // UCX operations to the dead PE (a shared-memory get would keep reading its memory).
+        "get_loop" => {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            let mut word = [0u64];
+            loop {
+                if let Err(error) = shmem.get(&mut word, &flag, victim) {
+                    break error;
+                }
+                assert!(std::time::Instant::now() < deadline, "gets never failed");
+            }
+        }
         other => panic!("unknown wait {other}"),
     };
     report("ERROR", &error);
@@ -424,7 +500,13 @@ fn overlaps_shared_memory_sees_every_live_heap_mapping() {
             local.len()
         ));
         let buffer = shmem.allocate::<u64>(16, None).unwrap();
-        for pe in 0..shmem.size() {
+        // Every copy mapped here: all PEs' on one host, only this PE's own when every pair
+        // goes through UCX (HYPER_MULTICORE_SHMEM_TRANSPORT=ucx).
+        let mapped: Vec<usize> = (0..shmem.size())
+            .filter(|&pe| shmem.ptr(&buffer, pe).is_ok())
+            .collect();
+        assert!(mapped.contains(&shmem.rank()), "{mapped:?}");
+        for pe in mapped {
             let address = shmem.ptr(&buffer, pe).unwrap().as_ptr() as usize;
             assert!(overlaps_shared_memory(address, 8), "PE {pe}'s copy");
             // A range that only touches the allocation's last byte, and one just ending before it.
@@ -432,7 +514,7 @@ fn overlaps_shared_memory_sees_every_live_heap_mapping() {
             assert!(overlaps_shared_memory(address - 8, 9));
             assert!(!overlaps_shared_memory(address, 0));
         }
-        let address = shmem.ptr(&buffer, 0).unwrap().as_ptr() as usize;
+        let address = shmem.ptr(&buffer, shmem.rank()).unwrap().as_ptr() as usize;
         assert!(buffer.len() == 16);
         shmem.free(buffer).unwrap();
         let keepalive = shmem.mapping_keepalive();
@@ -449,9 +531,40 @@ fn overlaps_shared_memory_sees_every_live_heap_mapping() {
         println!("OVERLAPS OK");
         return;
     }
-    let result = Job::launch("overlaps_shared_memory_sees_every_live_heap_mapping", 2).wait();
+    let result = Job::launch(
+        stringify!(overlaps_shared_memory_sees_every_live_heap_mapping),
+        2,
+    )
+    .wait();
     result.assert_all_succeeded();
     for pe in &result.pes {
         assert_eq!(pe.lines_with("OVERLAPS "), ["OK"], "{}", result.describe());
     }
+}
+
+/// The same kills with every pair of PEs on the UCX route (`HYPER_MULTICORE_SHMEM_TRANSPORT=ucx`):
+/// a wait on a signal or barrier, and UCX gets from the dead PE, end with peer lost naming it.
+macro_rules! kill_during_ucx {
+    ($($name:ident: $wait:literal on $pes:literal killing $victim:literal),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            if is_pe() {
+                return wait_while_a_peer_dies();
+            }
+            let options = Options::default()
+                .env(TRANSPORT, "ucx")
+                .env("HM_TEST_VICTIM", $victim)
+                .env("HM_TEST_WAIT", $wait);
+            let result = Job::launch_with(stringify!($name), $pes, options).wait();
+            for pe in result.pes.iter().filter(|p| p.rank != $victim) {
+                assert!(pe.status.success(), "{}", result.describe());
+            }
+        }
+    )*};
+}
+
+kill_during_ucx! {
+    killing_a_pe_during_a_ucx_wait_signal_fails_the_waiters: "wait_signal" on 3 killing 1,
+    killing_a_pe_during_a_ucx_barrier_fails_the_others: "barrier" on 3 killing 2,
+    killing_a_pe_during_ucx_gets_from_it_fails_the_getters: "get_loop" on 3 killing 0,
 }

@@ -822,9 +822,9 @@ fn check_restart(
         )));
     }
     // The new layout (the targets allocated in order into a fresh heap) and whether the new
-    // heap fits this host for every PE: checked now, while a failure is still retryable.
+    // heap fits this host for every PE on it: checked now, while a failure is still retryable.
     let targets: Vec<AllocationSpec> = replacements.iter().map(|r| r.target.clone()).collect();
-    Shmem::plan_heap(shmem.size(), heap_size, &targets)
+    Shmem::plan_heap(shmem.local_pes(), heap_size, &targets)
         .map_err(|e| invalid(e.message().to_string()))?;
     Ok(PreflightValue {
         hook,

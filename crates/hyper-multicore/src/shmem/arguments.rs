@@ -53,14 +53,19 @@ impl Shmem {
         heap.checks += 1;
         let slot = (heap.checks % 2) as usize;
         let stamped = call.encode(heap.checks);
-        self.segment
-            .pe_words(self.rank)
-            .arguments
-            .publish(slot, stamped);
-        self.data_barrier(operation)?;
-        let all: Vec<[u64; 4]> = (0..self.size)
-            .map(|pe| self.segment.pe_words(pe).arguments.read(slot))
-            .collect();
+        let all: Vec<[u64; 4]> = if self.transport.single_group() {
+            self.transport
+                .own_pe_words()
+                .arguments
+                .publish(slot, stamped);
+            self.data_barrier(operation)?;
+            (0..self.size)
+                .map(|pe| self.segment.pe_words(pe).arguments.read(slot))
+                .collect()
+        } else {
+            // The argument slots are not shared by every rank: over the control plane.
+            self.gather_call_words(operation, stamped)?
+        };
         if all.iter().all(|words| *words == stamped) {
             return Ok(());
         }

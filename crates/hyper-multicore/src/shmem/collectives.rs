@@ -65,6 +65,9 @@ impl Shmem {
     }
 
     pub(crate) fn data_barrier(&self, operation: &str) -> Result<()> {
+        if !self.transport.single_group() {
+            return self.spanning_barrier(operation);
+        }
         self.quiet();
         let started = Instant::now();
         let policy = WaitPolicy {

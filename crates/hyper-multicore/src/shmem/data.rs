@@ -1,16 +1,18 @@
 //! The data plane: put/get (and their non-blocking forms), quiet and fence, signals and
 //! signal waits, atomics on 32/64-bit integers, and direct pointers to peers' copies.
 //!
-//! All PEs of a root are on one host, so every operation is a copy or an atomic instruction on
-//! the shared mapping — no thread or syscall is involved unless a waiter must sleep.
+//! Every operation goes through the transport layer (`super::transport`), which routes it per
+//! peer: for a PE whose heap is mapped here it is a copy or an atomic instruction on the shared
+//! mapping — no thread or syscall is involved unless a waiter must sleep.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::allocation::{Element, Region, Symmetric};
 use super::runtime::Shmem;
 use super::sync::{self, WaitError, WaitPolicy};
+use super::transport::{Rmw, Width};
 use crate::error::{Error, ErrorKind, Result};
 
 /// How a signal updates its word.
@@ -82,18 +84,8 @@ macro_rules! atomic_words {
 }
 atomic_words!(u32 => u32, i32 => u32, u64 => u64, i64 => u64);
 
-/// The read-modify-write operations on one word.
-#[derive(Clone, Copy)]
-enum Rmw {
-    Load,
-    Store(u64),
-    Swap(u64),
-    CompareSwap { expected: u64, desired: u64 },
-    Add(u64),
-}
-
 impl Shmem {
-    /// The absolute offset in the segment of `region` on PE `pe`, after checking both.
+    /// The offset of `region` in PE `pe`'s heap, after checking both.
     fn locate(&self, operation: &str, region: Region, pe: usize) -> Result<usize> {
         self.check_region(operation, region)?;
         if pe >= self.size {
@@ -103,7 +95,7 @@ impl Shmem {
                 format!("PE {pe} is out of range for a root of {} PEs", self.size),
             ));
         }
-        Ok(self.segment.layout().heap_offset(pe) + region.heap_offset as usize)
+        Ok(region.heap_offset as usize)
     }
 
     fn check_bytes(&self, operation: &str, region: Region, local_bytes: usize) -> Result<()> {
@@ -155,16 +147,14 @@ impl Shmem {
     pub fn put_bytes(&self, target: Region, source: &[u8], pe: usize) -> Result<()> {
         self.check_bytes("put", target, source.len())?;
         let offset = self.locate("put", target, pe)?;
-        self.segment.mapping().write(offset, source);
-        Ok(())
+        self.transport.put(pe, offset, source)
     }
 
     /// [`Shmem::get`] of raw bytes out of a [`Region`].
     pub fn get_bytes(&self, target: &mut [u8], source: Region, pe: usize) -> Result<()> {
         self.check_bytes("get", source, target.len())?;
         let offset = self.locate("get", source, pe)?;
-        self.segment.mapping().read(offset, target);
-        Ok(())
+        self.transport.get(pe, offset, target)
     }
 
     /// Copies `source` into PE `pe`'s copy of `target` (lengths must match).
@@ -178,8 +168,7 @@ impl Shmem {
         let bytes: &[u8] = bytemuck::cast_slice(source);
         self.check_bytes("put", region, bytes.len())?;
         let offset = self.locate("put", region, pe)?;
-        self.segment.mapping().write(offset, bytes);
-        Ok(())
+        self.transport.put(pe, offset, bytes)
     }
 
     /// Copies PE `pe`'s copy of `source` into `target` (lengths must match).
@@ -193,8 +182,7 @@ impl Shmem {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(target);
         self.check_bytes("get", region, bytes.len())?;
         let offset = self.locate("get", region, pe)?;
-        self.segment.mapping().read(offset, bytes);
-        Ok(())
+        self.transport.get(pe, offset, bytes)
     }
 
     /// Non-blocking put: may return before the data is visible; [`Shmem::quiet`] completes it.
@@ -204,7 +192,11 @@ impl Shmem {
         source: &[T],
         pe: usize,
     ) -> Result<()> {
-        self.put(target, source, pe)
+        let region = target.region();
+        let bytes: &[u8] = bytemuck::cast_slice(source);
+        self.check_bytes("put_nbi", region, bytes.len())?;
+        let offset = self.locate("put_nbi", region, pe)?;
+        self.transport.put_nbi(pe, offset, bytes)
     }
 
     /// Non-blocking get: `target` is only valid after [`Shmem::quiet`].
@@ -214,17 +206,45 @@ impl Shmem {
         source: &impl Symmetric<T>,
         pe: usize,
     ) -> Result<()> {
-        self.get(target, source, pe)
+        let region = source.region();
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(target);
+        self.check_bytes("get_nbi", region, bytes.len())?;
+        let offset = self.locate("get_nbi", region, pe)?;
+        self.transport.get_nbi(pe, offset, bytes)
     }
 
-    /// Completes every outstanding operation of this PE (puts visible to everyone).
+    /// Completes every outstanding operation of this PE (puts visible to everyone). A transport
+    /// failure (a lost peer) surfaces at the next operation or wait; [`Shmem::try_quiet`]
+    /// reports it here.
     pub fn quiet(&self) {
-        fence(Ordering::SeqCst);
+        let _ = self.transport.quiet();
+    }
+
+    /// [`Shmem::quiet`] that reports a transport failure (a peer lost with operations to it
+    /// outstanding).
+    pub fn try_quiet(&self) -> Result<()> {
+        self.transport.quiet().map_err(|e| e.on_rank(self.rank))
     }
 
     /// Orders this PE's earlier puts before its later ones, per target PE.
     pub fn fence(&self) {
-        fence(Ordering::Release);
+        let _ = self.transport.fence();
+    }
+
+    /// Fails unless `target` is exactly one `W`.
+    fn check_word<W: AtomicWord>(&self, operation: &str, target: Region) -> Result<()> {
+        if target.bytes as usize == std::mem::size_of::<W>() {
+            return Ok(());
+        }
+        Err(self.error(
+            ErrorKind::InvalidArgument,
+            operation,
+            format!(
+                "the target must be exactly one {}-byte word, got {} bytes; pass a one-element view",
+                std::mem::size_of::<W>(),
+                target.bytes
+            ),
+        ))
     }
 
     /// Performs `rmw` on the one-element `target` at PE `pe`; returns the previous value.
@@ -235,56 +255,10 @@ impl Shmem {
         pe: usize,
         rmw: Rmw,
     ) -> Result<W> {
-        if target.bytes as usize != std::mem::size_of::<W>() {
-            return Err(self.error(
-                ErrorKind::InvalidArgument,
-                operation,
-                format!(
-                    "the target must be exactly one {}-byte word, got {} bytes; pass a one-element view",
-                    std::mem::size_of::<W>(),
-                    target.bytes
-                ),
-            ));
-        }
+        self.check_word::<W>(operation, target)?;
         let offset = self.locate(operation, target, pe)?;
-        let mapping = self.segment.mapping();
-        let order = Ordering::SeqCst;
-        let previous = if std::mem::size_of::<W>() == 4 {
-            let word: &AtomicU32 = mapping.words(offset);
-            u64::from(match rmw {
-                Rmw::Load => word.load(order),
-                Rmw::Store(v) => {
-                    word.store(v as u32, order);
-                    0
-                }
-                Rmw::Swap(v) => word.swap(v as u32, order),
-                Rmw::CompareSwap { expected, desired } => {
-                    match word.compare_exchange(expected as u32, desired as u32, order, order) {
-                        Ok(previous) | Err(previous) => previous,
-                    }
-                }
-                Rmw::Add(v) => word.fetch_add(v as u32, order),
-            })
-        } else {
-            let word: &AtomicU64 = mapping.words(offset);
-            match rmw {
-                Rmw::Load => word.load(order),
-                Rmw::Store(v) => {
-                    word.store(v, order);
-                    0
-                }
-                Rmw::Swap(v) => word.swap(v, order),
-                Rmw::CompareSwap { expected, desired } => {
-                    match word.compare_exchange(expected, desired, order, order) {
-                        Ok(previous) | Err(previous) => previous,
-                    }
-                }
-                Rmw::Add(v) => word.fetch_add(v, order),
-            }
-        };
-        if !matches!(rmw, Rmw::Load) {
-            sync::ring(&self.segment.pe_words(pe).doorbell);
-        }
+        let width = Width::of_bytes(std::mem::size_of::<W>());
+        let previous = self.transport.atomic(pe, offset, width, rmw)?;
         Ok(W::from_bits(previous))
     }
 
@@ -374,11 +348,14 @@ impl Shmem {
         op: SignalOp,
         pe: usize,
     ) -> Result<()> {
-        let rmw = match op {
-            SignalOp::Set => Rmw::Store(value.to_bits()),
-            SignalOp::Add => Rmw::Add(value.to_bits()),
-        };
-        self.rmw::<W>("signal", signal.region(), pe, rmw).map(drop)
+        const OP: &str = "signal";
+        let region = signal.region();
+        self.check_word::<W>(OP, region)?;
+        let offset = self.locate(OP, region, pe)?;
+        let width = Width::of_bytes(std::mem::size_of::<W>());
+        let add = op == SignalOp::Add;
+        self.transport
+            .signal(pe, offset, width, add, value.to_bits())
     }
 
     /// Puts `source` into PE `pe`'s `target`, then signals: a waiter that sees the signal sees
@@ -439,10 +416,11 @@ impl Shmem {
             return Ok(seen);
         }
         let offset = self.locate(OP, region, self.rank)?;
-        let mapping = self.segment.mapping();
-        // The word is located and checked once, not on every spin of the wait.
-        let narrow = (std::mem::size_of::<W>() == 4).then(|| mapping.words::<AtomicU32>(offset));
-        let wide = (std::mem::size_of::<W>() == 8).then(|| mapping.words::<AtomicU64>(offset));
+        // The word is located and checked once, not on every spin of the wait. It is in this
+        // PE's own heap, which every transport keeps mapped here.
+        let transport = &self.transport;
+        let narrow = (std::mem::size_of::<W>() == 4).then(|| transport.own_word32(offset));
+        let wide = (std::mem::size_of::<W>() == 8).then(|| transport.own_word64(offset));
         let load = || -> W {
             match (narrow, wide) {
                 (Some(word), _) => W::from_bits(u64::from(word.load(Ordering::SeqCst))),
@@ -455,15 +433,13 @@ impl Shmem {
             spin: self.spin,
             deadline: deadline(started),
         };
-        let control = self.segment.control();
-        let bell = &self.segment.pe_words(self.rank).doorbell;
         let outcome = sync::wait_until(
             || {
                 seen = load();
                 comparison.holds(seen, value)
             },
-            bell,
-            &control.abort,
+            transport.own_doorbell(),
+            transport.abort_word(),
             &policy,
         );
         self.wait_outcome(OP, outcome, started, || {
@@ -513,14 +489,25 @@ impl Shmem {
         }
     }
 
-    /// A direct pointer to PE `pe`'s copy of `target` (every PE of a root is on this host).
+    /// A direct pointer to PE `pe`'s copy of `target`, where that copy is mapped in this
+    /// process (PEs sharing this host's segment); other PEs are refused with an error.
     ///
     /// Reading or writing through it is `unsafe`: other processes may change the memory at any
     /// time, so never turn it into a reference; the pointer is valid until this runtime is shut
     /// down or dropped.
     pub fn ptr<T: Element>(&self, target: &impl Symmetric<T>, pe: usize) -> Result<NonNull<T>> {
         let offset = self.locate("ptr", target.region(), pe)?;
-        Ok(NonNull::new(self.segment.mapping().address(offset).cast())
-            .expect("mapping is non-null"))
+        match self.transport.local_ptr(pe, offset) {
+            Some(pointer) => Ok(pointer.cast()),
+            None => Err(self.error(
+                ErrorKind::InvalidArgument,
+                "ptr",
+                format!(
+                    "PE {pe}'s heap is not mapped in this process (it is reached through {}); \
+                     use put/get/atomics for it, or ptr only for PEs on this host",
+                    self.transport.routes()[pe].name()
+                ),
+            )),
+        }
     }
 }

@@ -15,7 +15,6 @@ impl Shmem {
             usage.allocated_bytes + usage.free_bytes,
             heap.allocator.capacity()
         );
-        let own_heap = self.segment.layout().heap_offset(self.rank);
         DebugState {
             state: RuntimeState::Ready,
             root_rank: Some(self.rank),
@@ -34,12 +33,15 @@ impl Shmem {
                 .values()
                 .map(|r| AllocationSummary {
                     id: r.id.index,
-                    base_address: self.segment.mapping().address(own_heap + r.offset as usize)
-                        as usize,
+                    base_address: self
+                        .transport
+                        .local_ptr(self.rank, r.offset as usize)
+                        .map_or(0, |p| p.as_ptr() as usize),
                     bytes: r.bytes,
                 })
                 .collect(),
             latest_failure: process::latest_failure(),
+            transport: Some(self.transport.state()),
         }
     }
 }
@@ -115,6 +117,8 @@ pub struct DebugState {
     pub allocations: Vec<AllocationSummary>,
     /// The latest failure of a runtime operation in this process.
     pub latest_failure: Option<FailureRecord>,
+    /// The transport mode and each peer's route (None when not initialized).
+    pub transport: Option<super::TransportState>,
 }
 
 /// A snapshot when no runtime is active (state, configuration and the latest failure).
@@ -130,5 +134,6 @@ pub fn debug_state_inactive() -> DebugState {
         heap: None,
         allocations: Vec::new(),
         latest_failure: process::latest_failure(),
+        transport: None,
     }
 }

@@ -13,12 +13,12 @@ use serde::{Deserialize, Serialize};
 use super::allocation::AllocationSpec;
 use super::allocator::Allocator;
 use super::converge::converge;
-use super::handoff;
 use super::liveness::Liveness;
 use super::process;
 use super::runtime::{Heap, Shmem, DEFAULT_ALIGNMENT};
-use super::segment::{Layout, Segment, MAX_ALIGNMENT};
+use super::segment::{Layout, MAX_ALIGNMENT};
 use super::sync;
+use super::transport::{self, Locality, Transports};
 use crate::config::Config;
 use crate::control::{BootstrapListener, ControlPlane, UniqueId};
 use crate::error::{Error, ErrorKind, Result};
@@ -27,7 +27,11 @@ use crate::error::{Error, ErrorKind, Result};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Introduction {
     heap_size: u64,
+    /// A fresh runtime generation; root rank 0's is the root's.
+    generation: u64,
     host: String,
+    /// `HYPER_MULTICORE_SHMEM_TRANSPORT` on this rank (must agree).
+    transport: crate::config::TransportMode,
     uid: u32,
     pid: u32,
 }
@@ -92,13 +96,24 @@ impl Shmem {
                 watch,
             )?;
             phase = "introduction";
-            let introductions = converge(&plane, "initialize", introduce(heap_size))?;
-            let layout = check_introductions(&introductions, rank)?;
-            phase = "segment";
+            let introductions =
+                converge(&plane, "initialize", introduce(heap_size, config.transport))?;
+            let locality = check_introductions(&introductions, rank)?;
+            phase = "transport";
             let pids: Vec<u32> = introductions.iter().map(|i| i.pid).collect();
-            let segment = share_segment(&plane, unique_id, layout, &pids, config.timeout)?;
+            let transport = Transports::start(&transport::Start {
+                mode: config.transport,
+                plane: &plane,
+                secret: unique_id.secret(),
+                locality: &locality,
+                pids: &pids,
+                generation: introductions[0].generation,
+                heap_size,
+                deadline: Instant::now() + config.timeout,
+                shm: None,
+            })?;
             Ok(Shmem::assemble(
-                config, rank, size, heap_size, plane, segment,
+                config, rank, size, heap_size, plane, transport,
             ))
         })();
         match result {
@@ -117,9 +132,9 @@ impl Shmem {
         size: usize,
         heap_size: u64,
         plane: ControlPlane,
-        segment: Segment,
+        transport: Transports,
     ) -> Shmem {
-        let segment = Arc::new(segment);
+        let segment = Arc::clone(transport.segment());
         let watched = Arc::clone(&segment);
         plane.on_break(move |_, peer, _| {
             let lost = peer.unwrap_or(size) as u32;
@@ -129,7 +144,7 @@ impl Shmem {
         Shmem {
             rank,
             size,
-            spin: sync::WaitPolicy::new(size, Instant::now()).spin,
+            spin: sync::WaitPolicy::new(transport.local_pes(), Instant::now()).spin,
             heap: Mutex::new(Heap {
                 allocator: Allocator::new(heap_size),
                 records: BTreeMap::new(),
@@ -141,6 +156,7 @@ impl Shmem {
             heap_size,
             plane,
             segment,
+            transport,
         }
     }
 
@@ -182,25 +198,19 @@ impl Shmem {
     }
 }
 
-fn introduce(heap_size: u64) -> Result<Introduction> {
-    let host = host_identity();
+fn introduce(heap_size: u64, transport: crate::config::TransportMode) -> Result<Introduction> {
     Ok(Introduction {
+        transport,
         heap_size,
-        host,
+        generation: fresh_generation()?,
+        host: transport::host_identity(),
         uid: rustix::process::getuid().as_raw(),
         pid: std::process::id(),
     })
 }
 
-/// This host's identity: its boot ID (distinct per machine and boot) and name.
-fn host_identity() -> String {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let name = rustix::system::uname();
-    format!("{}@{}", name.nodename().to_string_lossy(), boot.trim())
-}
-
 /// The checks every rank makes on the same introductions, so all reach the same verdict.
-fn check_introductions(all: &[Introduction], rank: usize) -> Result<Layout> {
+fn check_introductions(all: &[Introduction], rank: usize) -> Result<Locality> {
     const OP: &str = "initialize";
     let fail = |kind, message: String| Error::new(kind, OP, message).on_rank(rank);
     let sizes: Vec<u64> = all.iter().map(|i| i.heap_size).collect();
@@ -221,26 +231,47 @@ fn check_introductions(all: &[Introduction], rank: usize) -> Result<Layout> {
             "the heap size must be positive".into(),
         ));
     }
+    let modes: Vec<&str> = all.iter().map(|i| i.transport.name()).collect();
+    if modes.iter().any(|m| *m != modes[0]) {
+        return Err(fail(
+            ErrorKind::InvalidConfig,
+            format!(
+                "{} differs across root ranks ({}); set the same value on every rank",
+                crate::config::TRANSPORT,
+                group_by_value(&modes)
+            ),
+        ));
+    }
     let hosts: Vec<&str> = all.iter().map(|i| i.host.as_str()).collect();
-    if hosts.iter().any(|h| *h != hosts[0]) {
+    if all[0].transport == crate::config::TransportMode::Shm && hosts.iter().any(|h| *h != hosts[0])
+    {
         return Err(fail(
             ErrorKind::Unsupported,
             format!(
-                "multi-node is not supported yet: the root spans several hosts ({}); run every \
-                 PE of a root on one host",
+                "{}=shm, but the root spans several hosts ({}); run every PE of a root on one \
+                 host, or use auto (the default) to reach other hosts through UCX",
+                crate::config::TRANSPORT,
                 group_by_value(&hosts)
             ),
         ));
     }
-    if all.iter().any(|i| i.uid != all[0].uid) {
+    let locality = Locality::new(all[0].transport, &hosts);
+    if all
+        .iter()
+        .enumerate()
+        .any(|(pe, i)| i.uid != all[locality.members_of(pe)[0]].uid)
+    {
         return Err(fail(
             ErrorKind::Unsupported,
             "the PEs of a root run as different users; the heap is only shared between \
-             processes of one user"
+             processes of one user (on one host)"
                 .into(),
         ));
     }
-    heap_fits(all.len(), sizes[0], OP).map_err(|e| e.on_rank(rank))
+    let largest_group = locality.groups.iter().map(Vec::len).max().unwrap_or(1);
+    Layout::new(largest_group, sizes[0]).map_err(|e| e.on_rank(rank))?;
+    heap_fits(locality.local_pes(rank), sizes[0], OP).map_err(|e| e.on_rank(rank))?;
+    Ok(locality)
 }
 
 /// The segment layout for `pes` heaps of `heap_size` bytes on this host, or an error if it does
@@ -286,60 +317,6 @@ fn group_by_value<T: PartialEq + std::fmt::Display>(values: &[T]) -> String {
         .map(|(v, ranks)| format!("root ranks {ranks:?}: {v}"))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// Root rank 0 creates the segment and hands it to every PE; each maps and checks it.
-fn share_segment(
-    plane: &ControlPlane,
-    id: &UniqueId,
-    layout: Layout,
-    pids: &[u32],
-    timeout: std::time::Duration,
-) -> Result<Segment> {
-    const OP: &str = "initialize";
-    let rank = plane.rank();
-    let deadline = Instant::now() + timeout;
-    let created = if rank == 0 {
-        let generation = fresh_generation()?;
-        Segment::create(layout, generation).and_then(|(segment, fd)| {
-            let listener =
-                handoff::HandoffListener::bind(&handoff::socket_name(id.secret(), generation))?;
-            Ok((generation, Some((segment, fd, listener))))
-        })
-    } else {
-        Ok((0, None))
-    };
-    let (local_created, root_parts) = match created {
-        Ok((generation, parts)) => (Ok(generation), parts),
-        Err(error) => (Err(error.on_rank(rank)), None),
-    };
-    let generations = converge(plane, OP, local_created)?;
-    let generation = generations[0];
-    let attached = match root_parts {
-        Some((segment, fd, listener)) => {
-            let still_alive = || plane.broken().map_or(Ok(()), Err);
-            listener
-                .serve(
-                    std::os::fd::AsFd::as_fd(&fd),
-                    &pids[1..],
-                    deadline,
-                    still_alive,
-                )
-                .map(|()| segment)
-        }
-        None => handoff::receive(
-            &handoff::socket_name(id.secret(), generation),
-            pids[0],
-            deadline,
-        )
-        .and_then(|fd| Segment::attach(&fd, layout, generation)),
-    };
-    let (local, segment) = match attached {
-        Ok(segment) => (Ok(()), Some(segment)),
-        Err(error) => (Err(error.on_rank(rank)), None),
-    };
-    converge(plane, OP, local)?;
-    Ok(segment.expect("every rank attached"))
 }
 
 fn fresh_generation() -> Result<u64> {

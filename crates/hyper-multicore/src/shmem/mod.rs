@@ -47,6 +47,7 @@ mod registry;
 mod runtime;
 mod segment;
 pub(crate) mod sync;
+mod transport;
 
 pub use allocation::{
     Allocation, AllocationId, AllocationRecord, AllocationSpec, Dtype, Element, Region, Symmetric,
@@ -75,3 +76,4 @@ pub fn overlaps_shared_memory(address: usize, len: usize) -> bool {
 
 pub use debug::{debug_state_inactive, AllocationSummary, DebugState, EffectiveConfig, HeapUsage};
 pub use runtime::{Shmem, ShutdownError, DEFAULT_ALIGNMENT};
+pub use transport::{TransportState, TEST_HOST_VARIABLE};

@@ -13,6 +13,7 @@ use super::allocator::Allocator;
 use super::liveness::Liveness;
 use super::process;
 use super::segment::Segment;
+use super::transport::Transports;
 use crate::config::Config;
 use crate::control::ControlPlane;
 use crate::error::{Error, ErrorKind, Result};
@@ -33,6 +34,7 @@ pub struct Shmem {
     pub(crate) heap_size: u64,
     pub(crate) plane: ControlPlane,
     pub(crate) segment: Arc<Segment>,
+    pub(crate) transport: Transports,
     pub(crate) heap: Mutex<Heap>,
     /// The live allocations' spans, checked by every data-plane call without a lock.
     pub(crate) live: Liveness,
@@ -91,6 +93,12 @@ impl Shmem {
     /// The number of PEs in the root.
     pub fn size(&self) -> usize {
         self.size
+    }
+
+    /// The number of PEs of this root that share this process's heap segment (its host, unless
+    /// `HYPER_MULTICORE_SHMEM_TRANSPORT=ucx` puts every PE alone).
+    pub fn local_pes(&self) -> usize {
+        self.transport.local_pes()
     }
 
     /// Heap bytes per PE.

@@ -125,6 +125,7 @@ impl SharedMapping {
     }
 
     /// The address of byte `offset` (for `ptr()` and diagnostics; no access is made).
+    #[inline]
     pub(crate) fn address(&self, offset: usize) -> *mut u8 {
         assert!(
             offset <= self.len,
@@ -134,6 +135,7 @@ impl SharedMapping {
         self.base.as_ptr().wrapping_add(offset)
     }
 
+    #[inline]
     fn check(&self, offset: usize, len: usize) {
         let end = offset.checked_add(len).expect("range overflows");
         assert!(
@@ -144,6 +146,7 @@ impl SharedMapping {
     }
 
     /// Copies `source` into the mapping at `offset`.
+    #[inline]
     pub(crate) fn write(&self, offset: usize, source: &[u8]) {
         self.check(offset, source.len());
         // SAFETY: in bounds (checked); `source` is ordinary memory of this process and cannot
@@ -155,6 +158,7 @@ impl SharedMapping {
     }
 
     /// Copies bytes at `offset` out of the mapping into `destination`.
+    #[inline]
     pub(crate) fn read(&self, offset: usize, destination: &mut [u8]) {
         self.check(offset, destination.len());
         // SAFETY: in bounds (checked); see `write` and the module contract.

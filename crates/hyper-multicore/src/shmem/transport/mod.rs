@@ -1,0 +1,600 @@
+//! The transport layer: how this PE reaches every peer's heap.
+//!
+//! Every transport is a sibling behind one trait, [`Transport`], with one start-up and teardown
+//! interface (Sandia OpenSHMEM's init/startup/fini, STYLE.md items 5–6):
+//!
+//! ```text
+//! prepare (local setup) → publish (bytes for peers) → exchange (control plane) → attach → agree
+//! teardown: Drop (local only, never collective)
+//! ```
+//!
+//! and the same operations: put/get (blocking and non-blocking), atomics on 32/64-bit words,
+//! signal set/add (which wakes the target's waiter), fence, quiet and `local_ptr`.
+//!
+//! Each peer has a [`Route`], computed once at initialize and held in the route table of
+//! [`Transports`]: `Shm` for PEs whose heap is in this process's segment (the route carries the
+//! heap's offset in the mapping, so the fast path is one load and a match, no allocation and no
+//! dynamic dispatch), `Ucx` otherwise.
+//!
+//! ```ignore
+//! let transports = transport::start(&start)?;          // collective, at initialize
+//! transports.put(pe, offset_in_heap, &bytes)?;         // match on routes[pe]
+//! ```
+
+mod shm;
+#[cfg(all(feature = "ucx", not(loom)))]
+mod ucx;
+#[cfg(not(all(feature = "ucx", not(loom))))]
+#[path = "ucx_absent.rs"]
+mod ucx;
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::converge::converge;
+use super::segment::Segment;
+use super::sync::{AbortWord, Doorbell};
+use crate::config::TransportMode;
+use crate::control::ControlPlane;
+use crate::error::{Error, ErrorKind, Result};
+
+pub(crate) use shm::{ShmPeer, ShmTransport};
+pub(crate) use ucx::{UcxPeer, UcxTransport};
+
+/// The read-modify-write operations on one word (the bits of the value, zero-extended).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rmw {
+    /// Read.
+    Load,
+    /// Store the value.
+    Store(u64),
+    /// Store the value, return the previous one.
+    Swap(u64),
+    /// Store `desired` if the word is `expected`; return the previous value.
+    CompareSwap {
+        /// The value the word must hold.
+        expected: u64,
+        /// The value stored then.
+        desired: u64,
+    },
+    /// Add (wrapping), return the previous value.
+    Add(u64),
+}
+
+/// The width of an atomic word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Width {
+    /// 32 bits.
+    W32,
+    /// 64 bits.
+    W64,
+}
+
+impl Width {
+    /// The width of a `bytes`-byte word (4 or 8).
+    pub(crate) fn of_bytes(bytes: usize) -> Width {
+        if bytes == 4 {
+            Width::W32
+        } else {
+            Width::W64
+        }
+    }
+}
+
+/// The transport layer of an initialized runtime, as [`super::DebugState`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TransportState {
+    /// `HYPER_MULTICORE_SHMEM_TRANSPORT` in force: `auto`, `shm` or `ucx`.
+    pub mode: String,
+    /// How this PE reaches each root rank (itself included), in rank order: `shm` (its heap is
+    /// mapped here) or `ucx`.
+    pub routes: Vec<String>,
+}
+
+/// How a peer is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// Its heap is mapped here, at this offset of this process's segment.
+    Shm(ShmPeer),
+    /// Through UCX.
+    Ucx(UcxPeer),
+}
+
+impl Route {
+    /// The route's name, as `debug_state()` shows it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Route::Shm(_) => "shm",
+            Route::Ucx(_) => "ucx",
+        }
+    }
+}
+
+/// Test-only: a simulated host name replacing this process's host identity, so one machine
+/// can run a root spanning "hosts" (shared memory within each, UCX between them). Read only by
+/// builds with the `fault-injection` cargo feature (the test harness).
+pub const TEST_HOST_VARIABLE: &str = "HYPER_MULTICORE_TEST_HOST";
+
+/// This host's identity: its name, boot ID (distinct per machine and boot) and network
+/// namespace (the segment hand-off's abstract Unix socket is per network namespace, so PEs in
+/// different ones cannot share a segment).
+pub(crate) fn host_identity() -> String {
+    #[cfg(feature = "fault-injection")]
+    if let Ok(simulated) = std::env::var(TEST_HOST_VARIABLE) {
+        return format!("simulated host {simulated}");
+    }
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let name = rustix::system::uname();
+    let network = std::fs::read_link("/proc/self/ns/net").unwrap_or_default();
+    format!(
+        "{}@{}/{}",
+        name.nodename().to_string_lossy(),
+        boot.trim(),
+        network.display()
+    )
+}
+
+/// Which PEs share a segment: the locality groups of a root, identical on every rank.
+///
+/// PEs are grouped by host identity (name, boot ID, network namespace). `auto` and `shm`: one
+/// group per host (the group's lowest rank creates the segment and hands it to the others);
+/// `ucx`: every PE is its own group, so every pair goes through UCX.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Locality {
+    /// The groups, each ascending by root rank, ordered by their lowest rank.
+    pub(crate) groups: Vec<Vec<usize>>,
+    /// Index in `groups` of every rank's group.
+    pub(crate) group_of: Vec<usize>,
+    /// Index of every rank's host (in order of first appearance).
+    pub(crate) host_of: Vec<usize>,
+}
+
+impl Locality {
+    /// The groups of a root whose ranks report `hosts` (in rank order), under `mode`.
+    pub(crate) fn new(mode: TransportMode, hosts: &[&str]) -> Locality {
+        let mut names: Vec<&str> = Vec::new();
+        let host_of: Vec<usize> = hosts
+            .iter()
+            .map(|host| match names.iter().position(|n| n == host) {
+                Some(index) => index,
+                None => {
+                    names.push(host);
+                    names.len() - 1
+                }
+            })
+            .collect();
+        let group_of: Vec<usize> = match mode {
+            TransportMode::Auto | TransportMode::Shm => host_of.clone(),
+            TransportMode::Ucx => (0..hosts.len()).collect(),
+        };
+        let count = group_of.iter().max().map_or(0, |g| g + 1);
+        let mut groups = vec![Vec::new(); count];
+        for (rank, &group) in group_of.iter().enumerate() {
+            groups[group].push(rank);
+        }
+        Locality {
+            groups,
+            group_of,
+            host_of,
+        }
+    }
+
+    /// How many PEs of the root run on `rank`'s host (its own included).
+    pub(crate) fn local_pes(&self, rank: usize) -> usize {
+        let host = self.host_of[rank];
+        self.host_of.iter().filter(|&&h| h == host).count()
+    }
+
+    /// The members of `rank`'s group.
+    pub(crate) fn members_of(&self, rank: usize) -> &[usize] {
+        &self.groups[self.group_of[rank]]
+    }
+}
+
+/// What every transport's start-up gets.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Start<'a> {
+    /// The transport mode in force (the same on every rank).
+    pub(crate) mode: TransportMode,
+    /// The root's control plane (the exchange runs over it).
+    pub(crate) plane: &'a ControlPlane,
+    /// The job secret (names the hand-off socket).
+    pub(crate) secret: &'a [u8],
+    /// The locality groups.
+    pub(crate) locality: &'a Locality,
+    /// Every rank's process id, in rank order.
+    pub(crate) pids: &'a [u32],
+    /// The runtime lifetime (the same on every rank).
+    pub(crate) generation: u64,
+    /// Heap bytes per PE.
+    pub(crate) heap_size: u64,
+    /// When start-up gives up.
+    pub(crate) deadline: Instant,
+    /// The shared-memory transport, once started (the UCX transport registers its heap).
+    #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
+    pub(crate) shm: Option<&'a ShmTransport>,
+}
+
+/// One transport: its start-up stages and its operations. Operations address a peer by the
+/// transport's own [`Transport::Peer`] data (computed once, when the route table is built) and a
+/// byte offset inside that peer's heap. Teardown is `Drop`: local only.
+pub(crate) trait Transport: Sized {
+    /// What the local set-up made, kept until attach.
+    type Prepared;
+    /// What an operation needs to reach one peer (carried in the route table).
+    type Peer: Copy + std::fmt::Debug + PartialEq;
+
+    /// Local set-up (no communication).
+    fn prepare(start: &Start<'_>) -> Result<Self::Prepared>;
+
+    /// The bytes every peer needs to attach to this PE.
+    fn publish(prepared: &Self::Prepared) -> Vec<u8>;
+
+    /// Attaches to the peers, given every rank's published bytes in rank order.
+    fn attach(prepared: Self::Prepared, published: &[Vec<u8>], start: &Start<'_>) -> Result<Self>;
+
+    /// How to reach root rank `pe`, or `None` if this transport does not.
+    fn peer(&self, pe: usize) -> Option<Self::Peer>;
+
+    /// Copies `source` to `offset` of PE `pe`'s heap; `source` may be reused on return.
+    fn put(&self, peer: Self::Peer, offset: usize, source: &[u8]) -> Result<()>;
+
+    /// Copies `offset..` of PE `pe`'s heap into `target`; complete on return.
+    fn get(&self, peer: Self::Peer, offset: usize, target: &mut [u8]) -> Result<()>;
+
+    /// A put that may complete only at the next [`Transport::quiet`].
+    fn put_nbi(&self, peer: Self::Peer, offset: usize, source: &[u8]) -> Result<()> {
+        self.put(peer, offset, source)
+    }
+
+    /// A get whose target is valid after the next [`Transport::quiet`] (the safe API lends the
+    /// target only for the call, so implementations complete it before returning).
+    fn get_nbi(&self, peer: Self::Peer, offset: usize, target: &mut [u8]) -> Result<()> {
+        self.get(peer, offset, target)
+    }
+
+    /// Performs `rmw` on the word at `offset` of PE `pe`'s heap; returns the previous value.
+    /// Updates wake the target's waiters.
+    fn atomic(&self, peer: Self::Peer, offset: usize, width: Width, rmw: Rmw) -> Result<u64>;
+
+    /// Sets or adds `value` to the signal word at `offset` of PE `pe`'s heap, ordered after this
+    /// PE's earlier puts to `pe`, and wakes the target's waiter.
+    fn signal(
+        &self,
+        peer: Self::Peer,
+        offset: usize,
+        width: Width,
+        add: bool,
+        value: u64,
+    ) -> Result<()>;
+
+    /// Orders this PE's earlier puts to each PE before its later ones.
+    fn fence(&self) -> Result<()>;
+
+    /// Completes every outstanding operation of this PE.
+    fn quiet(&self) -> Result<()>;
+
+    /// The address of `offset` of PE `pe`'s heap where it is mapped in this process.
+    fn local_ptr(&self, peer: Self::Peer, offset: usize) -> Option<NonNull<u8>>;
+}
+
+/// Runs one transport's start-up on every rank: prepare → publish → exchange → attach → agree.
+/// A failure at any stage on any rank fails it on every rank (the converged step).
+pub(crate) fn start_one<T: Transport>(start: &Start<'_>) -> Result<T> {
+    const OP: &str = "initialize";
+    let rank = start.plane.rank();
+    let (local, prepared) = match T::prepare(start) {
+        Ok(prepared) => (Ok(T::publish(&prepared)), Some(prepared)),
+        Err(error) => (Err(error.on_rank(rank)), None),
+    };
+    let published = converge(start.plane, OP, local)?;
+    let prepared = prepared.expect("the exchange succeeded, so every rank prepared");
+    let (local, attached) = match T::attach(prepared, &published, start) {
+        Ok(transport) => (Ok(()), Some(transport)),
+        Err(error) => (Err(error.on_rank(rank)), None),
+    };
+    converge(start.plane, OP, local)?;
+    Ok(attached.expect("every rank attached"))
+}
+
+/// Every route of this PE and the transports behind them.
+#[derive(Debug)]
+pub(crate) struct Transports {
+    routes: Box<[Route]>,
+    shm: ShmTransport,
+    ucx: Option<UcxTransport>,
+    single_group: bool,
+    local_pes: usize,
+    mode: TransportMode,
+}
+
+impl Transports {
+    /// Collective: starts the transports this PE's routes need.
+    pub(crate) fn start(start: &Start<'_>) -> Result<Transports> {
+        let shm: ShmTransport = start_one(start)?;
+        let rank = start.plane.rank();
+        let single_group = start.locality.groups.len() == 1;
+        // Every rank of a root spanning several groups has peers outside its own, so all ranks
+        // make the same decision (the start-up is collective).
+        let ucx: Option<UcxTransport> = if single_group {
+            None
+        } else {
+            Some(start_one(&Start {
+                shm: Some(&shm),
+                ..*start
+            })?)
+        };
+        let routes = (0..start.pids.len())
+            .map(
+                |pe| match (shm.peer(pe), ucx.as_ref().and_then(|u| u.peer(pe))) {
+                    (Some(peer), _) => Ok(Route::Shm(peer)),
+                    (None, Some(peer)) => Ok(Route::Ucx(peer)),
+                    (None, None) => Err(Error::new(
+                        ErrorKind::Protocol,
+                        "initialize",
+                        format!("no transport reaches root rank {pe}"),
+                    )
+                    .on_rank(rank)),
+                },
+            )
+            .collect::<Result<Box<[Route]>>>()?;
+        Ok(Transports {
+            single_group,
+            local_pes: start.locality.local_pes(rank),
+            mode: start.mode,
+            routes,
+            shm,
+            ucx,
+        })
+    }
+
+    /// This PE's segment (sync words, keep-alive of the mapping).
+    pub(crate) fn segment(&self) -> &Arc<Segment> {
+        self.shm.segment()
+    }
+
+    /// True when every PE of the root shares this process's segment (the one-host case: the
+    /// shared-memory barrier and argument slots serve the whole root).
+    pub(crate) fn single_group(&self) -> bool {
+        self.single_group
+    }
+
+    /// How many PEs of the root share this host (waiting policy: spin only if each has a core).
+    pub(crate) fn local_pes(&self) -> usize {
+        self.local_pes
+    }
+
+    /// What `debug_state()` shows of the transport layer.
+    pub(crate) fn state(&self) -> TransportState {
+        TransportState {
+            mode: self.mode.name().to_string(),
+            routes: self.routes.iter().map(|r| r.name().to_string()).collect(),
+        }
+    }
+
+    /// Each peer's route, in rank order.
+    pub(crate) fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    /// See [`Transport::put`].
+    #[inline]
+    pub(crate) fn put(&self, pe: usize, offset: usize, source: &[u8]) -> Result<()> {
+        match self.routes[pe] {
+            Route::Shm(peer) => self.shm.put(peer, offset, source),
+            Route::Ucx(peer) => self.ucx()?.put(peer, offset, source),
+        }
+    }
+
+    /// See [`Transport::put_nbi`].
+    #[inline]
+    pub(crate) fn put_nbi(&self, pe: usize, offset: usize, source: &[u8]) -> Result<()> {
+        match self.routes[pe] {
+            Route::Shm(peer) => self.shm.put_nbi(peer, offset, source),
+            Route::Ucx(peer) => self.ucx()?.put_nbi(peer, offset, source),
+        }
+    }
+
+    /// See [`Transport::get`].
+    #[inline]
+    pub(crate) fn get(&self, pe: usize, offset: usize, target: &mut [u8]) -> Result<()> {
+        match self.routes[pe] {
+            Route::Shm(peer) => self.shm.get(peer, offset, target),
+            Route::Ucx(peer) => self.ucx()?.get(peer, offset, target),
+        }
+    }
+
+    /// See [`Transport::get_nbi`].
+    #[inline]
+    pub(crate) fn get_nbi(&self, pe: usize, offset: usize, target: &mut [u8]) -> Result<()> {
+        match self.routes[pe] {
+            Route::Shm(peer) => self.shm.get_nbi(peer, offset, target),
+            Route::Ucx(peer) => self.ucx()?.get_nbi(peer, offset, target),
+        }
+    }
+
+    /// See [`Transport::atomic`].
+    #[inline]
+    pub(crate) fn atomic(&self, pe: usize, offset: usize, width: Width, rmw: Rmw) -> Result<u64> {
+        match self.routes[pe] {
+            Route::Shm(peer) => self.shm.atomic(peer, offset, width, rmw),
+            Route::Ucx(peer) => self.ucx()?.atomic(peer, offset, width, rmw),
+        }
+    }
+
+    /// See [`Transport::signal`].
+    #[inline]
+    pub(crate) fn signal(
+        &self,
+        pe: usize,
+        offset: usize,
+        width: Width,
+        add: bool,
+        value: u64,
+    ) -> Result<()> {
+        match self.routes[pe] {
+            Route::Shm(peer) => self.shm.signal(peer, offset, width, add, value),
+            Route::Ucx(peer) => self.ucx()?.signal(peer, offset, width, add, value),
+        }
+    }
+
+    /// See [`Transport::fence`]: every transport in use.
+    #[inline]
+    pub(crate) fn fence(&self) -> Result<()> {
+        self.shm.fence()?;
+        match &self.ucx {
+            Some(ucx) => ucx.fence(),
+            None => Ok(()),
+        }
+    }
+
+    /// See [`Transport::quiet`]: every transport in use.
+    #[inline]
+    pub(crate) fn quiet(&self) -> Result<()> {
+        self.shm.quiet()?;
+        match &self.ucx {
+            Some(ucx) => ucx.quiet(),
+            None => Ok(()),
+        }
+    }
+
+    /// The UCX transport (a route says `Ucx` only when it exists).
+    #[cold]
+    fn ucx(&self) -> Result<&UcxTransport> {
+        self.ucx.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Protocol,
+                "transport",
+                "a peer is routed through UCX but no UCX transport was started",
+            )
+        })
+    }
+
+    /// See [`Transport::local_ptr`].
+    #[inline]
+    pub(crate) fn local_ptr(&self, pe: usize, offset: usize) -> Option<NonNull<u8>> {
+        match self.routes[pe] {
+            Route::Shm(peer) => self.shm.local_ptr(peer, offset),
+            Route::Ucx(peer) => self.ucx.as_ref().and_then(|u| u.local_ptr(peer, offset)),
+        }
+    }
+
+    /// The 32-bit word at `offset` of this PE's own heap (signal waits).
+    pub(crate) fn own_word32(&self, offset: usize) -> &AtomicU32 {
+        self.shm.own_words(offset)
+    }
+
+    /// The 64-bit word at `offset` of this PE's own heap (signal waits).
+    pub(crate) fn own_word64(&self, offset: usize) -> &AtomicU64 {
+        self.shm.own_words(offset)
+    }
+
+    /// This PE's own words in the segment (doorbell, allocation-argument slots).
+    pub(crate) fn own_pe_words(&self) -> &super::segment::PeWords {
+        self.shm.own_pe_words()
+    }
+
+    /// This PE's doorbell: writers of its signal words ring it.
+    pub(crate) fn own_doorbell(&self) -> &Doorbell {
+        self.shm.own_doorbell()
+    }
+
+    /// The abort word this PE's waits watch.
+    pub(crate) fn abort_word(&self) -> &AbortWord {
+        &self.shm.segment().control().abort
+    }
+}
+
+impl super::runtime::Shmem {
+    /// The barrier of a root spanning several locality groups: every transport's operations
+    /// complete (quiet), then a control-plane barrier (correct first; a hierarchical barrier —
+    /// shared memory within a group, then across groups — can replace it).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn spanning_barrier(&self, operation: &str) -> Result<()> {
+        self.transport
+            .quiet()
+            .and_then(|()| self.plane.barrier())
+            .map_err(|e| as_operation(e, operation).on_rank(self.rank))
+    }
+
+    /// Every rank's published words of a collective heap call, over the control plane (a root
+    /// spanning several groups has no argument slots every rank can read).
+    pub(crate) fn gather_call_words(
+        &self,
+        operation: &str,
+        stamped: [u64; 4],
+    ) -> Result<Vec<[u64; 4]>> {
+        self.transport.quiet().map_err(|e| e.on_rank(self.rank))?;
+        let bytes: Vec<u8> = stamped.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let parts = self
+            .plane
+            .allgather(&bytes)
+            .map_err(|e| as_operation(e, operation).on_rank(self.rank))?;
+        parts
+            .iter()
+            .map(|part| {
+                let words: Option<[u64; 4]> = (part.len() == 32).then(|| {
+                    std::array::from_fn(|i| {
+                        u64::from_le_bytes(part[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+                    })
+                });
+                words.ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Protocol,
+                        operation,
+                        format!(
+                            "a rank published {} bytes of call words, not 32",
+                            part.len()
+                        ),
+                    )
+                    .on_rank(self.rank)
+                })
+            })
+            .collect()
+    }
+}
+
+/// `error` as a failure of `operation` (keeping its kind, message and lost peer).
+fn as_operation(error: Error, operation: &str) -> Error {
+    let renamed = Error::new(error.kind(), operation, error.message());
+    match error.peer() {
+        Some(peer) => renamed.with_peer(peer),
+        None => renamed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_and_shm_group_pes_by_host() {
+        let hosts = ["a", "b", "a", "c", "b"];
+        for mode in [TransportMode::Auto, TransportMode::Shm] {
+            let locality = Locality::new(mode, &hosts);
+            assert_eq!(locality.groups, vec![vec![0, 2], vec![1, 4], vec![3]]);
+            assert_eq!(locality.members_of(4), &[1, 4]);
+            assert_eq!(locality.local_pes(0), 2);
+            assert_eq!(locality.local_pes(3), 1);
+        }
+    }
+
+    #[test]
+    fn ucx_makes_every_pe_its_own_group() {
+        let locality = Locality::new(TransportMode::Ucx, &["a", "a", "a"]);
+        assert_eq!(locality.groups, vec![vec![0], vec![1], vec![2]]);
+        assert_eq!(locality.members_of(1), &[1]);
+        // Still three PEs on the host (the waiting policy counts them).
+        assert_eq!(locality.local_pes(1), 3);
+    }
+
+    #[test]
+    fn one_host_is_one_group() {
+        let locality = Locality::new(TransportMode::Auto, &["h"; 4]);
+        assert_eq!(locality.groups, vec![vec![0, 1, 2, 3]]);
+        assert_eq!(locality.group_of, vec![0; 4]);
+    }
+}

@@ -1,0 +1,255 @@
+//! The shared-memory transport: one memfd segment per locality group holding the group's heaps
+//! (see `segment`), handed by the group's lowest rank to its other members with `SCM_RIGHTS`
+//! (see `handoff`). Every operation is a copy or an atomic instruction on the mapping; updates
+//! ring the target's doorbell so a futex sleeper wakes.
+//!
+//! Start-up: prepare (the group's leader creates and maps the segment and listens on the hand-off
+//! socket) → publish (nothing: the generation is already agreed) → exchange → attach (members
+//! collect the descriptor, map and check it; the leader serves them) → agree.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::{Rmw, Start, Transport, Width};
+use crate::error::Result;
+use crate::shmem::handoff::{self, HandoffListener};
+use crate::shmem::segment::{Layout, PeWords, Segment};
+use crate::shmem::sync::{self, Doorbell};
+use crate::sys::mapping::{SharedMapping, SharedWords};
+
+/// The shared-memory transport of one PE.
+#[derive(Debug)]
+pub(crate) struct ShmTransport {
+    segment: Arc<Segment>,
+    /// The root ranks whose heaps the segment holds, ascending (slot order).
+    members: Box<[usize]>,
+    /// This PE's slot.
+    own_slot: usize,
+}
+
+/// How to reach one PE of the segment: its heap's offset in the mapping and its slot (words,
+/// doorbell).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ShmPeer {
+    heap: usize,
+    slot: usize,
+}
+
+/// What prepare made: the leader's new segment, its descriptor and hand-off listener.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    created: Option<(Segment, OwnedFd, HandoffListener)>,
+    layout: Layout,
+}
+
+/// The hand-off socket of the group led by `leader` in runtime lifetime `generation`.
+fn socket_name(secret: &[u8], generation: u64, leader: usize) -> Vec<u8> {
+    let mut name = handoff::socket_name(secret, generation);
+    name.extend_from_slice(format!("/{leader}").as_bytes());
+    name
+}
+
+impl Transport for ShmTransport {
+    type Prepared = Prepared;
+    type Peer = ShmPeer;
+
+    fn prepare(start: &Start<'_>) -> Result<Prepared> {
+        let rank = start.plane.rank();
+        let members = start.locality.members_of(rank);
+        let layout = Layout::new(members.len(), start.heap_size)?;
+        let created = if members[0] == rank {
+            let (segment, fd) = Segment::create(layout, start.generation)?;
+            let listener =
+                HandoffListener::bind(&socket_name(start.secret, start.generation, rank))?;
+            Some((segment, fd, listener))
+        } else {
+            None
+        };
+        Ok(Prepared { created, layout })
+    }
+
+    fn publish(_: &Prepared) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn attach(prepared: Prepared, _: &[Vec<u8>], start: &Start<'_>) -> Result<ShmTransport> {
+        let rank = start.plane.rank();
+        let members: Box<[usize]> = start.locality.members_of(rank).into();
+        let leader = members[0];
+        let segment = match prepared.created {
+            Some((segment, fd, listener)) => {
+                let pids: Vec<u32> = members[1..].iter().map(|&pe| start.pids[pe]).collect();
+                let still_alive = || start.plane.broken().map_or(Ok(()), Err);
+                listener.serve(fd.as_fd(), &pids, start.deadline, still_alive)?;
+                segment
+            }
+            None => {
+                let name = socket_name(start.secret, start.generation, leader);
+                let fd = handoff::receive(&name, start.pids[leader], start.deadline)?;
+                Segment::attach(&fd, prepared.layout, start.generation)?
+            }
+        };
+        let own_slot = members
+            .iter()
+            .position(|&pe| pe == rank)
+            .expect("a rank is a member of its own group");
+        Ok(ShmTransport {
+            segment: Arc::new(segment),
+            members,
+            own_slot,
+        })
+    }
+
+    fn peer(&self, pe: usize) -> Option<ShmPeer> {
+        let slot = self.members.iter().position(|&member| member == pe)?;
+        Some(ShmPeer {
+            heap: self.segment.layout().heap_offset(slot),
+            slot,
+        })
+    }
+
+    #[inline]
+    fn put(&self, peer: ShmPeer, offset: usize, source: &[u8]) -> Result<()> {
+        self.mapping().write(peer.heap + offset, source);
+        Ok(())
+    }
+
+    #[inline]
+    fn get(&self, peer: ShmPeer, offset: usize, target: &mut [u8]) -> Result<()> {
+        self.mapping().read(peer.heap + offset, target);
+        Ok(())
+    }
+
+    #[inline]
+    fn atomic(&self, peer: ShmPeer, offset: usize, width: Width, rmw: Rmw) -> Result<u64> {
+        Ok(self.rmw(peer, offset, width, rmw))
+    }
+
+    #[inline]
+    fn signal(
+        &self,
+        peer: ShmPeer,
+        offset: usize,
+        width: Width,
+        add: bool,
+        value: u64,
+    ) -> Result<()> {
+        let rmw = if add {
+            Rmw::Add(value)
+        } else {
+            Rmw::Store(value)
+        };
+        self.rmw(peer, offset, width, rmw);
+        Ok(())
+    }
+
+    #[inline]
+    fn fence(&self) -> Result<()> {
+        fence(Ordering::Release);
+        Ok(())
+    }
+
+    #[inline]
+    fn quiet(&self) -> Result<()> {
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    #[inline]
+    fn local_ptr(&self, peer: ShmPeer, offset: usize) -> Option<NonNull<u8>> {
+        NonNull::new(self.mapping().address(peer.heap + offset))
+    }
+}
+
+impl ShmTransport {
+    /// The segment.
+    pub(crate) fn segment(&self) -> &Arc<Segment> {
+        &self.segment
+    }
+
+    #[inline]
+    fn mapping(&self) -> &SharedMapping {
+        self.segment.mapping()
+    }
+
+    /// Performs `rmw` on the word at `offset` of `peer`'s heap; updates ring the peer's
+    /// doorbell. Returns the previous value.
+    #[inline]
+    fn rmw(&self, peer: ShmPeer, offset: usize, width: Width, rmw: Rmw) -> u64 {
+        let mapping = self.mapping();
+        let offset = peer.heap + offset;
+        let order = Ordering::SeqCst;
+        let previous = match width {
+            Width::W32 => {
+                let word: &AtomicU32 = mapping.words(offset);
+                u64::from(match rmw {
+                    Rmw::Load => word.load(order),
+                    Rmw::Store(v) => {
+                        word.store(v as u32, order);
+                        0
+                    }
+                    Rmw::Swap(v) => word.swap(v as u32, order),
+                    Rmw::CompareSwap { expected, desired } => {
+                        match word.compare_exchange(expected as u32, desired as u32, order, order) {
+                            Ok(previous) | Err(previous) => previous,
+                        }
+                    }
+                    Rmw::Add(v) => word.fetch_add(v as u32, order),
+                })
+            }
+            Width::W64 => {
+                let word: &AtomicU64 = mapping.words(offset);
+                match rmw {
+                    Rmw::Load => word.load(order),
+                    Rmw::Store(v) => {
+                        word.store(v, order);
+                        0
+                    }
+                    Rmw::Swap(v) => word.swap(v, order),
+                    Rmw::CompareSwap { expected, desired } => {
+                        match word.compare_exchange(expected, desired, order, order) {
+                            Ok(previous) | Err(previous) => previous,
+                        }
+                    }
+                    Rmw::Add(v) => word.fetch_add(v, order),
+                }
+            }
+        };
+        if !matches!(rmw, Rmw::Load) {
+            sync::ring(&self.segment.pe_words(peer.slot).doorbell);
+        }
+        previous
+    }
+
+    /// The words of type `W` at `offset` of this PE's own heap.
+    pub(crate) fn own_words<W: SharedWords>(&self, offset: usize) -> &W {
+        let heap = self.segment.layout().heap_offset(self.own_slot);
+        self.mapping().words(heap + offset)
+    }
+
+    /// This PE's slot in the segment (its words and doorbell).
+    #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
+    pub(crate) fn own_slot(&self) -> usize {
+        self.own_slot
+    }
+
+    /// The mapping holding this PE's own heap, and the heap's offset in it (for registration
+    /// with another transport).
+    #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
+    pub(crate) fn own_heap(&self) -> (Arc<SharedMapping>, usize) {
+        let heap = self.segment.layout().heap_offset(self.own_slot);
+        (Arc::clone(self.segment.mapping()), heap)
+    }
+
+    /// This PE's own words (doorbell, argument slots).
+    pub(crate) fn own_pe_words(&self) -> &PeWords {
+        self.segment.pe_words(self.own_slot)
+    }
+
+    /// This PE's doorbell.
+    pub(crate) fn own_doorbell(&self) -> &Doorbell {
+        &self.own_pe_words().doorbell
+    }
+}

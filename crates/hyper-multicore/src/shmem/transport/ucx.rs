@@ -1,0 +1,336 @@
+//! The UCX transport: peers outside this process's segment, through OpenUCX's `ucp` API (the
+//! safe wrapper is `crate::sys::ucx`).
+//!
+//! One context and one worker per PE; this PE's own heap (in its shm segment) registered with
+//! `ucp_mem_map`; a progress thread that sleeps on the worker's event fd, so peers' RMA and
+//! atomics — which UCX emulates with active messages over TCP and shared memory — complete while
+//! this PE's main thread computes.
+//!
+//! Start-up: prepare (context, worker, doorbell handler, progress thread, heap registration) →
+//! publish (worker address, heap base address, packed rkey) → exchange → attach (an endpoint and
+//! an unpacked rkey per remote peer) → agree. Teardown (`Drop`, at shutdown, restart and
+//! invalidation, since each re-initializes): the progress thread stops and joins first, then the
+//! endpoints, keys, registration, worker and context go.
+//!
+//! Signals: the operation is a *fetching* UCX atomic (swap for set, fetch-add for add), which
+//! returns only once it was applied at the target, so a later quiet or barrier covers it; then an
+//! active message rings the target's doorbell: its handler (on the target's progress thread)
+//! wakes a waiter asleep on the futex. The op is applied before the ring is sent, and the
+//! handler's check of the sleeper count is sequentially consistent, so no wake-up is lost. (An
+//! active message whose handler applied the op itself would not be covered by a flush: UCX
+//! acknowledges RMA and atomics, not active messages.) Earlier puts to the same PE are ordered
+//! before the signal with a worker fence.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use super::{ShmTransport, Start, Transport, Width};
+use crate::error::{Error, ErrorKind, Result};
+use crate::shmem::segment::Segment;
+use crate::shmem::sync;
+use crate::shmem::transport::Rmw;
+use crate::sys::ucx::{self, Context, Endpoint, MemoryRegion, ProgressThread, RemoteKey, Worker};
+
+/// The active message that rings the receiving PE's doorbell.
+const DOORBELL_AM: u16 = 1;
+
+/// What a PE publishes for its peers.
+#[derive(Debug, Serialize, Deserialize)]
+struct Published {
+    address: Vec<u8>,
+    base: u64,
+    rkey: Vec<u8>,
+}
+
+/// What prepare made.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    progress: ProgressThread,
+    region: MemoryRegion,
+    worker: Worker,
+    context: Context,
+    address: Vec<u8>,
+    segment: Arc<Segment>,
+}
+
+/// One remote peer: its endpoint (one user at a time), its heap's base address and key.
+#[derive(Debug)]
+struct Peer {
+    endpoint: Mutex<Endpoint>,
+    rkey: RemoteKey,
+    base: u64,
+}
+
+/// The UCX transport of one PE. Fields drop in order: the progress thread first.
+#[derive(Debug)]
+pub(crate) struct UcxTransport {
+    _progress: ProgressThread,
+    peers: Box<[Option<Peer>]>,
+    _region: MemoryRegion,
+    worker: Worker,
+    _context: Context,
+    /// This PE's segment: its abort word and doorbells are set when an endpoint fails.
+    segment: Arc<Segment>,
+    timeout: Duration,
+}
+
+/// How an operation reaches one remote peer: its root rank.
+pub(crate) type UcxPeer = usize;
+
+fn own_heap<'a>(start: &Start<'a>) -> Result<&'a ShmTransport> {
+    start.shm.ok_or_else(|| {
+        Error::new(
+            ErrorKind::Protocol,
+            "initialize",
+            "the UCX transport starts after the shared-memory one (it registers that heap)",
+        )
+    })
+}
+
+impl Transport for UcxTransport {
+    type Prepared = Prepared;
+    type Peer = UcxPeer;
+
+    fn prepare(start: &Start<'_>) -> Result<Prepared> {
+        let shm = own_heap(start)?;
+        let context = Context::new()?;
+        let worker = Worker::new(&context)?;
+        let segment = Arc::clone(shm.segment());
+        let bell = shm.own_slot();
+        let ringing = Arc::clone(&segment);
+        worker.set_am_handler(DOORBELL_AM, move |_, _| {
+            sync::ring(&ringing.pe_words(bell).doorbell);
+        })?;
+        let progress = worker.start_progress_thread()?;
+        let (mapping, offset) = shm.own_heap();
+        let len = usize::try_from(start.heap_size).map_err(|_| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                "initialize",
+                "the heap does not fit in this address space",
+            )
+        })?;
+        let region = MemoryRegion::register(&context, mapping, offset, len)?;
+        let address = worker.address()?;
+        Ok(Prepared {
+            progress,
+            region,
+            worker,
+            context,
+            address,
+            segment,
+        })
+    }
+
+    fn publish(prepared: &Prepared) -> Vec<u8> {
+        let published = Published {
+            address: prepared.address.clone(),
+            base: prepared.region.base(),
+            rkey: prepared.region.rkey_bytes().to_vec(),
+        };
+        postcard::to_allocvec(&published).expect("serializing bytes cannot fail")
+    }
+
+    fn attach(prepared: Prepared, published: &[Vec<u8>], start: &Start<'_>) -> Result<Self> {
+        let rank = start.plane.rank();
+        let own_group = start.locality.group_of[rank];
+        let mut peers = Vec::with_capacity(published.len());
+        for (pe, bytes) in published.iter().enumerate() {
+            if start.locality.group_of[pe] == own_group {
+                peers.push(None);
+                continue;
+            }
+            let their: Published = postcard::from_bytes(bytes).map_err(|e| {
+                Error::new(
+                    ErrorKind::Protocol,
+                    "initialize",
+                    format!("rank {pe} published unreadable UCX connection data: {e}"),
+                )
+            })?;
+            let endpoint = prepared.worker.connect(&their.address, pe)?;
+            let rkey = endpoint.unpack_rkey(&their.rkey)?;
+            peers.push(Some(Peer {
+                endpoint: Mutex::new(endpoint),
+                rkey,
+                base: their.base,
+            }));
+        }
+        Ok(UcxTransport {
+            _progress: prepared.progress,
+            peers: peers.into(),
+            _region: prepared.region,
+            worker: prepared.worker,
+            _context: prepared.context,
+            segment: prepared.segment,
+            timeout: start.plane.timeout(),
+        })
+    }
+
+    fn peer(&self, pe: usize) -> Option<UcxPeer> {
+        self.peers.get(pe)?.as_ref().map(|_| pe)
+    }
+
+    fn put(&self, peer: UcxPeer, offset: usize, source: &[u8]) -> Result<()> {
+        self.not_aborted("put")?;
+        let (remote, address) = self.remote(peer, offset);
+        let endpoint = remote.endpoint.lock();
+        let outcome = endpoint.put(source, address, &remote.rkey, self.deadline());
+        self.checked(outcome)
+    }
+
+    fn get(&self, peer: UcxPeer, offset: usize, target: &mut [u8]) -> Result<()> {
+        self.not_aborted("get")?;
+        let (remote, address) = self.remote(peer, offset);
+        let endpoint = remote.endpoint.lock();
+        let outcome = endpoint.get(target, address, &remote.rkey, self.deadline());
+        self.checked(outcome)
+    }
+
+    fn atomic(&self, peer: UcxPeer, offset: usize, width: Width, rmw: Rmw) -> Result<u64> {
+        self.not_aborted("atomic")?;
+        let (remote, address) = self.remote(peer, offset);
+        let endpoint = remote.endpoint.lock();
+        let deadline = self.deadline();
+        let outcome = match width {
+            Width::W32 => amo::<u32>(&endpoint, address, &remote.rkey, rmw, deadline),
+            Width::W64 => amo::<u64>(&endpoint, address, &remote.rkey, rmw, deadline),
+        };
+        self.checked(outcome)
+    }
+
+    fn signal(
+        &self,
+        peer: UcxPeer,
+        offset: usize,
+        width: Width,
+        add: bool,
+        value: u64,
+    ) -> Result<()> {
+        self.not_aborted("signal")?;
+        let rmw = if add {
+            Rmw::Add(value)
+        } else {
+            Rmw::Swap(value)
+        };
+        let (remote, address) = self.remote(peer, offset);
+        let endpoint = remote.endpoint.lock();
+        let deadline = self.deadline();
+        let outcome = self
+            .worker
+            .fence()
+            .and_then(|()| match width {
+                Width::W32 => amo::<u32>(&endpoint, address, &remote.rkey, rmw, deadline),
+                Width::W64 => amo::<u64>(&endpoint, address, &remote.rkey, rmw, deadline),
+            })
+            .and_then(|_| endpoint.am_send(DOORBELL_AM, &[], &[], deadline));
+        self.checked(outcome)
+    }
+
+    fn fence(&self) -> Result<()> {
+        self.worker.fence()
+    }
+
+    fn quiet(&self) -> Result<()> {
+        self.not_aborted("quiet")?;
+        let outcome = self.worker.flush(self.deadline());
+        self.checked(outcome)
+    }
+
+    fn local_ptr(&self, _: UcxPeer, _: usize) -> Option<std::ptr::NonNull<u8>> {
+        None
+    }
+}
+
+impl UcxTransport {
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.timeout
+    }
+
+    /// Fails at once with peer lost when this root was aborted (a PE lost, seen by the control
+    /// plane or another endpoint), instead of starting an operation that may wait for the dead.
+    fn not_aborted(&self, operation: &str) -> Result<()> {
+        let Some(lost) = sync::aborted(&self.segment.control().abort) else {
+            return Ok(());
+        };
+        let lost = lost as usize;
+        Err(if lost < self.peers.len() {
+            Error::peer_lost(operation, lost, "the root was aborted when it was lost")
+        } else {
+            Error::new(
+                ErrorKind::PeerLost,
+                operation,
+                "the root's control plane broke; the root cannot continue",
+            )
+        })
+    }
+
+    fn remote(&self, peer: UcxPeer, offset: usize) -> (&Peer, u64) {
+        let remote = self.peers[peer]
+            .as_ref()
+            .expect("the route table holds only connected UCX peers");
+        (remote, remote.base + offset as u64)
+    }
+
+    /// A lost peer also aborts this PE's waits (the abort word and every doorbell of its
+    /// segment), as the control plane does when it sees the loss.
+    fn checked<T>(&self, outcome: Result<T>) -> Result<T> {
+        if let Err(error) = &outcome {
+            if error.kind() == ErrorKind::PeerLost {
+                let lost = error.peer().unwrap_or(usize::MAX - 1) as u32;
+                let control = self.segment.control();
+                sync::abort(
+                    &control.abort,
+                    lost,
+                    &control.barrier,
+                    self.segment.doorbells(),
+                );
+            }
+        }
+        outcome
+    }
+}
+
+/// One atomic of width `T` on an endpoint; returns the previous value, zero-extended.
+fn amo<T>(
+    endpoint: &Endpoint,
+    address: u64,
+    rkey: &RemoteKey,
+    rmw: Rmw,
+    deadline: Instant,
+) -> Result<u64>
+where
+    T: ucx::AtomicWord + From<u8> + Into<u64> + TryFrom<u64>,
+{
+    let narrow = |value: u64| -> T {
+        // Truncation to the word's width is the documented meaning of a 32-bit operation.
+        T::try_from(value & mask::<T>()).unwrap_or_default()
+    };
+    let previous: T = match rmw {
+        Rmw::Load => endpoint.atomic_fetch::<T>(address, rkey, deadline)?,
+        Rmw::Store(value) => {
+            endpoint.atomic_set(address, rkey, narrow(value), deadline)?;
+            T::default()
+        }
+        Rmw::Swap(value) => endpoint.atomic_swap(address, rkey, narrow(value), deadline)?,
+        Rmw::CompareSwap { expected, desired } => endpoint.atomic_compare_swap(
+            address,
+            rkey,
+            narrow(expected),
+            narrow(desired),
+            deadline,
+        )?,
+        Rmw::Add(value) => endpoint.atomic_fetch_add(address, rkey, narrow(value), deadline)?,
+    };
+    Ok(previous.into())
+}
+
+fn mask<T>() -> u64 {
+    if std::mem::size_of::<T>() == 4 {
+        u64::from(u32::MAX)
+    } else {
+        u64::MAX
+    }
+}
