@@ -175,14 +175,18 @@ impl JobResult {
     }
 
     /// Panics unless every PE ran exactly one test, the one named `test`: a child started with
-    /// a name that matches no test runs nothing and exits 0, which would let a job pass
-    /// vacuously. libtest announces `running N tests` before the test starts (a line on a pipe,
+    /// a name that matches no test (or an `#[ignore]`d one) runs nothing and exits 0, which would
+    /// let a job pass vacuously. libtest announces `running N tests` before the test starts (a line on a pipe,
     /// so it is out even when the PE is killed afterwards).
     fn assert_each_ran(&self, test: &str) {
         let idle: Vec<String> = self
             .pes
             .iter()
-            .filter(|p| !p.stdout.lines().any(|l| l.trim() == "running 1 test"))
+            .filter(|p| {
+                // An `#[ignore]`d test is announced too, but then not run.
+                !p.stdout.lines().any(|l| l.trim() == "running 1 test")
+                    || p.stdout.contains(" 1 ignored;")
+            })
             .map(|p| {
                 let announced = p
                     .stdout

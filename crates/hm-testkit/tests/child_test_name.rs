@@ -24,3 +24,18 @@ fn a_wrong_child_test_name_fails_the_job() {
     }
     Job::launch("no_test_has_this_name", 2).wait();
 }
+
+/// An `#[ignore]`d test is announced by libtest but not run: a job of it fails too.
+#[test]
+#[should_panic(expected = "PEs ran no test named")]
+fn a_child_test_that_is_ignored_fails_the_job() {
+    if is_pe() {
+        return;
+    }
+    Job::launch(stringify!(ignored_child), 2).wait();
+}
+
+/// Never run by the harness itself (ignored): the child of the test above.
+#[test]
+#[ignore = "the child of a_child_test_that_is_ignored_fails_the_job"]
+fn ignored_child() {}

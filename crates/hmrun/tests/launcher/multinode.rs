@@ -229,7 +229,7 @@ fn a_pe_killed_on_one_host_fails_the_job_on_both() {
         node0
             .stdout_lines()
             .iter()
-            .any(|l| l.starts_with("[0] LOST")),
+            .any(|l| l.starts_with("[0] LOST") || l.starts_with("[1] LOST")),
         "{node0:?}"
     );
     wait_until_nothing_left(&node0.marker);

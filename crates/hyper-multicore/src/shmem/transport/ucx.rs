@@ -151,6 +151,10 @@ impl Transport for UcxTransport {
                 )
             })?;
             let endpoint = prepared.worker.connect(&their.address, pe)?;
+            // Finish the connection's wire-up now: UCX 1.13 asserts (and aborts the process)
+            // when a peer's connection fails while wire-up messages are still pending, as it
+            // does when a root is torn down right after it started (a failed Initialize stage).
+            endpoint.flush(start.deadline)?;
             let rkey = endpoint.unpack_rkey(&their.rkey)?;
             peers.push(Some(Peer {
                 endpoint: Mutex::new(endpoint),
