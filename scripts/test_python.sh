@@ -3,7 +3,8 @@
 # builds and installs the package in editable mode with test-only fault injection, then runs the
 # pytest suite
 #   - in one process (standalone root, plus the failure tests that start their own hmrun jobs),
-#   - on every rank of hmrun jobs of 2 and 4 PEs (torch.distributed/gloo root groups),
+#   - on every rank of hmrun jobs of 2 and 4 PEs (torch.distributed/gloo root groups), and
+#     of 2 PEs again with every pair of PEs on the UCX route (HYPER_MULTICORE_SHMEM_TRANSPORT=ucx),
 #   - the same three again with torch hidden (the NumPy-only path),
 # and the MoE dispatch/combine example on 4 PEs. Exits non-zero on the first failure.
 #
@@ -47,6 +48,8 @@ run "torch, one process" "${PYTEST[@]}"
 for pes in 2 4; do
   run "torch, hmrun -n $pes" "$HMRUN" -n "$pes" --timeout 600 -- "${PYTEST[@]}"
 done
+run "torch, hmrun -n 2, every pair of PEs over UCX" env HYPER_MULTICORE_SHMEM_TRANSPORT=ucx \
+  "$HMRUN" -n 2 --timeout 600 -- "${PYTEST[@]}"
 run "numpy only, one process" env PYTHONPATH="$NUMPY_ONLY" "${PYTEST[@]}"
 for pes in 2 4; do
   run "numpy only, hmrun -n $pes" env PYTHONPATH="$NUMPY_ONLY" \
