@@ -75,7 +75,17 @@ impl UniqueId {
             endpoint.set_ip(IpAddr::V4(Ipv4Addr::LOCALHOST));
         }
         let id = UniqueId::new(endpoint, random_secret()?);
-        Ok((id.clone(), BootstrapListener { listener, id }))
+        // A fresh random secret only travels over already authenticated channels: no need to
+        // read the kernel's socket tables (milliseconds) for every member of every lifetime.
+        let verify_owner = false;
+        Ok((
+            id.clone(),
+            BootstrapListener {
+                listener,
+                id,
+                verify_owner,
+            },
+        ))
     }
 
     /// Where root rank 0 listens.
@@ -197,6 +207,10 @@ impl FromStr for UniqueId {
 pub struct BootstrapListener {
     pub(crate) listener: TcpListener,
     pub(crate) id: UniqueId,
+    /// Whether loopback members must belong to this user (`rendezvous::check_owner`): for IDs
+    /// whose secret lives outside this process (a launcher's environment, a derived or
+    /// configured secret), not for fresh ones created here.
+    pub(crate) verify_owner: bool,
 }
 
 impl BootstrapListener {
@@ -217,7 +231,11 @@ impl BootstrapListener {
                 ),
             ));
         }
-        Ok(BootstrapListener { listener, id })
+        Ok(BootstrapListener {
+            listener,
+            id,
+            verify_owner: true,
+        })
     }
 
     /// Binds a listener for an ID made elsewhere (a launcher's or a derived one) on its
@@ -250,6 +268,7 @@ impl BootstrapListener {
         Ok(BootstrapListener {
             listener,
             id: id.clone(),
+            verify_owner: true,
         })
     }
 

@@ -17,9 +17,21 @@ pub(crate) enum PeerOwner {
 
 /// The owner of the socket whose local address is `peer` and whose remote address is `local`,
 /// i.e. the other end of a connection this process holds from `local` to `peer`.
+///
+/// Reading a socket table costs milliseconds on some kernels (it walks every socket of the
+/// network namespace), so the table of the peer's likely family is read first and the other
+/// only if the socket is not there.
 pub(crate) fn tcp_peer_owner(local: SocketAddr, peer: SocketAddr) -> PeerOwner {
+    let ipv4 = match peer.ip() {
+        IpAddr::V4(_) => true,
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().is_some(),
+    };
+    let tables = match ipv4 {
+        true => ["/proc/net/tcp", "/proc/net/tcp6"],
+        false => ["/proc/net/tcp6", "/proc/net/tcp"],
+    };
     let mut readable = false;
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+    for table in tables {
         let Ok(text) = std::fs::read_to_string(table) else {
             continue;
         };
