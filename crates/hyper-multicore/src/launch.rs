@@ -103,22 +103,14 @@ impl JobPlan {
                     )
                 })?,
         };
-        let secret = match config::secret_from_lookup(|name| std::env::var(name).ok())? {
-            Some(secret) => secret,
-            None => {
-                tracing::warn!(
-                    "the world's rendezvous is UNAUTHENTICATED: without {} the secret of a job \
-                     spanning hosts is derived from the master address and port; export the same \
-                     {} (32 hex digits, or a file holding them) on every host",
-                    config::SECRET,
-                    config::SECRET
-                );
-                crate::control::unique_id::derived_secret(&[
-                    &placement.master_addr,
-                    &placement.master_port.to_string(),
-                ])
-            }
-        };
+        let secret = crate::control::unique_id::world_secret(
+            |name| std::env::var(name).ok(),
+            &[
+                placement.master_addr.clone(),
+                placement.master_port.to_string(),
+            ],
+            "the master address and port",
+        )?;
         let id = UniqueId::new(endpoint, secret);
         let listener = match placement.node_rank {
             0 => Some(BootstrapListener::bind(&id)?),

@@ -308,6 +308,29 @@ pub(crate) fn derived_secret(parts: &[&str]) -> [u8; SECRET_LEN] {
     secret
 }
 
+/// The secret of a world whose rendezvous secret comes from outside this process:
+/// `HYPER_MULTICORE_SHMEM_SECRET` if set, else one derived from `public` (values anyone can
+/// know, described by `what` in the warning this logs: the rendezvous is then unauthenticated).
+pub(crate) fn world_secret(
+    lookup: impl Fn(&str) -> Option<String>,
+    public: &[String],
+    what: &str,
+) -> Result<[u8; SECRET_LEN]> {
+    if let Some(secret) = crate::config::secret_from_lookup(lookup)? {
+        return Ok(secret);
+    }
+    tracing::warn!(
+        "the world's rendezvous is UNAUTHENTICATED: without {} the secret is derived from {what}, \
+         which anyone can know; give every rank (every host's launcher) the same {} (32 hex \
+         digits, or a file holding them)",
+        crate::config::SECRET,
+        crate::config::SECRET
+    );
+    Ok(derived_secret(
+        &public.iter().map(String::as_str).collect::<Vec<_>>(),
+    ))
+}
+
 /// A fresh 128-bit secret from the operating system's random source.
 pub(crate) fn random_secret() -> Result<[u8; SECRET_LEN]> {
     let mut secret = [0u8; SECRET_LEN];

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use crate::config::{self, Config};
-use crate::control::unique_id::derived_secret;
+use crate::control::unique_id::world_secret;
 use crate::control::{BootstrapListener, ControlPlane, UniqueId, SECRET_LEN};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -151,23 +151,10 @@ impl World {
             .flatten();
         check_placement(vars, rank, local_rank, local_size, node_rank)?;
         let endpoint = world_endpoint(lookup, &config, vars)?;
-        let secret = match config::secret_from_lookup(lookup)? {
-            Some(secret) => secret,
-            None => {
-                tracing::warn!(
-                    "the world's rendezvous is UNAUTHENTICATED: without {} the secret is derived \
-                     from public launch values ({:?} and the endpoint {endpoint}); give every \
-                     rank the same secret in {} (32 hex digits, or a file holding them)",
-                    config::SECRET,
-                    vars.job,
-                    config::SECRET
-                );
-                let endpoint_text = endpoint.to_string();
-                let mut parts = vec![endpoint_text];
-                parts.extend(vars.job.iter().map(|name| lookup(name).unwrap_or_default()));
-                derived_secret(&parts.iter().map(String::as_str).collect::<Vec<_>>())
-            }
-        };
+        let mut public = vec![endpoint.to_string()];
+        public.extend(vars.job.iter().map(|name| lookup(name).unwrap_or_default()));
+        let what = format!("the endpoint {endpoint} and {:?}", vars.job);
+        let secret = world_secret(lookup, &public, &what)?;
         let id = UniqueId::new(endpoint, secret);
         let listener = if rank == 0 && size > 1 {
             Some(BootstrapListener::bind(&id)?)
