@@ -96,7 +96,18 @@ pub fn run(scenario: &str) -> Result<()> {
             cycles,
             warmup,
             sample_every,
-        } => crate::soak::run_pe(cycles, warmup, sample_every)?,
+        } => {
+            crate::soak::run_pe(cycles, warmup, sample_every)?;
+            report_resources(&baseline);
+            // No PE may leave before every PE has sampled: a departed peer closes its
+            // control-plane link, and the survivor's router thread and socket would then be
+            // missing from its last sample.
+            world
+                .control()
+                .barrier()
+                .context("barrier after the last sample")?;
+            return Ok(());
+        }
         Scenario::Bootstrap => crate::abuse::run_pe(&world)?,
     }
     report_resources(&baseline);
