@@ -39,6 +39,7 @@ mod collectives;
 pub(crate) mod converge;
 mod data;
 mod debug;
+mod foreign;
 mod handoff;
 mod initialize;
 mod liveness;

@@ -1,0 +1,510 @@
+//! Generates, from the one type table (`type_table.rs`):
+//! - `$OUT_DIR/typed_calls.rs`: the Rust entry point of every typed and sized call
+//!   (`shmem_int_put`, `shmem_put32`, `shmem_long_atomic_fetch_add`, …), each a thin shim over
+//!   the family's generic code;
+//! - `<target>/<profile>/include/hmshmem_types.h`: the same lists as C X-macros, from which
+//!   `shmem.h` declares the calls and builds its `_Generic` interfaces;
+//!
+//! and places the headers and the pkg-config file next to the libraries under `target/`:
+//! `<target>/<profile>/include/{shmem.h,shmemx.h}` and `<target>/<profile>/pkgconfig/hmshmem.pc`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+include!("type_table.rs");
+
+/// One generated entry point.
+struct Call<'a> {
+    name: String,
+    doc: &'a str,
+    params: String,
+    returns: &'a str,
+    body: String,
+}
+
+fn emit(out: &mut String, call: Call<'_>) {
+    let Call {
+        name,
+        doc,
+        params,
+        returns,
+        body,
+    } = call;
+    let returns = if returns.is_empty() {
+        String::new()
+    } else {
+        format!(" -> {returns}")
+    };
+    writeln!(
+        out,
+        "/// `{name}`: {doc}\n///\n/// # Safety\n/// Pointers as `shmem.h` requires (symmetric \
+         addresses where it says so, local buffers valid for the elements named).\n#[no_mangle]\n\
+         pub unsafe extern \"C\" fn {name}({params}){returns} {{\n    const CALL: &str = \
+         \"{name}\";\n{body}}}\n"
+    )
+    .unwrap();
+}
+
+/// A caller buffer of `len` (an expression) bytes at `pointer`, bound to `var`.
+fn buffer(var: &str, pointer: &str, len: &str) -> String {
+    format!(
+        "    // SAFETY: the caller passes `{pointer}` valid for these bytes (function contract).\n    \
+         let {var} = unsafe {{ CallerBuffer::new({pointer} as *const u8, {len}) }};\n"
+    )
+}
+
+/// The RMA calls of one element type: `name(op, suffix)` names them, `ty` is the pointee type
+/// of their pointers, `size` the element size expression; `typed` adds `p`/`g`, `strided` the
+/// `iput`/`iget` forms.
+fn rma_calls(
+    out: &mut String,
+    name: &dyn Fn(&str, &str) -> String,
+    ty: &str,
+    size: &str,
+    typed: bool,
+    strided: bool,
+) {
+    let bytes = format!("rma::bytes(CALL, nelems, {size})");
+    for (suffix, nbi) in [("", "false"), ("_nbi", "true")] {
+        emit(
+            out,
+            Call {
+                name: name("put", suffix),
+                doc: "copies `nelems` elements of `source` into PE `pe`'s copy of `dest`.",
+                params: format!("dest: *mut {ty}, source: *const {ty}, nelems: usize, pe: c_int"),
+                returns: "",
+                body: buffer("source", "source", &bytes)
+                    + &format!("    rma::put(CALL, dest as usize, source, pe, {nbi});\n"),
+            },
+        );
+        emit(
+            out,
+            Call {
+                name: name("get", suffix),
+                doc: "copies `nelems` elements of PE `pe`'s copy of `source` into `dest`.",
+                params: format!("dest: *mut {ty}, source: *const {ty}, nelems: usize, pe: c_int"),
+                returns: "",
+                body: buffer("dest", "dest", &bytes)
+                    + &format!("    rma::get(CALL, dest, source as usize, pe, {nbi});\n"),
+            },
+        );
+        emit(out, Call {
+            name: name("put", &format!("_signal{suffix}")),
+            doc: "puts, then sets or adds `signal` to PE `pe`'s signal word `sig_addr`.",
+            params: format!(
+                "dest: *mut {ty}, source: *const {ty}, nelems: usize, sig_addr: *mut u64, \
+                 signal: u64, sig_op: c_int, pe: c_int"
+            ),
+            returns: "",
+            body: buffer("source", "source", &bytes)
+                + "    rma::put_signal(CALL, dest as usize, source, sig_addr as usize, signal, sig_op, pe);\n",
+        });
+    }
+    if strided {
+        let span = |stride: &str| format!("rma::strided_bytes(CALL, nelems, {stride}, {size})");
+        emit(out, Call {
+            name: name("iput", ""),
+            doc: "strided put: `nelems` elements, `sst` apart in `source`, `dst` apart in `dest`.",
+            params: format!(
+                "dest: *mut {ty}, source: *const {ty}, dst: isize, sst: isize, nelems: usize, pe: c_int"
+            ),
+            returns: "",
+            body: buffer("source", "source", &span("sst"))
+                + &format!("    rma::iput(CALL, dest as usize, source, [dst, sst], {size}, nelems, pe);\n"),
+        });
+        emit(out, Call {
+            name: name("iget", ""),
+            doc: "strided get: `nelems` elements, `sst` apart in `source`, `dst` apart in `dest`.",
+            params: format!(
+                "dest: *mut {ty}, source: *const {ty}, dst: isize, sst: isize, nelems: usize, pe: c_int"
+            ),
+            returns: "",
+            body: buffer("dest", "dest", &span("dst"))
+                + &format!("    rma::iget(CALL, dest, source as usize, [dst, sst], {size}, nelems, pe);\n"),
+        });
+    }
+    if typed {
+        emit(
+            out,
+            Call {
+                name: name("p", ""),
+                doc: "stores `value` into PE `pe`'s copy of `dest`.",
+                params: format!("dest: *mut {ty}, value: {ty}, pe: c_int"),
+                returns: "",
+                body: "    rma::p(CALL, dest as usize, value, pe);\n".into(),
+            },
+        );
+        emit(
+            out,
+            Call {
+                name: name("g", ""),
+                doc: "PE `pe`'s copy of `source`.",
+                params: format!("source: *const {ty}, pe: c_int"),
+                returns: ty,
+                body: "    rma::g(CALL, source as usize, pe)\n".into(),
+            },
+        );
+    }
+}
+
+/// A fetching atomic `op` and its `_nbi` form: `params` come between `dest` and `pe`, `value`
+/// is the `atomics::` call computing the old value.
+fn fetching(out: &mut String, n: &str, r: &str, op: &str, doc: &str, params: &str, value: &str) {
+    let name = |op: &str| format!("shmem_{n}_atomic_{op}");
+    emit(
+        out,
+        Call {
+            name: name(op),
+            doc,
+            params: format!("dest: *mut {r}, {params}pe: c_int"),
+            returns: r,
+            body: format!("    atomics::{value}\n"),
+        },
+    );
+    emit(
+        out,
+        Call {
+            name: name(&format!("{op}_nbi")),
+            doc: "the non-blocking form: the old value lands in `fetch`.",
+            params: format!("fetch: *mut {r}, dest: *mut {r}, {params}pe: c_int"),
+            returns: "",
+            body: buffer("fetch", "fetch", &format!("std::mem::size_of::<{r}>()"))
+                + &format!("    atomics::deliver::<{r}>(fetch, atomics::{value});\n"),
+        },
+    );
+}
+
+/// A non-fetching atomic `op` (the result of `value` is dropped).
+fn plain(out: &mut String, n: &str, r: &str, op: &str, doc: &str, params: &str, value: &str) {
+    emit(
+        out,
+        Call {
+            name: format!("shmem_{n}_atomic_{op}"),
+            doc,
+            params: format!("dest: *mut {r}, {params}pe: c_int"),
+            returns: "",
+            body: format!("    atomics::{value};\n"),
+        },
+    );
+}
+
+/// The atomics of one type.
+fn amo_calls(out: &mut String, t: &StandardType) {
+    let (n, r) = (t.name, t.rust);
+    let value = format!("value: {r}, ");
+    if t.families & AMO_EXTENDED != 0 {
+        let doc = "replaces PE `pe`'s `dest` by `value`, returns the old value.";
+        fetching(
+            out,
+            n,
+            r,
+            "swap",
+            doc,
+            &value,
+            "swap(CALL, dest as usize, value, pe)",
+        );
+        let doc = "stores `value` into PE `pe`'s `dest` atomically.";
+        plain(
+            out,
+            n,
+            r,
+            "set",
+            doc,
+            &value,
+            &format!("set::<{r}>(CALL, dest as usize, value, pe)"),
+        );
+        emit(
+            out,
+            Call {
+                name: format!("shmem_{n}_atomic_fetch"),
+                doc: "PE `pe`'s `source`, read atomically.",
+                params: format!("source: *const {r}, pe: c_int"),
+                returns: r,
+                body: "    atomics::fetch(CALL, source as usize, pe)\n".into(),
+            },
+        );
+        emit(out, Call {
+            name: format!("shmem_{n}_atomic_fetch_nbi"),
+            doc: "the non-blocking form: the value lands in `fetch`.",
+            params: format!("fetch: *mut {r}, source: *const {r}, pe: c_int"),
+            returns: "",
+            body: buffer("fetch", "fetch", &format!("std::mem::size_of::<{r}>()"))
+                + &format!("    atomics::deliver::<{r}>(fetch, atomics::fetch(CALL, source as usize, pe));\n"),
+        });
+    }
+    if t.families & AMO_STANDARD != 0 {
+        let doc = "sets PE `pe`'s `dest` to `value` if it equals `cond`; returns the old value.";
+        let cond = format!("cond: {r}, value: {r}, ");
+        fetching(
+            out,
+            n,
+            r,
+            "compare_swap",
+            doc,
+            &cond,
+            "compare_swap(CALL, dest as usize, cond, value, pe)",
+        );
+        let doc = "adds one to PE `pe`'s `dest`, returns the old value.";
+        fetching(
+            out,
+            n,
+            r,
+            "fetch_inc",
+            doc,
+            "",
+            &format!("fetch_inc::<{r}>(CALL, dest as usize, pe)"),
+        );
+        let doc = "adds `value` to PE `pe`'s `dest`, returns the old value.";
+        fetching(
+            out,
+            n,
+            r,
+            "fetch_add",
+            doc,
+            &value,
+            "fetch_add(CALL, dest as usize, value, pe)",
+        );
+        let doc = "adds one to PE `pe`'s `dest`.";
+        plain(
+            out,
+            n,
+            r,
+            "inc",
+            doc,
+            "",
+            &format!("fetch_inc::<{r}>(CALL, dest as usize, pe)"),
+        );
+        let doc = "adds `value` to PE `pe`'s `dest`.";
+        plain(
+            out,
+            n,
+            r,
+            "add",
+            doc,
+            &value,
+            "fetch_add(CALL, dest as usize, value, pe)",
+        );
+    }
+    if t.families & AMO_BITWISE != 0 {
+        for (op, variant) in [("and", "And"), ("or", "Or"), ("xor", "Xor")] {
+            let call = format!(
+                "fetch_bitwise(CALL, dest as usize, value, atomics::Bitwise::{variant}, pe)"
+            );
+            let doc = "applies the bitwise operation to PE `pe`'s `dest`, returns the old value.";
+            fetching(out, n, r, &format!("fetch_{op}"), doc, &value, &call);
+            let doc = "applies the bitwise operation to PE `pe`'s `dest`.";
+            plain(out, n, r, op, doc, &value, &call);
+        }
+    }
+}
+
+/// wait_until, test and their forms for one type.
+fn sync_calls(out: &mut String, t: &StandardType) {
+    let (n, r) = (t.name, t.rust);
+    let name = |op: &str| format!("shmem_{n}_{op}");
+    emit(
+        out,
+        Call {
+            name: name("wait_until"),
+            doc: "waits until this PE's `ivar` compares `cmp` to `value`.",
+            params: format!("ivar: *mut {r}, cmp: c_int, value: {r}"),
+            returns: "",
+            body: "    wait::wait_until(CALL, ivar as usize, cmp, value);\n".into(),
+        },
+    );
+    emit(
+        out,
+        Call {
+            name: name("wait"),
+            doc: "legacy: waits until this PE's `ivar` differs from `value`.",
+            params: format!("ivar: *mut {r}, value: {r}"),
+            returns: "",
+            body: "    wait::wait_until(CALL, ivar as usize, 1, value);\n".into(),
+        },
+    );
+    emit(
+        out,
+        Call {
+            name: name("test"),
+            doc: "1 if this PE's `ivar` compares `cmp` to `value` now, else 0.",
+            params: format!("ivar: *mut {r}, cmp: c_int, value: {r}"),
+            returns: "c_int",
+            body: "    wait::test(CALL, ivar as usize, cmp, value)\n".into(),
+        },
+    );
+    for (op, block) in [("wait_until", true), ("test", false)] {
+        for vector in [false, true] {
+            let suffix = if vector { "_vector" } else { "" };
+            let (value_param, targets) = if vector {
+                (
+                    format!("values: *const {r}"),
+                    // SAFETY comment emitted with it.
+                    "    // SAFETY: `values` holds `nelems` elements (function contract).\n    \
+                     let targets = unsafe { read_array(values, nelems) };\n"
+                        .to_string(),
+                )
+            } else {
+                (
+                    format!("value: {r}"),
+                    "    let targets = vec![value; nelems];\n".to_string(),
+                )
+            };
+            let words = targets
+                + "    // SAFETY: `status` is null or holds `nelems` ints (function contract).\n    \
+                   let status = unsafe { read_array(status, if status.is_null() { 0 } else { nelems }) };\n    \
+                   let words = wait::Words { ivars: ivars as usize, nelems, status, cmp, targets };\n";
+            let all_returns = if block { "" } else { "c_int" };
+            let all_tail = if block {
+                "    wait::wait_words(CALL, &words, wait::Quantifier::All, true);\n".to_string()
+            } else {
+                "    let active = words.status.iter().filter(|&&s| s == 0).count();\n    \
+                 let met = wait::wait_words(CALL, &words, wait::Quantifier::All, false).len();\n    \
+                 c_int::from(met > 0 || (active == 0 && !words.status.is_empty()) || nelems == 0)\n"
+                    .to_string()
+            };
+            emit(out, Call {
+                name: name(&format!("{op}_all{suffix}")),
+                doc: "every word not masked by `status` compares `cmp` to its value.",
+                params: format!("ivars: *mut {r}, nelems: usize, status: *const c_int, cmp: c_int, {value_param}"),
+                returns: all_returns,
+                body: words.clone() + &all_tail,
+            });
+            emit(out, Call {
+                name: name(&format!("{op}_any{suffix}")),
+                doc: "the index of a word that compares `cmp` to its value (SIZE_MAX: none).",
+                params: format!("ivars: *mut {r}, nelems: usize, status: *const c_int, cmp: c_int, {value_param}"),
+                returns: "usize",
+                body: words.clone()
+                    + &format!("    wait::wait_words(CALL, &words, wait::Quantifier::Any, {block}).first().copied().unwrap_or(usize::MAX)\n"),
+            });
+            emit(out, Call {
+                name: name(&format!("{op}_some{suffix}")),
+                doc: "how many words compare `cmp` to their value; their indices land in `indices`.",
+                params: format!("ivars: *mut {r}, nelems: usize, indices: *mut usize, status: *const c_int, cmp: c_int, {value_param}"),
+                returns: "usize",
+                body: words
+                    + &format!("    let met = wait::wait_words(CALL, &words, wait::Quantifier::Some, {block});\n    \
+                       // SAFETY: `indices` holds `nelems` elements, at least `met.len()` (function contract).\n    \
+                       unsafe {{ write_array(indices, &met) }};\n    met.len()\n"),
+            });
+        }
+    }
+}
+
+fn rust_calls() -> String {
+    let mut out = String::new();
+    for t in STANDARD_TYPES {
+        let typed = |op: &str, suffix: &str| format!("shmem_{}_{op}{suffix}", t.name);
+        let size = format!("std::mem::size_of::<{}>()", t.rust);
+        rma_calls(
+            &mut out,
+            &typed,
+            t.rust,
+            &size,
+            t.families & VALUE != 0,
+            true,
+        );
+        amo_calls(&mut out, t);
+        if t.families & SYNC != 0 {
+            sync_calls(&mut out, t);
+        }
+    }
+    for &(bits, bytes) in SIZED {
+        let sized = move |op: &str, suffix: &str| format!("shmem_{op}{bits}{suffix}");
+        rma_calls(&mut out, &sized, "c_void", &bytes.to_string(), false, true);
+    }
+    let mem = |op: &str, suffix: &str| format!("shmem_{op}mem{suffix}");
+    rma_calls(&mut out, &mem, "c_void", "1", false, false);
+    out
+}
+
+/// `#define NAME(X, A) X(c type, TYPENAME, A) …` for the types in `family` (`A` is passed
+/// through: the operation of a `_Generic` case, unused by declarations).
+fn x_macro(out: &mut String, macro_name: &str, family: u32) {
+    write!(out, "#define {macro_name}(X, A)").unwrap();
+    for t in STANDARD_TYPES
+        .iter()
+        .filter(|t| t.families & family == family)
+    {
+        write!(out, " \\\n  X({}, {}, A)", t.c, t.name).unwrap();
+    }
+    out.push_str("\n\n");
+}
+
+fn c_header() -> String {
+    let mut out = String::from(
+        "/* Generated by crates/hyper-multicore-shmem-c/build.rs from type_table.rs: the standard\n \
+         * types of each family as X-macros, X(C type, TYPENAME, A). Do not edit. */\n\
+         #ifndef HMSHMEM_TYPES_H\n#define HMSHMEM_TYPES_H\n\n",
+    );
+    x_macro(&mut out, "HMSHMEM_RMA_TYPES", RMA);
+    x_macro(&mut out, "HMSHMEM_RMA_VALUE_TYPES", RMA | VALUE);
+    x_macro(&mut out, "HMSHMEM_AMO_EXTENDED_TYPES", AMO_EXTENDED);
+    x_macro(&mut out, "HMSHMEM_AMO_STANDARD_TYPES", AMO_STANDARD);
+    x_macro(&mut out, "HMSHMEM_AMO_BITWISE_TYPES", AMO_BITWISE);
+    x_macro(&mut out, "HMSHMEM_SYNC_TYPES", SYNC);
+    x_macro(&mut out, "HMSHMEM_RMA_GENERIC_TYPES", RMA | GENERIC);
+    x_macro(
+        &mut out,
+        "HMSHMEM_AMO_EXTENDED_GENERIC_TYPES",
+        AMO_EXTENDED | GENERIC,
+    );
+    x_macro(
+        &mut out,
+        "HMSHMEM_AMO_STANDARD_GENERIC_TYPES",
+        AMO_STANDARD | GENERIC,
+    );
+    x_macro(
+        &mut out,
+        "HMSHMEM_AMO_BITWISE_GENERIC_TYPES",
+        AMO_BITWISE | GENERIC,
+    );
+    x_macro(&mut out, "HMSHMEM_SYNC_GENERIC_TYPES", SYNC | GENERIC);
+    out.push_str("#define HMSHMEM_SIZES(X)");
+    for &(bits, _) in SIZED {
+        write!(out, " X({bits})").unwrap();
+    }
+    out.push_str("\n\n#endif\n");
+    out
+}
+
+fn write_if_changed(path: &Path, contents: &str) {
+    if std::fs::read_to_string(path).ok().as_deref() != Some(contents) {
+        std::fs::write(path, contents).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    }
+}
+
+fn main() {
+    println!("cargo:rerun-if-changed=type_table.rs");
+    println!("cargo:rerun-if-changed=include");
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    write_if_changed(&out_dir.join("typed_calls.rs"), &rust_calls());
+    // OUT_DIR is <target>/<profile>/build/<package>-<hash>/out: the libraries land in
+    // <target>/<profile>, and so do the headers and the pkg-config file.
+    let profile_dir = out_dir
+        .ancestors()
+        .nth(3)
+        .expect("OUT_DIR lies three levels below the profile directory");
+    let include = profile_dir.join("include");
+    let pkgconfig = profile_dir.join("pkgconfig");
+    for dir in [&include, &pkgconfig] {
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    }
+    write_if_changed(&include.join("hmshmem_types.h"), &c_header());
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    for header in ["shmem.h", "shmemx.h"] {
+        let text = std::fs::read_to_string(manifest.join("include").join(header))
+            .unwrap_or_else(|e| panic!("read include/{header}: {e}"));
+        write_if_changed(&include.join(header), &text);
+    }
+    let version = std::env::var("CARGO_PKG_VERSION").expect("cargo sets it");
+    let pc = format!(
+        "prefix={}\nlibdir=${{prefix}}\nincludedir=${{prefix}}/include\n\n\
+         Name: hmshmem\nDescription: OpenSHMEM 1.5 C API over the hyper_multicore runtime\n\
+         Version: {version}\nCflags: -I${{includedir}}\n\
+         Libs: -L${{libdir}} -Wl,-rpath,${{libdir}} -lhmshmem\n\
+         Libs.private: -lpthread -ldl -lm\n",
+        profile_dir.display()
+    );
+    write_if_changed(&pkgconfig.join("hmshmem.pc"), &pc);
+}

@@ -1,0 +1,311 @@
+/*
+ * shmem.h -- the OpenSHMEM 1.5 C interface of libhmshmem (hyper_multicore).
+ *
+ * Written for this project from the names, types and constants of the OpenSHMEM 1.5
+ * specification. Build with `hmcc`, launch with `hmrun -n N -- ./prog`. What is covered and
+ * how this library differs from the standard: docs/c-api.md.
+ *
+ * The typed calls are declared from the type lists of hmshmem_types.h, which build.rs generates
+ * from the same table as the library's entry points.
+ *
+ * Errors: the standard's calls have no error returns. When one fails (a bad argument, an address
+ * that is not symmetric, a lost peer, a timeout) this PE prints one line naming the PE, the call
+ * and the cause, and exits with status 1; hmrun then ends the job.
+ */
+#ifndef HMSHMEM_SHMEM_H
+#define HMSHMEM_SHMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hmshmem_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Library constants ---------------------------------------------------------------- */
+
+#define SHMEM_MAJOR_VERSION 1
+#define SHMEM_MINOR_VERSION 5
+#define _SHMEM_MAJOR_VERSION SHMEM_MAJOR_VERSION
+#define _SHMEM_MINOR_VERSION SHMEM_MINOR_VERSION
+#define SHMEM_MAX_NAME_LEN 256
+#define _SHMEM_MAX_NAME_LEN SHMEM_MAX_NAME_LEN
+#define SHMEM_VENDOR_STRING "hyper_multicore"
+#define _SHMEM_VENDOR_STRING SHMEM_VENDOR_STRING
+
+/* Thread levels (every level is provided). */
+#define SHMEM_THREAD_SINGLE 0
+#define SHMEM_THREAD_FUNNELED 1
+#define SHMEM_THREAD_SERIALIZED 2
+#define SHMEM_THREAD_MULTIPLE 3
+
+/* Comparisons of the point-to-point synchronisation calls. */
+#define SHMEM_CMP_EQ 0
+#define SHMEM_CMP_NE 1
+#define SHMEM_CMP_GT 2
+#define SHMEM_CMP_GE 3
+#define SHMEM_CMP_LT 4
+#define SHMEM_CMP_LE 5
+#define _SHMEM_CMP_EQ SHMEM_CMP_EQ
+#define _SHMEM_CMP_NE SHMEM_CMP_NE
+#define _SHMEM_CMP_GT SHMEM_CMP_GT
+#define _SHMEM_CMP_GE SHMEM_CMP_GE
+#define _SHMEM_CMP_LT SHMEM_CMP_LT
+#define _SHMEM_CMP_LE SHMEM_CMP_LE
+
+/* Signal operations of the put-with-signal calls. */
+#define SHMEM_SIGNAL_SET 0
+#define SHMEM_SIGNAL_ADD 1
+
+/* Work-array sizes of the active-set collectives (pSync arrays of long, pWrk arrays). */
+#define SHMEM_SYNC_VALUE (-1L)
+#define _SHMEM_SYNC_VALUE SHMEM_SYNC_VALUE
+#define SHMEM_SYNC_SIZE 64
+#define SHMEM_BARRIER_SYNC_SIZE SHMEM_SYNC_SIZE
+#define SHMEM_BCAST_SYNC_SIZE SHMEM_SYNC_SIZE
+#define SHMEM_COLLECT_SYNC_SIZE SHMEM_SYNC_SIZE
+#define SHMEM_REDUCE_SYNC_SIZE SHMEM_SYNC_SIZE
+#define SHMEM_ALLTOALL_SYNC_SIZE SHMEM_SYNC_SIZE
+#define SHMEM_ALLTOALLS_SYNC_SIZE SHMEM_SYNC_SIZE
+#define SHMEM_REDUCE_MIN_WRKDATA_SIZE 1
+#define _SHMEM_BARRIER_SYNC_SIZE SHMEM_BARRIER_SYNC_SIZE
+#define _SHMEM_BCAST_SYNC_SIZE SHMEM_BCAST_SYNC_SIZE
+#define _SHMEM_COLLECT_SYNC_SIZE SHMEM_COLLECT_SYNC_SIZE
+#define _SHMEM_REDUCE_SYNC_SIZE SHMEM_REDUCE_SYNC_SIZE
+#define _SHMEM_REDUCE_MIN_WRKDATA_SIZE SHMEM_REDUCE_MIN_WRKDATA_SIZE
+
+/* Hints of shmem_malloc_with_hints (accepted, and ignored). */
+#define SHMEM_MALLOC_ATOMICS_REMOTE 1L
+#define SHMEM_MALLOC_SIGNAL_REMOTE 2L
+
+/* ---- Set-up, queries, information ------------------------------------------------------ */
+
+void shmem_init(void);
+int shmem_init_thread(int requested, int *provided);
+void shmem_query_thread(int *provided);
+void shmem_finalize(void);
+void shmem_global_exit(int status);
+int shmem_my_pe(void);
+int shmem_n_pes(void);
+int shmem_pe_accessible(int pe);
+int shmem_addr_accessible(const void *addr, int pe);
+void *shmem_ptr(const void *dest, int pe);
+void shmem_info_get_version(int *major, int *minor);
+void shmem_info_get_name(char *name);
+
+/* Legacy forms. */
+void start_pes(int npes);
+int _my_pe(void);
+int _num_pes(void);
+
+/* ---- Symmetric heap -------------------------------------------------------------------- */
+
+void *shmem_malloc(size_t size);
+void *shmem_malloc_with_hints(size_t size, long hints);
+void *shmem_calloc(size_t count, size_t size);
+void *shmem_align(size_t alignment, size_t size);
+void *shmem_realloc(void *ptr, size_t size);
+void shmem_free(void *ptr);
+void *shmalloc(size_t size);
+void shfree(void *ptr);
+
+/* ---- Remote memory access -------------------------------------------------------------- */
+
+#define HMSHMEM_DECLARE_RMA(T, N, A)                                                          \
+    void shmem_##N##_put(T *dest, const T *source, size_t nelems, int pe);                    \
+    void shmem_##N##_get(T *dest, const T *source, size_t nelems, int pe);                    \
+    void shmem_##N##_put_nbi(T *dest, const T *source, size_t nelems, int pe);                \
+    void shmem_##N##_get_nbi(T *dest, const T *source, size_t nelems, int pe);                \
+    void shmem_##N##_iput(T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst,              \
+                          size_t nelems, int pe);                                              \
+    void shmem_##N##_iget(T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst,              \
+                          size_t nelems, int pe);                                              \
+    void shmem_##N##_put_signal(T *dest, const T *source, size_t nelems, uint64_t *sig_addr,   \
+                                uint64_t signal, int sig_op, int pe);                          \
+    void shmem_##N##_put_signal_nbi(T *dest, const T *source, size_t nelems,                   \
+                                    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
+HMSHMEM_RMA_TYPES(HMSHMEM_DECLARE_RMA, _)
+
+#define HMSHMEM_DECLARE_RMA_VALUE(T, N, A)                                                    \
+    void shmem_##N##_p(T *dest, T value, int pe);                                             \
+    T shmem_##N##_g(const T *source, int pe);
+HMSHMEM_RMA_VALUE_TYPES(HMSHMEM_DECLARE_RMA_VALUE, _)
+
+#define HMSHMEM_DECLARE_SIZED(BITS)                                                           \
+    void shmem_put##BITS(void *dest, const void *source, size_t nelems, int pe);              \
+    void shmem_get##BITS(void *dest, const void *source, size_t nelems, int pe);              \
+    void shmem_put##BITS##_nbi(void *dest, const void *source, size_t nelems, int pe);        \
+    void shmem_get##BITS##_nbi(void *dest, const void *source, size_t nelems, int pe);        \
+    void shmem_iput##BITS(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,        \
+                          size_t nelems, int pe);                                              \
+    void shmem_iget##BITS(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,        \
+                          size_t nelems, int pe);                                              \
+    void shmem_put##BITS##_signal(void *dest, const void *source, size_t nelems,               \
+                                  uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);    \
+    void shmem_put##BITS##_signal_nbi(void *dest, const void *source, size_t nelems,           \
+                                      uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
+HMSHMEM_SIZES(HMSHMEM_DECLARE_SIZED)
+
+void shmem_putmem(void *dest, const void *source, size_t nelems, int pe);
+void shmem_getmem(void *dest, const void *source, size_t nelems, int pe);
+void shmem_putmem_nbi(void *dest, const void *source, size_t nelems, int pe);
+void shmem_getmem_nbi(void *dest, const void *source, size_t nelems, int pe);
+void shmem_putmem_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
+                         uint64_t signal, int sig_op, int pe);
+void shmem_putmem_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
+                             uint64_t signal, int sig_op, int pe);
+uint64_t shmem_signal_fetch(const uint64_t *sig_addr);
+
+/* long double is not passed by value across the library boundary: p and g copy its bytes. */
+static inline void shmem_longdouble_p(long double *dest, long double value, int pe) {
+    shmem_putmem(dest, &value, sizeof value, pe);
+}
+static inline long double shmem_longdouble_g(const long double *source, int pe) {
+    long double value;
+    shmem_getmem(&value, source, sizeof value, pe);
+    return value;
+}
+
+/* ---- Atomic memory operations ---------------------------------------------------------- */
+
+#define HMSHMEM_DECLARE_AMO_EXTENDED(T, N, A)                                                 \
+    T shmem_##N##_atomic_fetch(const T *source, int pe);                                      \
+    void shmem_##N##_atomic_fetch_nbi(T *fetch, const T *source, int pe);                     \
+    void shmem_##N##_atomic_set(T *dest, T value, int pe);                                    \
+    T shmem_##N##_atomic_swap(T *dest, T value, int pe);                                      \
+    void shmem_##N##_atomic_swap_nbi(T *fetch, T *dest, T value, int pe);
+HMSHMEM_AMO_EXTENDED_TYPES(HMSHMEM_DECLARE_AMO_EXTENDED, _)
+
+#define HMSHMEM_DECLARE_AMO_STANDARD(T, N, A)                                                 \
+    T shmem_##N##_atomic_compare_swap(T *dest, T cond, T value, int pe);                      \
+    void shmem_##N##_atomic_compare_swap_nbi(T *fetch, T *dest, T cond, T value, int pe);     \
+    T shmem_##N##_atomic_fetch_inc(T *dest, int pe);                                          \
+    void shmem_##N##_atomic_fetch_inc_nbi(T *fetch, T *dest, int pe);                         \
+    void shmem_##N##_atomic_inc(T *dest, int pe);                                             \
+    T shmem_##N##_atomic_fetch_add(T *dest, T value, int pe);                                 \
+    void shmem_##N##_atomic_fetch_add_nbi(T *fetch, T *dest, T value, int pe);                \
+    void shmem_##N##_atomic_add(T *dest, T value, int pe);
+HMSHMEM_AMO_STANDARD_TYPES(HMSHMEM_DECLARE_AMO_STANDARD, _)
+
+#define HMSHMEM_DECLARE_AMO_BITWISE(T, N, A)                                                  \
+    T shmem_##N##_atomic_fetch_and(T *dest, T value, int pe);                                 \
+    void shmem_##N##_atomic_fetch_and_nbi(T *fetch, T *dest, T value, int pe);                \
+    void shmem_##N##_atomic_and(T *dest, T value, int pe);                                    \
+    T shmem_##N##_atomic_fetch_or(T *dest, T value, int pe);                                  \
+    void shmem_##N##_atomic_fetch_or_nbi(T *fetch, T *dest, T value, int pe);                 \
+    void shmem_##N##_atomic_or(T *dest, T value, int pe);                                     \
+    T shmem_##N##_atomic_fetch_xor(T *dest, T value, int pe);                                 \
+    void shmem_##N##_atomic_fetch_xor_nbi(T *fetch, T *dest, T value, int pe);                \
+    void shmem_##N##_atomic_xor(T *dest, T value, int pe);
+HMSHMEM_AMO_BITWISE_TYPES(HMSHMEM_DECLARE_AMO_BITWISE, _)
+
+/* ---- Point-to-point synchronisation ---------------------------------------------------- */
+
+#define HMSHMEM_DECLARE_SYNC(T, N, A)                                                         \
+    void shmem_##N##_wait_until(T *ivar, int cmp, T cmp_value);                               \
+    void shmem_##N##_wait(T *ivar, T cmp_value);                                              \
+    void shmem_##N##_wait_until_all(T *ivars, size_t nelems, const int *status, int cmp,      \
+                                    T cmp_value);                                              \
+    size_t shmem_##N##_wait_until_any(T *ivars, size_t nelems, const int *status, int cmp,    \
+                                      T cmp_value);                                            \
+    size_t shmem_##N##_wait_until_some(T *ivars, size_t nelems, size_t *indices,              \
+                                       const int *status, int cmp, T cmp_value);               \
+    void shmem_##N##_wait_until_all_vector(T *ivars, size_t nelems, const int *status,        \
+                                           int cmp, const T *cmp_values);                      \
+    size_t shmem_##N##_wait_until_any_vector(T *ivars, size_t nelems, const int *status,      \
+                                             int cmp, const T *cmp_values);                    \
+    size_t shmem_##N##_wait_until_some_vector(T *ivars, size_t nelems, size_t *indices,       \
+                                              const int *status, int cmp, const T *cmp_values); \
+    int shmem_##N##_test(T *ivar, int cmp, T cmp_value);                                      \
+    int shmem_##N##_test_all(T *ivars, size_t nelems, const int *status, int cmp,             \
+                             T cmp_value);                                                     \
+    size_t shmem_##N##_test_any(T *ivars, size_t nelems, const int *status, int cmp,          \
+                                T cmp_value);                                                  \
+    size_t shmem_##N##_test_some(T *ivars, size_t nelems, size_t *indices, const int *status, \
+                                 int cmp, T cmp_value);                                        \
+    int shmem_##N##_test_all_vector(T *ivars, size_t nelems, const int *status, int cmp,      \
+                                    const T *cmp_values);                                      \
+    size_t shmem_##N##_test_any_vector(T *ivars, size_t nelems, const int *status, int cmp,   \
+                                       const T *cmp_values);                                   \
+    size_t shmem_##N##_test_some_vector(T *ivars, size_t nelems, size_t *indices,             \
+                                        const int *status, int cmp, const T *cmp_values);
+HMSHMEM_SYNC_TYPES(HMSHMEM_DECLARE_SYNC, _)
+
+uint64_t shmem_signal_wait_until(uint64_t *sig_addr, int cmp, uint64_t cmp_value);
+
+/* ---- Ordering and collectives ---------------------------------------------------------- */
+
+void shmem_fence(void);
+void shmem_quiet(void);
+void shmem_barrier_all(void);
+void shmem_sync_all(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* ---- C11 type-generic interfaces ------------------------------------------------------- */
+
+#if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+
+/* One _Generic case: the C type selects shmem_TYPENAME_OP. There is no default: a type outside
+ * the family is reported by the compiler ("not compatible with any association"); the last
+ * association only closes the list and never matches. */
+struct hmshmem_never_selected;
+#define HMSHMEM_CASE(T, N, OP) T: shmem_##N##_##OP,
+#define HMSHMEM_GENERIC(LIST, OP, X) _Generic((X), LIST(HMSHMEM_CASE, OP) struct hmshmem_never_selected *: 0)
+
+#define shmem_put(dest, ...) HMSHMEM_GENERIC(HMSHMEM_RMA_GENERIC_TYPES, put, *(dest))(dest, __VA_ARGS__)
+#define shmem_get(dest, ...) HMSHMEM_GENERIC(HMSHMEM_RMA_GENERIC_TYPES, get, *(dest))(dest, __VA_ARGS__)
+#define shmem_put_nbi(dest, ...) HMSHMEM_GENERIC(HMSHMEM_RMA_GENERIC_TYPES, put_nbi, *(dest))(dest, __VA_ARGS__)
+#define shmem_get_nbi(dest, ...) HMSHMEM_GENERIC(HMSHMEM_RMA_GENERIC_TYPES, get_nbi, *(dest))(dest, __VA_ARGS__)
+#define shmem_iput(dest, ...) HMSHMEM_GENERIC(HMSHMEM_RMA_GENERIC_TYPES, iput, *(dest))(dest, __VA_ARGS__)
+#define shmem_iget(dest, ...) HMSHMEM_GENERIC(HMSHMEM_RMA_GENERIC_TYPES, iget, *(dest))(dest, __VA_ARGS__)
+#define shmem_p(dest, ...) HMSHMEM_GENERIC(HMSHMEM_RMA_GENERIC_TYPES, p, *(dest))(dest, __VA_ARGS__)
+#define shmem_g(source, ...) HMSHMEM_GENERIC(HMSHMEM_RMA_GENERIC_TYPES, g, *(source))(source, __VA_ARGS__)
+#define shmem_put_signal(dest, ...) HMSHMEM_GENERIC(HMSHMEM_RMA_GENERIC_TYPES, put_signal, *(dest))(dest, __VA_ARGS__)
+#define shmem_put_signal_nbi(dest, ...) HMSHMEM_GENERIC(HMSHMEM_RMA_GENERIC_TYPES, put_signal_nbi, *(dest))(dest, __VA_ARGS__)
+
+#define shmem_atomic_fetch(source, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_EXTENDED_GENERIC_TYPES, atomic_fetch, *(source))(source, __VA_ARGS__)
+#define shmem_atomic_set(dest, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_EXTENDED_GENERIC_TYPES, atomic_set, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_swap(dest, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_EXTENDED_GENERIC_TYPES, atomic_swap, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_fetch_nbi(fetch, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_EXTENDED_GENERIC_TYPES, atomic_fetch_nbi, *(fetch))(fetch, __VA_ARGS__)
+#define shmem_atomic_swap_nbi(fetch, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_EXTENDED_GENERIC_TYPES, atomic_swap_nbi, *(fetch))(fetch, __VA_ARGS__)
+#define shmem_atomic_compare_swap(dest, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_STANDARD_GENERIC_TYPES, atomic_compare_swap, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_fetch_inc(dest, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_STANDARD_GENERIC_TYPES, atomic_fetch_inc, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_inc(dest, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_STANDARD_GENERIC_TYPES, atomic_inc, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_fetch_add(dest, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_STANDARD_GENERIC_TYPES, atomic_fetch_add, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_add(dest, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_STANDARD_GENERIC_TYPES, atomic_add, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_compare_swap_nbi(fetch, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_STANDARD_GENERIC_TYPES, atomic_compare_swap_nbi, *(fetch))(fetch, __VA_ARGS__)
+#define shmem_atomic_fetch_inc_nbi(fetch, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_STANDARD_GENERIC_TYPES, atomic_fetch_inc_nbi, *(fetch))(fetch, __VA_ARGS__)
+#define shmem_atomic_fetch_add_nbi(fetch, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_STANDARD_GENERIC_TYPES, atomic_fetch_add_nbi, *(fetch))(fetch, __VA_ARGS__)
+#define shmem_atomic_fetch_and(dest, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_BITWISE_GENERIC_TYPES, atomic_fetch_and, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_fetch_or(dest, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_BITWISE_GENERIC_TYPES, atomic_fetch_or, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_fetch_xor(dest, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_BITWISE_GENERIC_TYPES, atomic_fetch_xor, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_and(dest, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_BITWISE_GENERIC_TYPES, atomic_and, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_or(dest, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_BITWISE_GENERIC_TYPES, atomic_or, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_xor(dest, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_BITWISE_GENERIC_TYPES, atomic_xor, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_fetch_and_nbi(fetch, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_BITWISE_GENERIC_TYPES, atomic_fetch_and_nbi, *(fetch))(fetch, __VA_ARGS__)
+#define shmem_atomic_fetch_or_nbi(fetch, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_BITWISE_GENERIC_TYPES, atomic_fetch_or_nbi, *(fetch))(fetch, __VA_ARGS__)
+#define shmem_atomic_fetch_xor_nbi(fetch, ...) HMSHMEM_GENERIC(HMSHMEM_AMO_BITWISE_GENERIC_TYPES, atomic_fetch_xor_nbi, *(fetch))(fetch, __VA_ARGS__)
+
+#define shmem_wait_until(ivar, ...) HMSHMEM_GENERIC(HMSHMEM_SYNC_GENERIC_TYPES, wait_until, *(ivar))(ivar, __VA_ARGS__)
+#define shmem_wait_until_all(ivars, ...) HMSHMEM_GENERIC(HMSHMEM_SYNC_GENERIC_TYPES, wait_until_all, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_wait_until_any(ivars, ...) HMSHMEM_GENERIC(HMSHMEM_SYNC_GENERIC_TYPES, wait_until_any, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_wait_until_some(ivars, ...) HMSHMEM_GENERIC(HMSHMEM_SYNC_GENERIC_TYPES, wait_until_some, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_wait_until_all_vector(ivars, ...) HMSHMEM_GENERIC(HMSHMEM_SYNC_GENERIC_TYPES, wait_until_all_vector, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_wait_until_any_vector(ivars, ...) HMSHMEM_GENERIC(HMSHMEM_SYNC_GENERIC_TYPES, wait_until_any_vector, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_wait_until_some_vector(ivars, ...) HMSHMEM_GENERIC(HMSHMEM_SYNC_GENERIC_TYPES, wait_until_some_vector, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_test(ivar, ...) HMSHMEM_GENERIC(HMSHMEM_SYNC_GENERIC_TYPES, test, *(ivar))(ivar, __VA_ARGS__)
+#define shmem_test_all(ivars, ...) HMSHMEM_GENERIC(HMSHMEM_SYNC_GENERIC_TYPES, test_all, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_test_any(ivars, ...) HMSHMEM_GENERIC(HMSHMEM_SYNC_GENERIC_TYPES, test_any, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_test_some(ivars, ...) HMSHMEM_GENERIC(HMSHMEM_SYNC_GENERIC_TYPES, test_some, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_test_all_vector(ivars, ...) HMSHMEM_GENERIC(HMSHMEM_SYNC_GENERIC_TYPES, test_all_vector, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_test_any_vector(ivars, ...) HMSHMEM_GENERIC(HMSHMEM_SYNC_GENERIC_TYPES, test_any_vector, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_test_some_vector(ivars, ...) HMSHMEM_GENERIC(HMSHMEM_SYNC_GENERIC_TYPES, test_some_vector, *(ivars))(ivars, __VA_ARGS__)
+
+#endif /* C11 */
+
+#endif /* HMSHMEM_SHMEM_H */

@@ -1,0 +1,147 @@
+//! Atomic memory operations on symmetric words: fetch, set, swap, compare-and-swap, fetch-add
+//! (inc, add) and the bitwise and/or/xor, each as the runtime's atomic on one 32- or 64-bit word
+//! (floats travel as their bits). The typed entry points (`shmem_int_atomic_fetch_add`, …) are
+//! generated in `typed.rs`.
+//!
+//! The runtime has no native and/or/xor yet: they are a compare-and-swap loop over the runtime's
+//! atomics (still atomic; one round trip more per retry on a remote route).
+
+use std::ffi::c_int;
+
+use hyper_multicore::shmem::AtomicWord;
+
+use crate::job::{self, At};
+use crate::sys::caller_memory::CallerBuffer;
+
+/// A C value that an atomic moves as one 32- or 64-bit word.
+pub(crate) trait AmoValue: Copy + bytemuck::Pod {
+    /// The word type.
+    type Word: AtomicWord;
+    /// The word holding this value's bits.
+    fn to_word(self) -> Self::Word;
+    /// The value whose bits `word` holds.
+    fn from_word(word: Self::Word) -> Self;
+}
+
+macro_rules! integer_words {
+    ($($ty:ty),*) => {$(
+        impl AmoValue for $ty {
+            type Word = $ty;
+            fn to_word(self) -> $ty { self }
+            fn from_word(word: $ty) -> $ty { word }
+        }
+    )*};
+}
+integer_words!(i32, u32, i64, u64);
+
+macro_rules! float_words {
+    ($($ty:ty => $word:ty),*) => {$(
+        impl AmoValue for $ty {
+            type Word = $word;
+            fn to_word(self) -> $word { self.to_bits() }
+            fn from_word(word: $word) -> $ty { <$ty>::from_bits(word) }
+        }
+    )*};
+}
+float_words!(f32 => u32, f64 => u64);
+
+/// The bitwise operations.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Bitwise {
+    /// `&`
+    And,
+    /// `|`
+    Or,
+    /// `^`
+    Xor,
+}
+
+fn word<T: AmoValue>(call: &str, address: usize) -> At {
+    At(job::region(call, address, std::mem::size_of::<T>()))
+}
+
+/// PE `pe`'s copy of the symmetric `source`, read atomically.
+pub(crate) fn fetch<T: AmoValue>(call: &str, source: usize, pe: c_int) -> T {
+    let pe = job::target_pe(call, pe);
+    let at = word::<T>(call, source);
+    T::from_word(job::run(call, |shmem| shmem.atomic_fetch(&at, pe)))
+}
+
+/// Stores `value` into PE `pe`'s copy of `dest` atomically.
+pub(crate) fn set<T: AmoValue>(call: &str, dest: usize, value: T, pe: c_int) {
+    let pe = job::target_pe(call, pe);
+    let at = word::<T>(call, dest);
+    job::run(call, |shmem| shmem.atomic_set(&at, value.to_word(), pe));
+}
+
+/// Replaces PE `pe`'s copy of `dest` by `value`; returns the previous value.
+pub(crate) fn swap<T: AmoValue>(call: &str, dest: usize, value: T, pe: c_int) -> T {
+    let pe = job::target_pe(call, pe);
+    let at = word::<T>(call, dest);
+    T::from_word(job::run(call, |shmem| {
+        shmem.atomic_swap(&at, value.to_word(), pe)
+    }))
+}
+
+/// Sets PE `pe`'s copy of `dest` to `value` if it equals `cond`; returns the previous value.
+pub(crate) fn compare_swap<T: AmoValue>(
+    call: &str,
+    dest: usize,
+    cond: T,
+    value: T,
+    pe: c_int,
+) -> T {
+    let pe = job::target_pe(call, pe);
+    let at = word::<T>(call, dest);
+    T::from_word(job::run(call, |shmem| {
+        shmem.atomic_compare_swap(&at, cond.to_word(), value.to_word(), pe)
+    }))
+}
+
+/// Adds `value` (wrapping) to PE `pe`'s copy of `dest`; returns the previous value.
+pub(crate) fn fetch_add<T: AmoValue>(call: &str, dest: usize, value: T, pe: c_int) -> T {
+    let pe = job::target_pe(call, pe);
+    let at = word::<T>(call, dest);
+    T::from_word(job::run(call, |shmem| {
+        shmem.atomic_fetch_add(&at, value.to_word(), pe)
+    }))
+}
+
+/// `fetch_add` of one.
+pub(crate) fn fetch_inc<T: AmoValue>(call: &str, dest: usize, pe: c_int) -> T {
+    fetch_add(call, dest, T::from_word(T::Word::from_bits(1)), pe)
+}
+
+/// Applies `op` with `value` to PE `pe`'s copy of `dest` atomically; returns the previous value.
+pub(crate) fn fetch_bitwise<T: AmoValue>(
+    call: &str,
+    dest: usize,
+    value: T,
+    op: Bitwise,
+    pe: c_int,
+) -> T {
+    let pe = job::target_pe(call, pe);
+    let at = word::<T>(call, dest);
+    let operand = value.to_word().to_bits();
+    T::from_word(job::run(call, |shmem| {
+        let mut seen = shmem.atomic_fetch::<T::Word>(&at, pe)?;
+        loop {
+            let bits = seen.to_bits();
+            let wanted = match op {
+                Bitwise::And => bits & operand,
+                Bitwise::Or => bits | operand,
+                Bitwise::Xor => bits ^ operand,
+            };
+            let previous = shmem.atomic_compare_swap(&at, seen, T::Word::from_bits(wanted), pe)?;
+            if previous.to_bits() == bits {
+                return Ok(previous);
+            }
+            seen = previous;
+        }
+    }))
+}
+
+/// Stores the result of a non-blocking fetching atomic into the caller's `fetch` location.
+pub(crate) fn deliver<T: AmoValue>(fetch: CallerBuffer, value: T) {
+    fetch.with_target(|bytes| bytes.copy_from_slice(bytemuck::bytes_of(&value)));
+}

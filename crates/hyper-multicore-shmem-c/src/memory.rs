@@ -1,0 +1,143 @@
+//! The symmetric heap: `shmem_malloc`, `shmem_calloc`, `shmem_align`, `shmem_realloc`,
+//! `shmem_free`, `shmem_malloc_with_hints` and the legacy `shmalloc`/`shfree`. Each is
+//! collective and ends with a barrier (as the standard requires), so a peer may access the new
+//! block as soon as the call returns. A request the heap cannot hold returns null on every PE (the
+//! reason goes to `shmemx_last_error`).
+
+use std::ffi::c_void;
+
+use hyper_multicore::shmem::{AllocationSpec, Dtype};
+
+use crate::failure::record;
+use crate::job;
+
+/// Collective: `size` bytes aligned to `alignment` (`None`: the runtime's default, 64), or null
+/// for size 0 or when the heap cannot hold it.
+fn allocate(call: &str, size: usize, alignment: Option<u64>) -> *mut c_void {
+    if size == 0 {
+        return std::ptr::null_mut();
+    }
+    let spec = AllocationSpec {
+        shape: vec![size],
+        dtype: Dtype::U8,
+        alignment,
+    };
+    let outcome = job::run(call, |shmem| {
+        let outcome = shmem.allocate_spec(&spec).map_err(|e| e.to_string());
+        shmem.barrier()?;
+        Ok(outcome)
+    });
+    match outcome {
+        Ok(record) => {
+            let address = job::address_of(record.offset);
+            job::add_allocation(record);
+            address as *mut c_void
+        }
+        Err(why) => {
+            record(call, &why);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Collective: frees the block at `address` (null: nothing) after a barrier.
+fn free(call: &str, address: *mut c_void) {
+    if address.is_null() {
+        // Still collective: peers freeing a block wait for this PE at the barrier.
+        job::run(call, |shmem| shmem.barrier());
+        return;
+    }
+    let record = job::remove_allocation(call, address as usize);
+    job::run(call, |shmem| {
+        shmem.barrier()?;
+        shmem.free_id(record.id)
+    });
+}
+
+/// Collective: `size` bytes of symmetric memory, or null.
+#[no_mangle]
+pub extern "C" fn shmem_malloc(size: usize) -> *mut c_void {
+    allocate("shmem_malloc", size, None)
+}
+
+/// Collective: [`shmem_malloc`]; the hints only describe expected use and are ignored.
+#[no_mangle]
+pub extern "C" fn shmem_malloc_with_hints(size: usize, _hints: std::ffi::c_long) -> *mut c_void {
+    allocate("shmem_malloc_with_hints", size, None)
+}
+
+/// Legacy form of [`shmem_malloc`].
+#[no_mangle]
+pub extern "C" fn shmalloc(size: usize) -> *mut c_void {
+    allocate("shmalloc", size, None)
+}
+
+/// Collective: `count × size` bytes set to zero, or null.
+#[no_mangle]
+pub extern "C" fn shmem_calloc(count: usize, size: usize) -> *mut c_void {
+    const CALL: &str = "shmem_calloc";
+    let Some(bytes) = count.checked_mul(size) else {
+        record(CALL, &format!("{count} × {size} bytes overflows"));
+        return std::ptr::null_mut();
+    };
+    let address = allocate(CALL, bytes, None);
+    if !address.is_null() {
+        let region = job::region(CALL, address as usize, bytes);
+        job::run(CALL, |shmem| {
+            let rank = shmem.rank();
+            shmem.put_bytes(region, &vec![0u8; bytes], rank)?;
+            shmem.barrier()
+        });
+    }
+    address
+}
+
+/// Collective: `size` bytes at an address that is a multiple of `alignment` (a power of two up
+/// to 2 MiB), or null.
+#[no_mangle]
+pub extern "C" fn shmem_align(alignment: usize, size: usize) -> *mut c_void {
+    allocate("shmem_align", size, Some(alignment as u64))
+}
+
+/// Collective: frees a block `shmem_malloc` (or its siblings) returned; null does nothing.
+#[no_mangle]
+pub extern "C" fn shmem_free(address: *mut c_void) {
+    free("shmem_free", address);
+}
+
+/// Legacy form of [`shmem_free`].
+#[no_mangle]
+pub extern "C" fn shfree(address: *mut c_void) {
+    free("shfree", address);
+}
+
+/// Collective: a block of `size` bytes holding the first bytes of `address`'s block (null:
+/// [`shmem_malloc`]; size 0: [`shmem_free`], returning null). On failure the old block stays and
+/// null is returned.
+#[no_mangle]
+pub extern "C" fn shmem_realloc(address: *mut c_void, size: usize) -> *mut c_void {
+    const CALL: &str = "shmem_realloc";
+    if address.is_null() {
+        return allocate(CALL, size, None);
+    }
+    if size == 0 {
+        free(CALL, address);
+        return std::ptr::null_mut();
+    }
+    let old = job::allocation_at(CALL, address as usize);
+    let new = allocate(CALL, size, None);
+    if new.is_null() {
+        return new;
+    }
+    let kept = size.min(old.bytes as usize);
+    let source = job::region(CALL, address as usize, kept);
+    let target = job::region(CALL, new as usize, kept);
+    job::run(CALL, |shmem| {
+        let rank = shmem.rank();
+        let mut bytes = vec![0u8; kept];
+        shmem.get_bytes(&mut bytes, source, rank)?;
+        shmem.put_bytes(target, &bytes, rank)
+    });
+    free(CALL, address);
+    new
+}

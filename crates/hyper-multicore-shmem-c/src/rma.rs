@@ -1,0 +1,188 @@
+//! Remote memory access — put, get (blocking and `_nbi`), the single-element `p`/`g`, strided
+//! `iput`/`iget`, put-with-signal, `signal_fetch`, `fence` and `quiet` — for every element size.
+//! The typed and sized entry points (`shmem_int_put`, `shmem_put32`, …; see `typed.rs`) call
+//! these with the element size; every byte moves through the runtime's data plane.
+
+use std::ffi::c_int;
+
+use hyper_multicore::shmem::SignalOp;
+
+use crate::failure::fail;
+use crate::job::{self, At};
+use crate::sys::caller_memory::CallerBuffer;
+
+/// `SHMEM_SIGNAL_SET`.
+pub const SIGNAL_SET: c_int = 0;
+/// `SHMEM_SIGNAL_ADD`.
+pub const SIGNAL_ADD: c_int = 1;
+
+/// The bytes of `nelems` elements of `size` bytes (fails on overflow).
+pub(crate) fn bytes(call: &str, nelems: usize, size: usize) -> usize {
+    nelems
+        .checked_mul(size)
+        .unwrap_or_else(|| fail(call, format!("{nelems} elements of {size} bytes overflow")))
+}
+
+/// The byte span of `nelems` elements of `size` bytes, `stride` elements apart.
+pub(crate) fn strided_bytes(call: &str, nelems: usize, stride: isize, size: usize) -> usize {
+    if nelems == 0 {
+        return 0;
+    }
+    let stride = usize::try_from(stride)
+        .ok()
+        .filter(|&s| s > 0)
+        .unwrap_or_else(|| fail(call, format!("stride {stride} must be a positive number")));
+    (nelems - 1)
+        .checked_mul(stride)
+        .and_then(|n| n.checked_mul(size))
+        .and_then(|n| n.checked_add(size))
+        .unwrap_or_else(|| fail(call, format!("{nelems} elements {stride} apart overflow")))
+}
+
+/// Copies `source` into PE `pe`'s copy of the symmetric `dest`.
+pub(crate) fn put(call: &str, dest: usize, source: CallerBuffer, pe: c_int, nbi: bool) {
+    let pe = job::target_pe(call, pe);
+    source.with_source(|bytes| {
+        let region = job::region(call, dest, bytes.len());
+        job::run(call, |shmem| match nbi {
+            false => shmem.put_bytes(region, bytes, pe),
+            true => shmem.put_nbi::<u8>(&At(region), bytes, pe),
+        });
+    });
+}
+
+/// Copies PE `pe`'s copy of the symmetric `source` into `target`.
+pub(crate) fn get(call: &str, target: CallerBuffer, source: usize, pe: c_int, nbi: bool) {
+    let pe = job::target_pe(call, pe);
+    target.with_target(|bytes| {
+        let region = job::region(call, source, bytes.len());
+        job::run(call, |shmem| match nbi {
+            false => shmem.get_bytes(bytes, region, pe),
+            true => shmem.get_nbi::<u8>(bytes, &At(region), pe),
+        });
+    });
+}
+
+/// Strided put: element `i` of `source` (`sst` elements apart) to element `i` of `dest` (`dst`
+/// apart) on PE `pe`; `source` spans every element read.
+pub(crate) fn iput(
+    call: &str,
+    dest: usize,
+    source: CallerBuffer,
+    strides: [isize; 2],
+    size: usize,
+    nelems: usize,
+    pe: c_int,
+) {
+    let [dst, sst] = strides;
+    strided_bytes(call, nelems, dst, size);
+    for i in 0..nelems {
+        let part = source.part(i * sst as usize * size, size);
+        put(call, dest + i * dst as usize * size, part, pe, false);
+    }
+}
+
+/// Strided get: element `i` of `source` on PE `pe` (`sst` elements apart) to element `i` of
+/// `target` (`tst` apart); `target` spans every element written.
+pub(crate) fn iget(
+    call: &str,
+    target: CallerBuffer,
+    source: usize,
+    strides: [isize; 2],
+    size: usize,
+    nelems: usize,
+    pe: c_int,
+) {
+    let [tst, sst] = strides;
+    strided_bytes(call, nelems, sst, size);
+    for i in 0..nelems {
+        let part = target.part(i * tst as usize * size, size);
+        get(call, part, source + i * sst as usize * size, pe, false);
+    }
+}
+
+/// Puts `source` into `dest` on PE `pe`, then updates the 64-bit signal word `signal` there
+/// (`sig_op`: [`SIGNAL_SET`] or [`SIGNAL_ADD`]): a PE that sees the signal sees the data.
+pub(crate) fn put_signal(
+    call: &str,
+    dest: usize,
+    source: CallerBuffer,
+    signal: usize,
+    value: u64,
+    sig_op: c_int,
+    pe: c_int,
+) {
+    let op = match sig_op {
+        SIGNAL_SET => SignalOp::Set,
+        SIGNAL_ADD => SignalOp::Add,
+        other => fail(
+            call,
+            format!("signal operation {other} is neither SHMEM_SIGNAL_SET nor SHMEM_SIGNAL_ADD"),
+        ),
+    };
+    let pe = job::target_pe(call, pe);
+    let signal = job::region(call, signal, 8);
+    source.with_source(|bytes| {
+        let region = job::region(call, dest, bytes.len());
+        job::run(call, |shmem| {
+            shmem.put_signal::<u8, u64>(&At(region), bytes, &At(signal), value, op, pe)
+        });
+    });
+}
+
+/// Atomically reads this PE's signal word `signal`.
+pub(crate) fn signal_fetch(call: &str, signal: usize) -> u64 {
+    let region = job::region(call, signal, 8);
+    job::run(call, |shmem| {
+        shmem.atomic_fetch::<u64>(&At(region), shmem.rank())
+    })
+}
+
+/// Stores `value` into PE `pe`'s copy of the symmetric `dest`. A naturally aligned 4- or
+/// 8-byte value is stored atomically, which also wakes a PE waiting on it.
+pub(crate) fn p<R: bytemuck::Pod>(call: &str, dest: usize, value: R, pe: c_int) {
+    let pe = job::target_pe(call, pe);
+    let bytes = bytemuck::bytes_of(&value);
+    let region = At(job::region(call, dest, bytes.len()));
+    let aligned = dest % bytes.len().max(1) == 0;
+    job::run(call, |shmem| match bytes.len() {
+        4 if aligned => shmem.atomic_set(&region, bytemuck::pod_read_unaligned::<u32>(bytes), pe),
+        8 if aligned => shmem.atomic_set(&region, bytemuck::pod_read_unaligned::<u64>(bytes), pe),
+        _ => shmem.put_bytes(region.0, bytes, pe),
+    });
+}
+
+/// PE `pe`'s copy of the symmetric `source`.
+pub(crate) fn g<R: bytemuck::Pod>(call: &str, source: usize, pe: c_int) -> R {
+    let pe = job::target_pe(call, pe);
+    let mut value = R::zeroed();
+    let region = job::region(call, source, std::mem::size_of::<R>());
+    job::run(call, |shmem| {
+        shmem.get_bytes(bytemuck::bytes_of_mut(&mut value), region, pe)
+    });
+    value
+}
+
+/// Orders this PE's puts and atomics to each PE.
+#[no_mangle]
+pub extern "C" fn shmem_fence() {
+    job::run("shmem_fence", |shmem| {
+        shmem.fence();
+        Ok(())
+    });
+}
+
+/// Completes every outstanding put, get and atomic of this PE.
+#[no_mangle]
+pub extern "C" fn shmem_quiet() {
+    job::run("shmem_quiet", |shmem| shmem.try_quiet());
+}
+
+/// Atomically reads this PE's signal word `sig_addr`.
+///
+/// # Safety
+/// `sig_addr` must be a symmetric address of a `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_signal_fetch(sig_addr: *const u64) -> u64 {
+    signal_fetch("shmem_signal_fetch", sig_addr as usize)
+}

@@ -1,0 +1,119 @@
+//! The C caller's buffers: the only place this crate reads or writes memory through a pointer a
+//! C program passed in.
+//!
+//! # Safety contract
+//!
+//! A [`CallerBuffer`] is made (unsafely) by an entry point from a pointer and length the C caller
+//! passed under the contract of `shmem.h`: valid for reads (a source) or writes (a target) of
+//! `len` bytes for the duration of the call. After that, its methods are safe.
+//!
+//! The buffer may itself lie in memory other processes write (a symmetric heap address passed
+//! as a local source or target is common in OpenSHMEM programs): such a buffer is never viewed
+//! as a Rust slice; it is copied through a private bounce buffer with raw copies instead (a
+//! concurrent writer can only make the bytes stale or torn, never invalid: they are plain bytes).
+
+use hyper_multicore::shmem::overlaps_shared_memory;
+
+/// `len` bytes of the C caller's memory at `address`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CallerBuffer {
+    address: usize,
+    len: usize,
+}
+
+impl CallerBuffer {
+    /// # Safety
+    /// `address` must be valid for reads (and, for [`CallerBuffer::with_target`], writes) of
+    /// `len` bytes until the current entry point returns; it may be null or dangling when `len`
+    /// is 0.
+    pub(crate) unsafe fn new(address: *const u8, len: usize) -> CallerBuffer {
+        CallerBuffer {
+            address: address as usize,
+            len,
+        }
+    }
+
+    /// Bytes `offset..offset + len` of this buffer (panics if they are not inside it).
+    pub(crate) fn part(&self, offset: usize, len: usize) -> CallerBuffer {
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "bytes {offset}+{len} outside a caller buffer of {}",
+            self.len
+        );
+        CallerBuffer {
+            address: self.address + offset,
+            len,
+        }
+    }
+
+    /// Calls `f` with the buffer's bytes: the buffer itself when it is private memory of this
+    /// process, else a private copy of it.
+    pub(crate) fn with_source<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        if self.len == 0 {
+            return f(&[]);
+        }
+        if overlaps_shared_memory(self.address, self.len) {
+            let mut copy = vec![0u8; self.len];
+            // SAFETY: readable for `len` bytes (constructor contract); the copy is private and
+            // does not overlap it; shared bytes are plain data (module contract).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.address as *const u8,
+                    copy.as_mut_ptr(),
+                    self.len,
+                );
+            }
+            return f(&copy);
+        }
+        // SAFETY: readable for `len` bytes (constructor contract) and private to this process
+        // (checked above), so no other process writes it while the slice lives.
+        f(unsafe { std::slice::from_raw_parts(self.address as *const u8, self.len) })
+    }
+
+    /// Calls `f` with a mutable view of the buffer's bytes (writes through it land in the
+    /// buffer): the buffer itself when it is private, else a private copy written back after.
+    pub(crate) fn with_target<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        if self.len == 0 {
+            return f(&mut []);
+        }
+        if overlaps_shared_memory(self.address, self.len) {
+            let mut copy = vec![0u8; self.len];
+            let result = f(&mut copy);
+            // SAFETY: writable for `len` bytes (constructor contract); the copy is private and
+            // does not overlap it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(copy.as_ptr(), self.address as *mut u8, self.len);
+            }
+            return result;
+        }
+        // SAFETY: writable for `len` bytes (constructor contract) and private to this process
+        // (checked above); no other reference to it exists during the call.
+        f(unsafe { std::slice::from_raw_parts_mut(self.address as *mut u8, self.len) })
+    }
+}
+
+/// Reads the C value the caller passed a pointer to (`int *status` arrays, comparison values).
+///
+/// # Safety
+/// `address` must be valid for reads of `len` elements of `T` for the duration of the call.
+pub(crate) unsafe fn read_array<T: Copy>(address: *const T, len: usize) -> Vec<T> {
+    if len == 0 || address.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: readable for `len` elements (function contract); private caller memory, or
+    // plain data copied out element by element.
+    (0..len)
+        .map(|i| unsafe { address.add(i).read_unaligned() })
+        .collect()
+}
+
+/// Writes `values` to the caller's array at `address` (`size_t *indices` outputs).
+///
+/// # Safety
+/// `address` must be valid for writes of `values.len()` elements of `T` for the call.
+pub(crate) unsafe fn write_array<T: Copy>(address: *mut T, values: &[T]) {
+    for (i, &value) in values.iter().enumerate() {
+        // SAFETY: writable for `values.len()` elements (function contract).
+        unsafe { address.add(i).write_unaligned(value) };
+    }
+}

@@ -1,0 +1,149 @@
+//! Point-to-point synchronisation: `wait_until` and `test` on one symmetric word of this PE, their
+//! `_all`/`_any`/`_some` forms over arrays of words (with an optional status mask) and the
+//! `_vector` forms (one comparison value per word), and `shmem_signal_wait_until`. Every wait is
+//! the runtime's [`wait_words`](hyper_multicore::shmem::Shmem::wait_words): it sleeps between
+//! updates, and ends with an error (this PE exits naming the call) when a peer is lost or the
+//! configured timeout passes.
+
+use std::ffi::c_int;
+
+use hyper_multicore::shmem::{AtomicWord, Region};
+
+use crate::failure::fail;
+use crate::job;
+
+/// `SHMEM_CMP_EQ` and the other comparison codes, in `shmem.h`'s order.
+const COMPARISONS: [&str; 6] = ["EQ", "NE", "GT", "GE", "LT", "LE"];
+
+/// Does `value` compare `cmp` to `target`?
+fn holds<W: PartialOrd>(cmp: c_int, value: W, target: W) -> bool {
+    match cmp {
+        0 => value == target,
+        1 => value != target,
+        2 => value > target,
+        3 => value >= target,
+        4 => value < target,
+        _ => value <= target,
+    }
+}
+
+fn check_comparison(call: &str, cmp: c_int) {
+    if !(0..COMPARISONS.len() as c_int).contains(&cmp) {
+        fail(
+            call,
+            format!("comparison {cmp} is not one of SHMEM_CMP_EQ, NE, GT, GE, LT, LE (0..5)"),
+        );
+    }
+}
+
+/// How many of the words must satisfy their comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Quantifier {
+    /// Every active word.
+    All,
+    /// At least one (the lowest index is reported).
+    Any,
+    /// At least one (every satisfying index is reported).
+    Some,
+}
+
+/// What a multi-word wait or test is asked.
+pub(crate) struct Words<W> {
+    /// Address of the first word.
+    pub(crate) ivars: usize,
+    /// Number of words.
+    pub(crate) nelems: usize,
+    /// Per word: non-zero excludes it (empty: every word takes part).
+    pub(crate) status: Vec<c_int>,
+    /// The comparison.
+    pub(crate) cmp: c_int,
+    /// Per word, the value to compare with.
+    pub(crate) targets: Vec<W>,
+}
+
+/// Waits (`block`) or tests once whether the words satisfy `quantifier`; returns the indices of
+/// the satisfying active words (empty when a test fails, or when no word is active).
+pub(crate) fn wait_words<W: AtomicWord>(
+    call: &str,
+    words: &Words<W>,
+    quantifier: Quantifier,
+    block: bool,
+) -> Vec<usize> {
+    check_comparison(call, words.cmp);
+    let size = std::mem::size_of::<W>();
+    let active: Vec<usize> = (0..words.nelems)
+        .filter(|&i| words.status.get(i).map_or(true, |&s| s == 0))
+        .collect();
+    if active.is_empty() {
+        return Vec::new();
+    }
+    let regions: Vec<Region> = active
+        .iter()
+        .map(|&i| job::region(call, words.ivars + i * size, size))
+        .collect();
+    let mut satisfied = Vec::new();
+    let mut ready = false;
+    job::run(call, |shmem| {
+        shmem.wait_words::<W>(
+            call,
+            &regions,
+            |values| {
+                satisfied = active
+                    .iter()
+                    .zip(values)
+                    .filter(|&(&i, &value)| holds(words.cmp, value, words.targets[i]))
+                    .map(|(&i, _)| i)
+                    .collect();
+                ready = match quantifier {
+                    Quantifier::All => satisfied.len() == active.len(),
+                    Quantifier::Any | Quantifier::Some => !satisfied.is_empty(),
+                };
+                ready || !block
+            },
+            None,
+        )
+    });
+    if !ready {
+        satisfied.clear();
+    }
+    satisfied
+}
+
+/// Waits until this PE's `ivar` compares `cmp` to `value`.
+pub(crate) fn wait_until<W: AtomicWord>(call: &str, ivar: usize, cmp: c_int, value: W) {
+    let words = Words {
+        ivars: ivar,
+        nelems: 1,
+        status: Vec::new(),
+        cmp,
+        targets: vec![value],
+    };
+    wait_words(call, &words, Quantifier::All, true);
+}
+
+/// 1 if this PE's `ivar` compares `cmp` to `value` now, else 0.
+pub(crate) fn test<W: AtomicWord>(call: &str, ivar: usize, cmp: c_int, value: W) -> c_int {
+    let words = Words {
+        ivars: ivar,
+        nelems: 1,
+        status: Vec::new(),
+        cmp,
+        targets: vec![value],
+    };
+    c_int::from(!wait_words(call, &words, Quantifier::All, false).is_empty())
+}
+
+/// Waits until this PE's signal word `sig_addr` compares `cmp` to `value`; returns its value.
+///
+/// # Safety
+/// `sig_addr` must be a symmetric address of a `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_signal_wait_until(
+    sig_addr: *mut u64,
+    cmp: c_int,
+    value: u64,
+) -> u64 {
+    const CALL: &str = "shmem_signal_wait_until";
+    wait_until(CALL, sig_addr as usize, cmp, value);
+    crate::rma::signal_fetch(CALL, sig_addr as usize)
+}

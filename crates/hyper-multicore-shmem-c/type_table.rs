@@ -1,0 +1,71 @@
+// The ONE list of the OpenSHMEM 1.5 standard types (read by build.rs only). build.rs turns it
+// into the C header's X-macro lists (`hmshmem_types.h`) and the Rust entry points of every typed
+// call (`typed_calls.rs` in OUT_DIR), so a type is added or removed here and nowhere else.
+
+/// Part of the RMA family (every standard RMA type).
+const RMA: u32 = 1;
+/// Atomic fetch, set and swap (the extended AMO types).
+const AMO_EXTENDED: u32 = 1 << 1;
+/// Every other non-bitwise atomic (the standard AMO types).
+const AMO_STANDARD: u32 = 1 << 2;
+/// Atomic and, or, xor (the bitwise AMO types).
+const AMO_BITWISE: u32 = 1 << 3;
+/// Point-to-point synchronisation (wait_until, test and their forms).
+const SYNC: u32 = 1 << 4;
+/// Passed by value through the C ABI from Rust (`long double` is not: its `p`/`g` are inline
+/// functions of `shmem.h` over `putmem`/`getmem`).
+const VALUE: u32 = 1 << 6;
+/// In the C11 `_Generic` lists (the fixed-width and size typedefs alias other types, so the
+/// standard leaves them out).
+const GENERIC: u32 = 1 << 5;
+
+/// One standard type.
+struct StandardType {
+    /// The C type.
+    c: &'static str,
+    /// Its TYPENAME in the function names.
+    name: &'static str,
+    /// The Rust type of the same size and representation.
+    rust: &'static str,
+    /// The families (bits above) it belongs to.
+    families: u32,
+}
+
+const fn t(c: &'static str, name: &'static str, rust: &'static str, families: u32) -> StandardType {
+    StandardType { c, name, rust, families }
+}
+
+const EXT: u32 = RMA | VALUE | AMO_EXTENDED;
+const STD: u32 = RMA | VALUE | AMO_EXTENDED | AMO_STANDARD | SYNC;
+const BIT: u32 = STD | AMO_BITWISE;
+
+/// The standard types, in the specification's order.
+const STANDARD_TYPES: &[StandardType] = &[
+    t("float", "float", "f32", EXT | GENERIC),
+    t("double", "double", "f64", EXT | GENERIC),
+    t("long double", "longdouble", "[u8; 16]", RMA | GENERIC),
+    t("char", "char", "u8", RMA | VALUE | GENERIC),
+    t("signed char", "schar", "i8", RMA | VALUE | GENERIC),
+    t("short", "short", "i16", RMA | VALUE | GENERIC),
+    t("int", "int", "i32", STD | GENERIC),
+    t("long", "long", "i64", STD | GENERIC),
+    t("long long", "longlong", "i64", STD | GENERIC),
+    t("unsigned char", "uchar", "u8", RMA | VALUE | GENERIC),
+    t("unsigned short", "ushort", "u16", RMA | VALUE | GENERIC),
+    t("unsigned int", "uint", "u32", BIT | GENERIC),
+    t("unsigned long", "ulong", "u64", BIT | GENERIC),
+    t("unsigned long long", "ulonglong", "u64", BIT | GENERIC),
+    t("int8_t", "int8", "i8", RMA | VALUE),
+    t("int16_t", "int16", "i16", RMA | VALUE),
+    t("int32_t", "int32", "i32", BIT),
+    t("int64_t", "int64", "i64", BIT),
+    t("uint8_t", "uint8", "u8", RMA | VALUE),
+    t("uint16_t", "uint16", "u16", RMA | VALUE),
+    t("uint32_t", "uint32", "u32", BIT),
+    t("uint64_t", "uint64", "u64", BIT),
+    t("size_t", "size", "u64", STD),
+    t("ptrdiff_t", "ptrdiff", "i64", STD),
+];
+
+/// The sized RMA forms (`shmem_put32`, …): bits, and the bytes of one element.
+const SIZED: &[(u32, usize)] = &[(8, 1), (16, 2), (32, 4), (64, 8), (128, 16)];

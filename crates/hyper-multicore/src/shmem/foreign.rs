@@ -1,0 +1,98 @@
+//! What a front that addresses the symmetric heap by raw address needs (the OpenSHMEM C API,
+//! `crates/hyper-multicore-shmem-c`): where this PE's own heap starts, and a wait over several
+//! words of it at once (the C API's `wait_until_all/any/some` and `_vector` forms).
+//!
+//! ```no_run
+//! # fn demo(shmem: &hyper_multicore::shmem::Shmem) -> hyper_multicore::Result<()> {
+//! use hyper_multicore::shmem::Symmetric;
+//! let flags = shmem.allocate::<u64>(4, None)?;
+//! let words: Vec<_> = (0..4).map(|i| flags.view(i..i + 1).map(|v| v.region())).collect::<Result<_, _>>()?;
+//! // Returns once any of the four flags of this PE is non-zero.
+//! shmem.wait_words::<u64>("wait_until_any", &words, |values| values.iter().any(|&v| v != 0), None)?;
+//! let start = shmem.heap_address(); // the address of heap offset 0 on this PE
+//! # let _ = start; Ok(()) }
+//! ```
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::allocation::Region;
+use super::data::AtomicWord;
+use super::runtime::Shmem;
+use super::sync::{self, WaitPolicy};
+use crate::error::{ErrorKind, Result};
+
+impl Shmem {
+    /// The address at which this PE's own heap starts in this process: the allocation at heap
+    /// offset `o` is at `heap_address() + o` here. Valid until the runtime is shut down, dropped
+    /// or restarted; never read or write through it while other PEs may write (see
+    /// [`Shmem::ptr`]).
+    pub fn heap_address(&self) -> usize {
+        self.transport
+            .local_ptr(self.rank, 0)
+            .expect("every transport maps this PE's own heap")
+            .as_ptr() as usize
+    }
+
+    /// Waits until `ready` holds for the current values of this PE's own copies of `words`
+    /// (each a one-element, naturally aligned region of `W`), read atomically and passed in the
+    /// order given. Writers wake the wait with atomics and signals (plain puts are noticed
+    /// within a sleep slice). `timeout` defaults to the configured timeout; a lost peer ends the
+    /// wait with a peer-lost error. `operation` names the call in errors.
+    pub fn wait_words<W: AtomicWord>(
+        &self,
+        operation: &str,
+        words: &[Region],
+        mut ready: impl FnMut(&[W]) -> bool,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        let width = std::mem::size_of::<W>();
+        for &word in words {
+            self.check_region(operation, word)?;
+            if word.bytes as usize != width || word.heap_offset % width as u64 != 0 {
+                return Err(self.error(
+                    ErrorKind::InvalidArgument,
+                    operation,
+                    format!(
+                        "a waited word must be one naturally aligned {width}-byte word; got {} \
+                         bytes at heap offset {}",
+                        word.bytes, word.heap_offset
+                    ),
+                ));
+            }
+        }
+        let transport = &self.transport;
+        let load = |word: &Region| -> W {
+            let offset = word.heap_offset as usize;
+            match width {
+                4 => W::from_bits(u64::from(
+                    transport.own_word32(offset).load(Ordering::SeqCst),
+                )),
+                _ => W::from_bits(transport.own_word64(offset).load(Ordering::SeqCst)),
+            }
+        };
+        let mut values: Vec<W> = words.iter().map(load).collect();
+        if ready(&values) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let policy = WaitPolicy {
+            spin: self.spin,
+            deadline: started + timeout.unwrap_or(self.config.timeout),
+        };
+        let outcome = sync::wait_until(
+            || {
+                for (value, word) in values.iter_mut().zip(words) {
+                    *value = load(word);
+                }
+                ready(&values)
+            },
+            transport.own_doorbell(),
+            transport.abort_word(),
+            &policy,
+        );
+        self.wait_outcome(operation, outcome, started, || {
+            format!("the words are {values:?}, and the condition does not hold")
+        })
+    }
+}
