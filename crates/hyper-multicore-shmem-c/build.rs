@@ -49,7 +49,7 @@ fn emit(out: &mut String, call: Call<'_>) {
 fn buffer(var: &str, pointer: &str, len: &str) -> String {
     format!(
         "    // SAFETY: the caller passes `{pointer}` valid for these bytes (function contract).\n    \
-         let {var} = unsafe {{ CallerBuffer::new({pointer} as *const u8, {len}) }};\n"
+         let {var} = unsafe {{ CallerBuffer::new({pointer}.cast::<u8>(), {len}) }};\n"
     )
 }
 

@@ -235,11 +235,16 @@ HMSHMEM_SYNC_TYPES(HMSHMEM_DECLARE_SYNC, _)
 
 uint64_t shmem_signal_wait_until(uint64_t *sig_addr, int cmp, uint64_t cmp_value);
 
-/* ---- Ordering and collectives ---------------------------------------------------------- */
+/* ---- Ordering, collectives, locks ---------------------------------------------------------- */
 
 void shmem_fence(void);
 void shmem_quiet(void);
 void shmem_barrier_all(void);
+
+/* Distributed locks: a symmetric long, zero before its first use. */
+void shmem_set_lock(long *lock);
+int shmem_test_lock(long *lock);
+void shmem_clear_lock(long *lock);
 void shmem_sync_all(void);
 
 #ifdef __cplusplus

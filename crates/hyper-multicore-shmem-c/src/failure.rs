@@ -4,6 +4,7 @@
 //! `shmem_malloc`, a null `shmem_ptr`); they record it for `shmemx_last_error`.
 
 use std::ffi::CString;
+use std::io::Write;
 
 use parking_lot::Mutex;
 
@@ -34,7 +35,9 @@ pub(crate) fn last_error() -> *const std::ffi::c_char {
 pub(crate) fn fail(call: &str, message: impl std::fmt::Display) -> ! {
     let message = message.to_string();
     record(call, &message);
-    eprintln!("hmshmem: PE {}: {call}: {message}", pe_label());
+    // One write, so a PE stopped right after cannot leave half a line.
+    let line = format!("hmshmem: PE {}: {call}: {message}\n", pe_label());
+    let _ = std::io::stderr().write_all(line.as_bytes());
     std::process::exit(1)
 }
 

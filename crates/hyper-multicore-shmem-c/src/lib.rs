@@ -21,6 +21,7 @@ mod collectives;
 mod extensions;
 mod failure;
 mod job;
+mod locks;
 mod memory;
 mod rma;
 mod setup;

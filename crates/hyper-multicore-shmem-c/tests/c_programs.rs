@@ -9,6 +9,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -32,12 +33,28 @@ fn hmrun() -> PathBuf {
     hmrun
 }
 
-/// Compiles `tests/c/<name>.c` with hmcc into a fresh directory; returns the executable.
-fn compile(name: &str) -> PathBuf {
+/// A compiled test program in a directory of its own, removed when dropped.
+struct Program {
+    dir: PathBuf,
+    binary: PathBuf,
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Compiles `tests/c/<name>.c` with hmcc into a fresh directory (one per call: tests run in
+/// parallel and may compile the same program).
+fn compile(name: &str) -> Program {
+    static COMPILED: AtomicUsize = AtomicUsize::new(0);
+    let call = COMPILED.fetch_add(1, Ordering::Relaxed);
     let source = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/c")
         .join(format!("{name}.c"));
-    let out_dir = std::env::temp_dir().join(format!("hmshmem-c-tests-{}", std::process::id()));
+    let out_dir =
+        std::env::temp_dir().join(format!("hmshmem-c-tests-{}-{call}", std::process::id()));
     std::fs::create_dir_all(&out_dir).unwrap();
     let binary = out_dir.join(name);
     let output = Command::new(env!("CARGO_BIN_EXE_hmcc"))
@@ -52,7 +69,10 @@ fn compile(name: &str) -> PathBuf {
         source.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    binary
+    Program {
+        dir: out_dir,
+        binary,
+    }
 }
 
 /// What a finished job printed.
@@ -63,14 +83,19 @@ struct Finished {
     stderr: String,
 }
 
-/// Runs `hmrun -n PES -- BINARY ARGS`, killing it after the watchdog.
-fn run(binary: &Path, pes: usize, args: &[&str]) -> Finished {
+/// The runtime's deadline for the passing programs (seconds): shorter than the watchdog, so a
+/// stuck wait fails with the runtime's own error first.
+const RUNTIME_TIMEOUT: &str = "60";
+
+/// Runs `hmrun -n PES -- BINARY ARGS` with the runtime deadline `timeout` (seconds), killing it
+/// after the watchdog.
+fn run(binary: &Path, pes: usize, args: &[&str], timeout: &str) -> Finished {
     let mut child = Command::new(hmrun())
         .args(["-n", &pes.to_string(), "--"])
         .arg(binary)
         .args(args)
         .env("SHMEM_SYMMETRIC_SIZE", "32M")
-        .env("HYPER_MULTICORE_SHMEM_TIMEOUT_SEC", "60")
+        .env("HYPER_MULTICORE_SHMEM_TIMEOUT_SEC", timeout)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -108,9 +133,9 @@ fn run(binary: &Path, pes: usize, args: &[&str]) -> Finished {
 
 /// Compiles `name` and runs it on 1, 2 and 4 PEs; each run must succeed with every PE passing.
 fn passes_on_1_2_4_pes(name: &str) {
-    let binary = compile(name);
+    let program = compile(name);
     for pes in [1, 2, 4] {
-        let finished = run(&binary, pes, &[]);
+        let finished = run(&program.binary, pes, &[], RUNTIME_TIMEOUT);
         let passed = finished
             .stdout
             .lines()
@@ -149,4 +174,88 @@ fn atomics_every_type() {
 #[test]
 fn point_to_point_sync_every_type() {
     passes_on_1_2_4_pes("sync_types");
+}
+
+#[test]
+fn locks_under_contention() {
+    passes_on_1_2_4_pes("locks");
+}
+
+/// The process ids the PEs of a `failures` run printed.
+fn pids(stdout: &str) -> Vec<u32> {
+    stdout
+        .lines()
+        .filter_map(|line| line.split("PID ").nth(1))
+        .map(|pid| pid.trim().parse().expect("a process id"))
+        .collect()
+}
+
+/// Runs `failures MODE` on `pes` PEs with a runtime deadline far beyond the watchdog (so the job
+/// can only end in time through the failure itself, never through a timeout); checks that it
+/// failed with `code`, that every PE started, that no PE reached the end, and that no PE process
+/// is left.
+fn fails_fast(mode: &str, pes: usize, code: impl Fn(i32) -> bool, stderr_has_one_of: &[&str]) {
+    let program = compile("failures");
+    let finished = run(&program.binary, pes, &[mode], "600");
+    let context = format!("{mode} on {pes} PEs: {finished:?}");
+    assert!(
+        finished.code.is_some_and(&code),
+        "unexpected exit: {context}"
+    );
+    assert!(
+        stderr_has_one_of
+            .iter()
+            .any(|text| finished.stderr.contains(text)),
+        "{context}"
+    );
+    assert!(!finished.stdout.contains("reached the end"), "{context}");
+    let pids = pids(&finished.stdout);
+    assert_eq!(pids.len(), pes, "every PE must have started: {context}");
+    for pid in pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "PE process {pid} is still there: {context}"
+        );
+    }
+}
+
+#[test]
+fn global_exit_from_one_pe_ends_the_job() {
+    for pes in [1, 2, 4] {
+        fails_fast(
+            "global_exit",
+            pes,
+            |code| code == 7,
+            &["shmem_global_exit(7)"],
+        );
+    }
+}
+
+#[test]
+fn a_pe_killed_mid_wait_fails_the_job() {
+    for pes in [2, 4] {
+        // hmrun reports the first failure: the killed PE (137) or PE 0 leaving its wait (1).
+        let lost = format!(
+            "shmem_int_wait_until failed on rank 0: peer lost: peer rank {}",
+            pes - 1
+        );
+        fails_fast(
+            "kill",
+            pes,
+            |code| code == 137 || code == 1,
+            &["killed by signal 9", &lost],
+        );
+    }
+}
+
+#[test]
+fn a_non_symmetric_address_is_named() {
+    for pes in [1, 2] {
+        fails_fast(
+            "not_symmetric",
+            pes,
+            |code| code == 1,
+            &["shmem_int_put: address 0x"],
+        );
+    }
 }

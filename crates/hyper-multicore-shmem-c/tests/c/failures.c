@@ -1,0 +1,35 @@
+/* Failures end the job fast and name their cause. argv[1] picks one:
+ *   global_exit    the last PE calls shmem_global_exit(7) while the others wait in a barrier;
+ *   kill           the last PE is killed (SIGKILL) while PE 0 waits in shmem_int_wait_until;
+ *   not_symmetric  PE 0 puts to a stack address.
+ * Every PE first prints its process id, so the harness can check none is left behind. */
+#include <shmem.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+
+int main(int argc, char **argv) {
+    CHECK(argc == 2);
+    shmem_init();
+    int me = shmem_my_pe(), n = shmem_n_pes();
+    printf("PID %d\n", (int)getpid());
+    fflush(stdout);
+    int *flag = shmem_calloc(1, sizeof(int));
+    shmem_barrier_all();
+    if (strcmp(argv[1], "global_exit") == 0) {
+        if (me == n - 1) shmem_global_exit(7);
+        shmem_barrier_all();
+    } else if (strcmp(argv[1], "kill") == 0) {
+        if (me == n - 1 && n > 1) raise(SIGKILL);
+        if (me == 0) shmem_int_wait_until(flag, SHMEM_CMP_EQ, 1);
+        shmem_barrier_all();
+    } else if (strcmp(argv[1], "not_symmetric") == 0) {
+        int local[4] = {0};
+        if (me == 0) shmem_int_put(local, local, 4, n - 1);
+        shmem_barrier_all();
+    }
+    printf("PE %d reached the end, which it must not\n", me);
+    return 0;
+}
