@@ -8,7 +8,8 @@
 
 use std::ffi::c_int;
 
-use hyper_multicore::shmem::AtomicWord;
+use hyper_multicore::shmem::{AtomicWord, Shmem};
+use hyper_multicore::Result;
 
 use crate::job::{self, At};
 use crate::sys::caller_memory::CallerBuffer;
@@ -123,22 +124,32 @@ pub(crate) fn fetch_bitwise<T: AmoValue>(
     let pe = job::target_pe(call, pe);
     let at = word::<T>(call, dest);
     let operand = value.to_word().to_bits();
-    T::from_word(job::run(call, |shmem| {
-        let mut seen = shmem.atomic_fetch::<T::Word>(&at, pe)?;
-        loop {
-            let bits = seen.to_bits();
-            let wanted = match op {
-                Bitwise::And => bits & operand,
-                Bitwise::Or => bits | operand,
-                Bitwise::Xor => bits ^ operand,
-            };
-            let previous = shmem.atomic_compare_swap(&at, seen, T::Word::from_bits(wanted), pe)?;
-            if previous.to_bits() == bits {
-                return Ok(previous);
-            }
-            seen = previous;
+    T::from_word(job::run(call, |shmem| bitwise(shmem, &at, operand, op, pe)))
+}
+
+/// Applies `op` with `operand` to PE `pe`'s copy of the word `at` (a compare-and-swap loop over
+/// the runtime's atomics); returns the previous value.
+pub(crate) fn bitwise<W: AtomicWord>(
+    shmem: &Shmem,
+    at: &At,
+    operand: u64,
+    op: Bitwise,
+    pe: usize,
+) -> Result<W> {
+    let mut seen = shmem.atomic_fetch::<W>(at, pe)?;
+    loop {
+        let bits = seen.to_bits();
+        let wanted = match op {
+            Bitwise::And => bits & operand,
+            Bitwise::Or => bits | operand,
+            Bitwise::Xor => bits ^ operand,
+        };
+        let previous = shmem.atomic_compare_swap(at, seen, W::from_bits(wanted), pe)?;
+        if previous.to_bits() == bits {
+            return Ok(previous);
         }
-    }))
+        seen = previous;
+    }
 }
 
 /// Stores the result of a non-blocking fetching atomic into the caller's `fetch` location.

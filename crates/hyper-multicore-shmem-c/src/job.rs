@@ -1,16 +1,28 @@
 //! This process's part of the job as the C API sees it: the runtime reference taken by
 //! `shmem_init` (the lifecycle's [`acquire`](hyper_multicore::lifecycle::acquire)), where this
-//! PE's heap is mapped, and the allocations made through `shmem_malloc` and friends — the table
-//! that turns a symmetric address into the runtime's (allocation, offset) [`Region`].
+//! PE's heap is mapped, the allocations made through `shmem_malloc` and friends, and the
+//! executable's data and bss — the tables that turn a symmetric address into the runtime's
+//! (allocation, offset) [`Region`].
+//!
+//! Global and static variables are symmetric: at `shmem_init` the executable's writable data
+//! and bss (past their read-only-after-relocation part) are copied into a heap allocation of
+//! their size, made on every PE alike (the same executable), and that allocation's pages are
+//! mapped over them at their own addresses (`sys/static_data.rs`). A global variable is then the
+//! allocation's memory: a peer's put, get or atomic on it goes through the runtime like any heap
+//! access — on every route, since it is the heap. The heap is enlarged by the data's size, so
+//! `SHMEM_SYMMETRIC_SIZE` stays available to `shmem_malloc`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hyper_multicore::lifecycle;
-use hyper_multicore::shmem::{AllocationRecord, Element, Region, Shmem, Symmetric};
+use hyper_multicore::shmem::{
+    AllocationRecord, AllocationSpec, Dtype, Element, Region, Shmem, Symmetric,
+};
 use parking_lot::RwLock;
 
 use crate::failure::{check, fail};
+use crate::sys::{caller_memory, static_data};
 
 /// What `shmem_init` found, and the live allocations.
 #[derive(Debug)]
@@ -20,6 +32,20 @@ struct Job {
     heap_size: u64,
     /// Live allocations made through this API, by heap offset.
     allocations: BTreeMap<u64, AllocationRecord>,
+    /// The executable's data and bss, once symmetric.
+    statics: Statics,
+}
+
+/// What became of the executable's data and bss.
+#[derive(Debug)]
+enum Statics {
+    /// Symmetric: `start..start + record.bytes` is mapped onto allocation `record`.
+    Symmetric {
+        start: usize,
+        record: AllocationRecord,
+    },
+    /// Not symmetric, for this reason.
+    Private(String),
 }
 
 static JOB: RwLock<Option<Job>> = RwLock::new(None);
@@ -47,14 +73,38 @@ pub(crate) fn initialized() -> bool {
     JOB.read().is_some()
 }
 
-/// Collective: joins the job (hmrun's world) and takes a reference to the runtime with a heap of
-/// `heap_size` bytes (`None`: the runtime's configured size). A second call is a no-op.
+/// Collective: joins the job (hmrun's world), takes a reference to the runtime with a heap of
+/// `heap_size` bytes (`None`: the runtime's configured size) plus the executable's data and
+/// bss, and makes those symmetric. A second call is a no-op.
 pub(crate) fn start(call: &str, heap_size: Option<u64>) {
     let mut job = JOB.write();
     if job.is_some() {
         return;
     }
-    check(call, lifecycle::acquire(None, heap_size));
+    let statics = static_data::writable_range();
+    // Linked statically, this library's own state lives in that range: it cannot be remapped
+    // while in use.
+    let own_state = &JOB as *const _ as usize;
+    let statics = match statics {
+        Some((start, end)) if (start..end).contains(&own_state) => Err(
+            "libhmshmem is linked statically into the executable, so its data cannot be made \
+             symmetric; link it dynamically (hmcc does)"
+                .to_string(),
+        ),
+        Some(range) => Ok(range),
+        None => Err("the executable has no writable data".to_string()),
+    };
+    let static_bytes = statics
+        .as_ref()
+        .map_or(0, |(start, end)| (end - start) as u64);
+    let heap_size = match heap_size {
+        Some(size) => size,
+        None => check(call, hyper_multicore::config::Config::from_env()).heap_size,
+    };
+    check(
+        call,
+        lifecycle::acquire(None, Some(heap_size.saturating_add(static_bytes))),
+    );
     let (rank, size, heap_address, heap_size) = check(
         call,
         lifecycle::guarded(call, |shmem| {
@@ -67,12 +117,50 @@ pub(crate) fn start(call: &str, heap_size: Option<u64>) {
         }),
     );
     RANK.store(rank, Ordering::Relaxed);
+    let statics = match statics {
+        Ok((start, end)) => share_statics(call, start, end, heap_address),
+        Err(why) => Statics::Private(why),
+    };
     *job = Some(Job {
         size,
         heap_address,
         heap_size,
         allocations: BTreeMap::new(),
+        statics,
     });
+}
+
+/// Collective: copies `start..end` (the executable's data and bss) into a new allocation and
+/// maps the allocation over it.
+fn share_statics(call: &str, start: usize, end: usize, heap_address: usize) -> Statics {
+    let spec = AllocationSpec {
+        shape: vec![end - start],
+        dtype: Dtype::U8,
+        alignment: Some(rustix::param::page_size() as u64),
+    };
+    let record = run(call, |shmem| {
+        let record = shmem.allocate_spec(&spec)?;
+        let rank = shmem.rank();
+        shmem.put_bytes(
+            record.region(),
+            &static_data::snapshot(start, end - start),
+            rank,
+        )?;
+        Ok(record)
+    });
+    let shared = heap_address + record.offset as usize;
+    // SAFETY: at shmem_init, before the program uses symmetric data; this library's state is not
+    // in the range (checked by `start`); the range's bytes were just copied into the allocation.
+    if let Err(error) = unsafe { static_data::alias_onto(shared, start, end - start) } {
+        fail(
+            call,
+            format!("cannot map the executable's data and bss onto the symmetric heap: {error}"),
+        );
+    }
+    caller_memory::statics_are_shared(start, end);
+    // Peers write into this PE's data only once every PE has mapped it.
+    run(call, |shmem| shmem.barrier());
+    Statics::Symmetric { start, record }
 }
 
 /// Collective: frees every allocation still live (in heap order, the same on every PE) and
@@ -87,7 +175,13 @@ pub(crate) fn finish(call: &str) {
         state
             .allocations
             .values()
-            .try_for_each(|record| shmem.free_id(record.id))
+            .try_for_each(|record| shmem.free_id(record.id))?;
+        // The data and bss stay mapped onto the freed allocation's pages: the mapping keeps
+        // them alive, and nothing else uses them once the runtime is gone.
+        match &state.statics {
+            Statics::Symmetric { record, .. } => shmem.free_id(record.id),
+            Statics::Private(_) => Ok(()),
+        }
     });
     check(call, lifecycle::release());
     RANK.store(usize::MAX, Ordering::Relaxed);
@@ -144,12 +238,38 @@ pub(crate) fn locate(address: usize, bytes: usize) -> Result<Region, String> {
     let Some(job) = job.as_ref() else {
         return Err("the OpenSHMEM library is not initialized; call shmem_init first".into());
     };
+    match &job.statics {
+        Statics::Symmetric { start, record }
+            if (*start..*start + record.bytes as usize).contains(&address) =>
+        {
+            let offset = (address - start) as u64;
+            if offset + bytes as u64 > record.bytes {
+                return Err(format!(
+                    "bytes {address:#x}..{:#x} run past the end of the program's data and bss",
+                    address + bytes
+                ));
+            }
+            return Ok(Region {
+                id: record.id,
+                heap_offset: record.offset + offset,
+                bytes: bytes as u64,
+            });
+        }
+        _ => {}
+    }
     let heap_end = job.heap_address + job.heap_size as usize;
     if address < job.heap_address || address >= heap_end {
+        let statics = match &job.statics {
+            Statics::Symmetric { start, record } => format!(
+                "nor in the program's data and bss ({start:#x}..{:#x})",
+                start + record.bytes as usize
+            ),
+            Statics::Private(why) => format!("and global variables are not symmetric: {why}"),
+        };
         return Err(format!(
-            "address {address:#x} is not symmetric: it lies outside this PE's symmetric heap \
-             ({:#x}..{heap_end:#x}); static and global variables are not symmetric yet (see \
-             docs/c-api.md, deviations): allocate it with shmem_malloc",
+            "address {address:#x} is not symmetric: it is neither in this PE's symmetric heap \
+             ({:#x}..{heap_end:#x}) {statics}; pass a global or static variable, or memory from \
+             shmem_malloc",
             job.heap_address
         ));
     }

@@ -11,7 +11,7 @@ use std::ffi::c_int;
 
 use hyper_multicore::shmem::Region;
 
-use crate::atomics::Bitwise;
+use crate::atomics::{self, Bitwise};
 use crate::job::{self, At};
 
 /// Bit of a node: the lock was handed over.
@@ -57,8 +57,9 @@ fn enqueue(call: &str, lock: usize, try_only: bool) -> Result<bool, u32> {
 /// from different PEs).
 fn mark(call: &str, lock: usize, pe: u32, bits: u32) {
     let (_, node) = words(call, lock);
-    let address = job::address_of(node.0.heap_offset);
-    crate::atomics::fetch_bitwise::<u32>(call, address, bits, Bitwise::Or, pe as c_int);
+    job::run(call, |shmem| {
+        atomics::bitwise::<u32>(shmem, &node, u64::from(bits), Bitwise::Or, pe as usize)
+    });
 }
 
 /// Waits until this PE's node word satisfies `ready`; returns it.

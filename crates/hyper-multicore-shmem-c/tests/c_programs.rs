@@ -259,3 +259,8 @@ fn a_non_symmetric_address_is_named() {
         );
     }
 }
+
+#[test]
+fn global_and_static_variables_are_symmetric() {
+    passes_on_1_2_4_pes("static_data");
+}

@@ -12,7 +12,27 @@
 //! as a Rust slice; it is copied through a private bounce buffer with raw copies instead (a
 //! concurrent writer can only make the bytes stale or torn, never invalid: they are plain bytes).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use hyper_multicore::shmem::overlaps_shared_memory;
+
+/// The executable's data and bss once they are symmetric (start, end; 0, 0 before): shared
+/// memory too, though not one of the runtime's mappings.
+static SHARED_STATICS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// Marks `start..end` (the executable's data and bss, now symmetric) as memory other processes
+/// write.
+pub(crate) fn statics_are_shared(start: usize, end: usize) {
+    SHARED_STATICS[0].store(start, Ordering::Relaxed);
+    SHARED_STATICS[1].store(end, Ordering::Release);
+}
+
+/// True if `address..address + len` may be written by other processes.
+fn shared(address: usize, len: usize) -> bool {
+    let end = SHARED_STATICS[1].load(Ordering::Acquire);
+    let start = SHARED_STATICS[0].load(Ordering::Relaxed);
+    overlaps_shared_memory(address, len) || (address < end && start < address.saturating_add(len))
+}
 
 /// `len` bytes of the C caller's memory at `address`.
 #[derive(Clone, Copy, Debug)]
@@ -52,7 +72,7 @@ impl CallerBuffer {
         if self.len == 0 {
             return f(&[]);
         }
-        if overlaps_shared_memory(self.address, self.len) {
+        if shared(self.address, self.len) {
             let mut copy = vec![0u8; self.len];
             // SAFETY: readable for `len` bytes (constructor contract); the copy is private and
             // does not overlap it; shared bytes are plain data (module contract).
@@ -76,7 +96,7 @@ impl CallerBuffer {
         if self.len == 0 {
             return f(&mut []);
         }
-        if overlaps_shared_memory(self.address, self.len) {
+        if shared(self.address, self.len) {
             let mut copy = vec![0u8; self.len];
             let result = f(&mut copy);
             // SAFETY: writable for `len` bytes (constructor contract); the copy is private and
