@@ -391,6 +391,140 @@ fn sync_calls(out: &mut String, t: &StandardType) {
     }
 }
 
+/// The typed team collectives of one type: broadcast, fcollect, alltoall, and the reductions
+/// the runtime has (sum, min, max) with their legacy active-set forms.
+fn collective_calls(out: &mut String, t: &StandardType) {
+    let (n, r) = (t.name, t.rust);
+    let size = format!("std::mem::size_of::<{r}>()");
+    emit(
+        out,
+        Call {
+            name: format!("shmem_{n}_broadcast"),
+            doc: "collective: `nelems` elements of `source` on PE `root` into every PE's `dest`.",
+            params: format!(
+                "team: usize, dest: *mut {r}, source: *const {r}, nelems: usize, root: c_int"
+            ),
+            returns: "c_int",
+            body: String::from("    collectives::check_team(CALL, team);\n")
+                + &buffer(
+                    "source",
+                    "source",
+                    &format!("rma::bytes(CALL, nelems, {size})"),
+                )
+                + "    collectives::broadcast(CALL, dest as usize, source, root);\n    0\n",
+        },
+    );
+    emit(
+        out,
+        Call {
+            name: format!("shmem_{n}_fcollect"),
+            doc: "collective: every PE's `nelems` elements of `source` into every PE's `dest`.",
+            params: format!("team: usize, dest: *mut {r}, source: *const {r}, nelems: usize"),
+            returns: "c_int",
+            body: String::from("    collectives::check_team(CALL, team);\n")
+                + &buffer(
+                    "source",
+                    "source",
+                    &format!("rma::bytes(CALL, nelems, {size})"),
+                )
+                + "    collectives::fcollect(CALL, dest as usize, source);\n    0\n",
+        },
+    );
+    emit(
+        out,
+        Call {
+            name: format!("shmem_{n}_alltoall"),
+            doc: "collective: block `j` (`nelems` elements) of `source` to PE `j`'s block `my_pe`.",
+            params: format!("team: usize, dest: *mut {r}, source: *const {r}, nelems: usize"),
+            returns: "c_int",
+            body: String::from("    collectives::check_team(CALL, team);\n")
+                + &buffer(
+                    "source",
+                    "source",
+                    &format!("rma::bytes(CALL, nelems, {size} * job::n_pes(CALL))"),
+                )
+                + "    collectives::alltoall(CALL, dest as usize, source);\n    0\n",
+        },
+    );
+    if t.families & REDUCE == 0 {
+        return;
+    }
+    for (op, variant) in [("sum", "Sum"), ("min", "Min"), ("max", "Max")] {
+        emit(out, Call {
+            name: format!("shmem_{n}_{op}_reduce"),
+            doc: "collective: every PE's `nreduce` elements of `source`, combined element-wise, into every PE's `dest`.",
+            params: format!("team: usize, dest: *mut {r}, source: *const {r}, nreduce: usize"),
+            returns: "c_int",
+            body: format!(
+                "    collectives::check_team(CALL, team);\n    collectives::reduce::<{r}>(CALL, dest as usize, source as usize, nreduce, ReduceOp::{variant});\n    0\n"
+            ),
+        });
+        if t.families & LEGACY_REDUCE != 0 {
+            emit(out, Call {
+                name: format!("shmem_{n}_{op}_to_all"),
+                doc: "legacy reduction over an active set (every PE only); `pWrk` and `pSync` are not needed.",
+                params: format!(
+                    "dest: *mut {r}, source: *const {r}, nreduce: c_int, start: c_int, log_stride: c_int, \
+                     size: c_int, _p_wrk: *mut {r}, _p_sync: *mut std::ffi::c_long"
+                ),
+                returns: "",
+                body: format!(
+                    "    collectives::check_active_set(CALL, start, log_stride, size);\n    \
+                     let nreduce = usize::try_from(nreduce).unwrap_or_else(|_| crate::failure::fail(CALL, \"nreduce must not be negative\"));\n    \
+                     collectives::reduce::<{r}>(CALL, dest as usize, source as usize, nreduce, ReduceOp::{variant});\n"
+                ),
+            });
+        }
+    }
+}
+
+/// The legacy sized active-set collectives (`shmem_broadcast32`, `shmem_fcollect64`, …).
+fn legacy_sized_calls(out: &mut String, bits: u32, bytes: usize) {
+    let active = "start: c_int, log_stride: c_int, size: c_int, _p_sync: *mut std::ffi::c_long";
+    let check = "    collectives::check_active_set(CALL, start, log_stride, size);\n";
+    emit(out, Call {
+        name: format!("shmem_broadcast{bits}"),
+        doc: "legacy broadcast over an active set (every PE only): the root's `dest` is not written.",
+        params: format!("dest: *mut c_void, source: *const c_void, nelems: usize, root: c_int, {active}"),
+        returns: "",
+        body: check.to_string()
+            + &buffer("source", "source", &format!("rma::bytes(CALL, nelems, {bytes})"))
+            + "    collectives::broadcast_keeping_root(CALL, dest as usize, source, root);\n",
+    });
+    emit(
+        out,
+        Call {
+            name: format!("shmem_fcollect{bits}"),
+            doc: "legacy fcollect over an active set (every PE only).",
+            params: format!("dest: *mut c_void, source: *const c_void, nelems: usize, {active}"),
+            returns: "",
+            body: check.to_string()
+                + &buffer(
+                    "source",
+                    "source",
+                    &format!("rma::bytes(CALL, nelems, {bytes})"),
+                )
+                + "    collectives::fcollect(CALL, dest as usize, source);\n",
+        },
+    );
+    emit(
+        out,
+        Call {
+            name: format!("shmem_alltoall{bits}"),
+            doc: "legacy alltoall over an active set (every PE only).",
+            params: format!("dest: *mut c_void, source: *const c_void, nelems: usize, {active}"),
+            returns: "",
+            body: check.to_string()
+                + &buffer(
+                    "source",
+                    "source",
+                    &format!("rma::bytes(CALL, nelems, {bytes} * job::n_pes(CALL))"),
+                )
+                + "    collectives::alltoall(CALL, dest as usize, source);\n",
+        },
+    );
+}
+
 fn rust_calls() -> String {
     let mut out = String::new();
     for t in STANDARD_TYPES {
@@ -408,10 +542,14 @@ fn rust_calls() -> String {
         if t.families & SYNC != 0 {
             sync_calls(&mut out, t);
         }
+        collective_calls(&mut out, t);
     }
     for &(bits, bytes) in SIZED {
         let sized = move |op: &str, suffix: &str| format!("shmem_{op}{bits}{suffix}");
         rma_calls(&mut out, &sized, "c_void", &bytes.to_string(), false, true);
+    }
+    for &(bits, bytes) in SIZED.iter().filter(|&&(bits, _)| bits == 32 || bits == 64) {
+        legacy_sized_calls(&mut out, bits, bytes);
     }
     let mem = |op: &str, suffix: &str| format!("shmem_{op}mem{suffix}");
     rma_calls(&mut out, &mem, "c_void", "1", false, false);
@@ -457,6 +595,8 @@ fn c_header() -> String {
     x_macro(&mut out, "HMSHMEM_AMO_STANDARD_TYPES", AMO_STANDARD);
     x_macro(&mut out, "HMSHMEM_AMO_BITWISE_TYPES", AMO_BITWISE);
     x_macro(&mut out, "HMSHMEM_SYNC_TYPES", SYNC);
+    x_macro(&mut out, "HMSHMEM_REDUCE_TYPES", REDUCE);
+    x_macro(&mut out, "HMSHMEM_LEGACY_REDUCE_TYPES", LEGACY_REDUCE);
     x_macro(&mut out, "HMSHMEM_RMA_GENERIC_TYPES", RMA | GENERIC);
     x_macro(
         &mut out,

@@ -15,6 +15,10 @@ const SYNC: u32 = 1 << 4;
 /// Passed by value through the C ABI from Rust (`long double` is not: its `p`/`g` are inline
 /// functions of `shmem.h` over `putmem`/`getmem`).
 const VALUE: u32 = 1 << 6;
+/// Reduced by the runtime's all-reduce (sum, min, max): its element types.
+const REDUCE: u32 = 1 << 7;
+/// Also in the legacy `shmem_TYPENAME_{sum,min,max}_to_all` forms.
+const LEGACY_REDUCE: u32 = 1 << 8;
 /// In the C11 `_Generic` lists (the fixed-width and size typedefs alias other types, so the
 /// standard leaves them out).
 const GENERIC: u32 = 1 << 5;
@@ -35,21 +39,21 @@ const fn t(c: &'static str, name: &'static str, rust: &'static str, families: u3
     StandardType { c, name, rust, families }
 }
 
-const EXT: u32 = RMA | VALUE | AMO_EXTENDED;
-const STD: u32 = RMA | VALUE | AMO_EXTENDED | AMO_STANDARD | SYNC;
+const EXT: u32 = RMA | VALUE | AMO_EXTENDED | REDUCE;
+const STD: u32 = RMA | VALUE | AMO_EXTENDED | AMO_STANDARD | SYNC | REDUCE;
 const BIT: u32 = STD | AMO_BITWISE;
 
 /// The standard types, in the specification's order.
 const STANDARD_TYPES: &[StandardType] = &[
-    t("float", "float", "f32", EXT | GENERIC),
-    t("double", "double", "f64", EXT | GENERIC),
+    t("float", "float", "f32", EXT | LEGACY_REDUCE | GENERIC),
+    t("double", "double", "f64", EXT | LEGACY_REDUCE | GENERIC),
     t("long double", "longdouble", "[u8; 16]", RMA | GENERIC),
     t("char", "char", "u8", RMA | VALUE | GENERIC),
     t("signed char", "schar", "i8", RMA | VALUE | GENERIC),
     t("short", "short", "i16", RMA | VALUE | GENERIC),
-    t("int", "int", "i32", STD | GENERIC),
-    t("long", "long", "i64", STD | GENERIC),
-    t("long long", "longlong", "i64", STD | GENERIC),
+    t("int", "int", "i32", STD | LEGACY_REDUCE | GENERIC),
+    t("long", "long", "i64", STD | LEGACY_REDUCE | GENERIC),
+    t("long long", "longlong", "i64", STD | LEGACY_REDUCE | GENERIC),
     t("unsigned char", "uchar", "u8", RMA | VALUE | GENERIC),
     t("unsigned short", "ushort", "u16", RMA | VALUE | GENERIC),
     t("unsigned int", "uint", "u32", BIT | GENERIC),

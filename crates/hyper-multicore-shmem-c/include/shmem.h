@@ -80,6 +80,13 @@ extern "C" {
 #define SHMEM_MALLOC_ATOMICS_REMOTE 1L
 #define SHMEM_MALLOC_SIGNAL_REMOTE 2L
 
+/* Teams: SHMEM_TEAM_WORLD, and SHMEM_TEAM_SHARED (the PEs of this host; usable while every PE
+ * shares it). Teams of some PEs are not supported yet. */
+typedef struct hmshmem_team *shmem_team_t;
+#define SHMEM_TEAM_WORLD ((shmem_team_t)1)
+#define SHMEM_TEAM_SHARED ((shmem_team_t)2)
+#define SHMEM_TEAM_INVALID ((shmem_team_t)0)
+
 /* ---- Set-up, queries, information ------------------------------------------------------ */
 
 void shmem_init(void);
@@ -240,12 +247,55 @@ uint64_t shmem_signal_wait_until(uint64_t *sig_addr, int cmp, uint64_t cmp_value
 void shmem_fence(void);
 void shmem_quiet(void);
 void shmem_barrier_all(void);
+void shmem_sync_all(void);
+int shmem_team_sync(shmem_team_t team);
+int shmem_team_my_pe(shmem_team_t team);
+int shmem_team_n_pes(shmem_team_t team);
+
+int shmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t nelems,
+                       int PE_root);
+int shmem_fcollectmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
+int shmem_alltoallmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
+
+#define HMSHMEM_DECLARE_COLLECTIVES(T, N, A)                                                  \
+    int shmem_##N##_broadcast(shmem_team_t team, T *dest, const T *source, size_t nelems,     \
+                              int PE_root);                                                    \
+    int shmem_##N##_fcollect(shmem_team_t team, T *dest, const T *source, size_t nelems);     \
+    int shmem_##N##_alltoall(shmem_team_t team, T *dest, const T *source, size_t nelems);
+HMSHMEM_RMA_TYPES(HMSHMEM_DECLARE_COLLECTIVES, _)
+
+#define HMSHMEM_DECLARE_REDUCE(T, N, A)                                                       \
+    int shmem_##N##_sum_reduce(shmem_team_t team, T *dest, const T *source, size_t nreduce);  \
+    int shmem_##N##_min_reduce(shmem_team_t team, T *dest, const T *source, size_t nreduce);  \
+    int shmem_##N##_max_reduce(shmem_team_t team, T *dest, const T *source, size_t nreduce);
+HMSHMEM_REDUCE_TYPES(HMSHMEM_DECLARE_REDUCE, _)
+
+/* Legacy active-set forms: the active set must be every PE (PE_start 0, PE_size n_pes);
+ * pSync and pWrk are accepted and not needed. */
+void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync);
+#define HMSHMEM_DECLARE_LEGACY_SIZED(BITS)                                                    \
+    void shmem_broadcast##BITS(void *dest, const void *source, size_t nelems, int PE_root,     \
+                               int PE_start, int logPE_stride, int PE_size, long *pSync);      \
+    void shmem_fcollect##BITS(void *dest, const void *source, size_t nelems, int PE_start,     \
+                              int logPE_stride, int PE_size, long *pSync);                     \
+    void shmem_alltoall##BITS(void *dest, const void *source, size_t nelems, int PE_start,     \
+                              int logPE_stride, int PE_size, long *pSync);
+HMSHMEM_DECLARE_LEGACY_SIZED(32)
+HMSHMEM_DECLARE_LEGACY_SIZED(64)
+
+#define HMSHMEM_DECLARE_TO_ALL(T, N, A)                                                       \
+    void shmem_##N##_sum_to_all(T *dest, const T *source, int nreduce, int PE_start,          \
+                                int logPE_stride, int PE_size, T *pWrk, long *pSync);          \
+    void shmem_##N##_min_to_all(T *dest, const T *source, int nreduce, int PE_start,          \
+                                int logPE_stride, int PE_size, T *pWrk, long *pSync);          \
+    void shmem_##N##_max_to_all(T *dest, const T *source, int nreduce, int PE_start,          \
+                                int logPE_stride, int PE_size, T *pWrk, long *pSync);
+HMSHMEM_LEGACY_REDUCE_TYPES(HMSHMEM_DECLARE_TO_ALL, _)
 
 /* Distributed locks: a symmetric long, zero before its first use. */
 void shmem_set_lock(long *lock);
 int shmem_test_lock(long *lock);
 void shmem_clear_lock(long *lock);
-void shmem_sync_all(void);
 
 #ifdef __cplusplus
 }

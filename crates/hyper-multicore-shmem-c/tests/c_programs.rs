@@ -264,3 +264,8 @@ fn a_non_symmetric_address_is_named() {
 fn global_and_static_variables_are_symmetric() {
     passes_on_1_2_4_pes("static_data");
 }
+
+#[test]
+fn collectives_team_and_legacy_forms() {
+    passes_on_1_2_4_pes("collectives");
+}

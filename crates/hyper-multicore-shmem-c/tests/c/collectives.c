@@ -1,0 +1,122 @@
+/* Collectives over every PE: team queries and sync, broadcast, fcollect, alltoall (mem and
+ * typed forms, on heap and on static data), sum/min/max reductions for every reducible type,
+ * and the legacy active-set forms with one pSync reused by every call. */
+#include <shmem.h>
+#include <string.h>
+
+#include "check.h"
+
+#define LEN 8
+#define MAX_PES 8
+
+static long pSync[SHMEM_REDUCE_SYNC_SIZE];
+static long pWrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE + LEN];
+static int static_source[LEN];
+static int static_dest[LEN * MAX_PES];
+
+static int me, n;
+
+#define DEFINE_REDUCE_TEST(T, N, A)                                                            \
+    static void reduce_##N(void) {                                                             \
+        T *source = shmem_malloc(LEN * sizeof(T));                                             \
+        T *dest = shmem_malloc(LEN * sizeof(T));                                               \
+        for (int i = 0; i < LEN; i++) source[i] = (T)(me + i);                                 \
+        shmem_barrier_all();                                                                   \
+        CHECK(shmem_##N##_sum_reduce(SHMEM_TEAM_WORLD, dest, source, LEN) == 0);               \
+        for (int i = 0; i < LEN; i++) CHECK(dest[i] == (T)(n * (n - 1) / 2 + n * i));          \
+        CHECK(shmem_##N##_max_reduce(SHMEM_TEAM_WORLD, dest, source, LEN) == 0);               \
+        for (int i = 0; i < LEN; i++) CHECK(dest[i] == (T)(n - 1 + i));                        \
+        CHECK(shmem_##N##_min_reduce(SHMEM_TEAM_WORLD, source, source, LEN) == 0); /* in place */ \
+        for (int i = 0; i < LEN; i++) CHECK(source[i] == (T)i);                                \
+        shmem_barrier_all();                                                                   \
+        shmem_free(dest);                                                                      \
+        shmem_free(source);                                                                    \
+    }
+HMSHMEM_REDUCE_TYPES(DEFINE_REDUCE_TEST, _)
+
+#define DEFINE_TO_ALL_TEST(T, N, A)                                                            \
+    static void to_all_##N(void) {                                                             \
+        static T source[LEN], dest[LEN], work[LEN];                                            \
+        for (int i = 0; i < LEN; i++) source[i] = (T)(me * i);                                 \
+        shmem_barrier_all();                                                                   \
+        shmem_##N##_sum_to_all(dest, source, LEN, 0, 0, n, work, pSync);                      \
+        for (int i = 0; i < LEN; i++) CHECK(dest[i] == (T)(i * n * (n - 1) / 2));              \
+        shmem_##N##_max_to_all(dest, source, LEN, 0, 0, n, work, pSync);                      \
+        for (int i = 0; i < LEN; i++) CHECK(dest[i] == (T)((n - 1) * i));                      \
+        shmem_##N##_min_to_all(dest, source, LEN, 0, 0, n, work, pSync);                      \
+        for (int i = 0; i < LEN; i++) CHECK(dest[i] == (T)0);                                  \
+    }
+HMSHMEM_LEGACY_REDUCE_TYPES(DEFINE_TO_ALL_TEST, _)
+
+int main(void) {
+    shmem_init();
+    me = shmem_my_pe();
+    n = shmem_n_pes();
+    CHECK(n <= MAX_PES);
+    CHECK(shmem_team_my_pe(SHMEM_TEAM_WORLD) == me && shmem_team_n_pes(SHMEM_TEAM_WORLD) == n);
+    CHECK(shmem_team_my_pe(SHMEM_TEAM_SHARED) == me && shmem_team_sync(SHMEM_TEAM_WORLD) == 0);
+    shmem_sync_all();
+    for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; i++) pSync[i] = SHMEM_SYNC_VALUE;
+    shmem_barrier_all();
+
+    /* Broadcast: root n-1's values everywhere (the team form writes the root too). */
+    long *values = shmem_malloc(LEN * sizeof(long));
+    long *copy = shmem_calloc(LEN, sizeof(long));
+    for (int i = 0; i < LEN; i++) values[i] = 100 * me + i;
+    shmem_barrier_all();
+    CHECK(shmem_long_broadcast(SHMEM_TEAM_WORLD, copy, values, LEN, n - 1) == 0);
+    for (int i = 0; i < LEN; i++) CHECK(copy[i] == 100 * (n - 1) + i);
+    memset(copy, 0, LEN * sizeof(long));
+    shmem_barrier_all();
+    CHECK(shmem_broadcastmem(SHMEM_TEAM_WORLD, copy, values, 3 * sizeof(long), 0) == 0);
+    CHECK(copy[2] == 2 && copy[3] == 0);
+
+    /* fcollect and alltoall, typed and mem, heap and static. */
+    long *gathered = shmem_malloc((size_t)n * LEN * sizeof(long));
+    CHECK(shmem_long_fcollect(SHMEM_TEAM_WORLD, gathered, values, LEN) == 0);
+    for (int pe = 0; pe < n; pe++)
+        for (int i = 0; i < LEN; i++) CHECK(gathered[pe * LEN + i] == 100 * pe + i);
+    for (int i = 0; i < LEN; i++) static_source[i] = me * 10 + i;
+    shmem_barrier_all();
+    CHECK(shmem_fcollectmem(SHMEM_TEAM_WORLD, static_dest, static_source, LEN * sizeof(int)) == 0);
+    for (int pe = 0; pe < n; pe++) CHECK(static_dest[pe * LEN + 3] == pe * 10 + 3);
+    long *sendbuf = shmem_malloc((size_t)n * 2 * sizeof(long));
+    long *recvbuf = shmem_malloc((size_t)n * 2 * sizeof(long));
+    for (int pe = 0; pe < n; pe++) {
+        sendbuf[2 * pe] = me * 1000 + pe;
+        sendbuf[2 * pe + 1] = -(me * 1000 + pe);
+    }
+    shmem_barrier_all();
+    CHECK(shmem_long_alltoall(SHMEM_TEAM_WORLD, recvbuf, sendbuf, 2) == 0);
+    for (int pe = 0; pe < n; pe++)
+        CHECK(recvbuf[2 * pe] == pe * 1000 + me && recvbuf[2 * pe + 1] == -(pe * 1000 + me));
+    CHECK(shmem_alltoallmem(SHMEM_TEAM_WORLD, recvbuf, sendbuf, 2 * sizeof(long)) == 0);
+    CHECK(recvbuf[0] == me);
+
+    /* Legacy forms, one pSync reused by every call. */
+    shmem_barrier(0, 0, n, pSync);
+    for (int i = 0; i < LEN; i++) copy[i] = -1;
+    shmem_barrier_all();
+    shmem_broadcast64(copy, values, LEN, 0, 0, 0, n, pSync);
+    for (int i = 0; i < LEN; i++) CHECK(copy[i] == (me == 0 ? -1 : i)); /* root not written */
+    shmem_barrier(0, 0, n, pSync);
+    shmem_broadcast32(static_dest, static_source, LEN, n - 1, 0, 0, n, pSync);
+    if (me != n - 1) CHECK(static_dest[1] == (n - 1) * 10 + 1);
+    shmem_barrier(0, 0, n, pSync);
+    shmem_fcollect64(gathered, values, LEN, 0, 0, n, pSync);
+    CHECK(gathered[(n - 1) * LEN + 1] == 100 * (n - 1) + 1);
+    shmem_fcollect32(static_dest, static_source, LEN, 0, 0, n, pSync);
+    CHECK(static_dest[(n - 1) * LEN] == (n - 1) * 10);
+    shmem_alltoall64(recvbuf, sendbuf, 2, 0, 0, n, pSync);
+    CHECK(recvbuf[2 * (n - 1)] == (n - 1) * 1000 + me);
+    shmem_alltoall32(static_dest, static_source, 1, 0, 0, n, pSync);
+#define RUN_REDUCE(T, N, A) reduce_##N();
+    HMSHMEM_REDUCE_TYPES(RUN_REDUCE, _)
+#define RUN_TO_ALL(T, N, A) to_all_##N();
+    HMSHMEM_LEGACY_REDUCE_TYPES(RUN_TO_ALL, _)
+    (void)pWrk;
+    shmem_barrier_all();
+    PASS("collectives");
+    shmem_finalize();
+    return 0;
+}
