@@ -45,6 +45,20 @@ fn emit(out: &mut String, call: Call<'_>) {
     .unwrap();
 }
 
+/// Emits `call` and its context form `shmem_ctx_…(ctx, …)`: every context is the default one,
+/// so the twin checks the handle and does the same.
+fn emit_with_context(out: &mut String, call: Call<'_>) {
+    let twin = Call {
+        name: call.name.replacen("shmem_", "shmem_ctx_", 1),
+        doc: call.doc,
+        params: format!("ctx: usize, {}", call.params),
+        returns: call.returns,
+        body: format!("    contexts::check(CALL, ctx);\n{}", call.body),
+    };
+    emit(out, call);
+    emit(out, twin);
+}
+
 /// A caller buffer of `len` (an expression) bytes at `pointer`, bound to `var`.
 fn buffer(var: &str, pointer: &str, len: &str) -> String {
     format!(
@@ -66,7 +80,7 @@ fn rma_calls(
 ) {
     let bytes = format!("rma::bytes(CALL, nelems, {size})");
     for (suffix, nbi) in [("", "false"), ("_nbi", "true")] {
-        emit(
+        emit_with_context(
             out,
             Call {
                 name: name("put", suffix),
@@ -77,7 +91,7 @@ fn rma_calls(
                     + &format!("    rma::put(CALL, dest as usize, source, pe, {nbi});\n"),
             },
         );
-        emit(
+        emit_with_context(
             out,
             Call {
                 name: name("get", suffix),
@@ -88,7 +102,7 @@ fn rma_calls(
                     + &format!("    rma::get(CALL, dest, source as usize, pe, {nbi});\n"),
             },
         );
-        emit(out, Call {
+        emit_with_context(out, Call {
             name: name("put", &format!("_signal{suffix}")),
             doc: "puts, then sets or adds `signal` to PE `pe`'s signal word `sig_addr`.",
             params: format!(
@@ -102,7 +116,7 @@ fn rma_calls(
     }
     if strided {
         let span = |stride: &str| format!("rma::strided_bytes(CALL, nelems, {stride}, {size})");
-        emit(out, Call {
+        emit_with_context(out, Call {
             name: name("iput", ""),
             doc: "strided put: `nelems` elements, `sst` apart in `source`, `dst` apart in `dest`.",
             params: format!(
@@ -112,7 +126,7 @@ fn rma_calls(
             body: buffer("source", "source", &span("sst"))
                 + &format!("    rma::iput(CALL, dest as usize, source, [dst, sst], {size}, nelems, pe);\n"),
         });
-        emit(out, Call {
+        emit_with_context(out, Call {
             name: name("iget", ""),
             doc: "strided get: `nelems` elements, `sst` apart in `source`, `dst` apart in `dest`.",
             params: format!(
@@ -124,7 +138,7 @@ fn rma_calls(
         });
     }
     if typed {
-        emit(
+        emit_with_context(
             out,
             Call {
                 name: name("p", ""),
@@ -134,7 +148,7 @@ fn rma_calls(
                 body: "    rma::p(CALL, dest as usize, value, pe);\n".into(),
             },
         );
-        emit(
+        emit_with_context(
             out,
             Call {
                 name: name("g", ""),
@@ -151,7 +165,7 @@ fn rma_calls(
 /// is the `atomics::` call computing the old value.
 fn fetching(out: &mut String, n: &str, r: &str, op: &str, doc: &str, params: &str, value: &str) {
     let name = |op: &str| format!("shmem_{n}_atomic_{op}");
-    emit(
+    emit_with_context(
         out,
         Call {
             name: name(op),
@@ -161,7 +175,7 @@ fn fetching(out: &mut String, n: &str, r: &str, op: &str, doc: &str, params: &st
             body: format!("    atomics::{value}\n"),
         },
     );
-    emit(
+    emit_with_context(
         out,
         Call {
             name: name(&format!("{op}_nbi")),
@@ -176,7 +190,7 @@ fn fetching(out: &mut String, n: &str, r: &str, op: &str, doc: &str, params: &st
 
 /// A non-fetching atomic `op` (the result of `value` is dropped).
 fn plain(out: &mut String, n: &str, r: &str, op: &str, doc: &str, params: &str, value: &str) {
-    emit(
+    emit_with_context(
         out,
         Call {
             name: format!("shmem_{n}_atomic_{op}"),
@@ -213,7 +227,7 @@ fn amo_calls(out: &mut String, t: &StandardType) {
             &value,
             &format!("set::<{r}>(CALL, dest as usize, value, pe)"),
         );
-        emit(
+        emit_with_context(
             out,
             Call {
                 name: format!("shmem_{n}_atomic_fetch"),
@@ -223,7 +237,7 @@ fn amo_calls(out: &mut String, t: &StandardType) {
                 body: "    atomics::fetch(CALL, source as usize, pe)\n".into(),
             },
         );
-        emit(out, Call {
+        emit_with_context(out, Call {
             name: format!("shmem_{n}_atomic_fetch_nbi"),
             doc: "the non-blocking form: the value lands in `fetch`.",
             params: format!("fetch: *mut {r}, source: *const {r}, pe: c_int"),
@@ -619,9 +633,9 @@ fn c_header() -> String {
     generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_AMO_STANDARD", AMO_STANDARD);
     generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_AMO_BITWISE", AMO_BITWISE);
     generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_SYNC", SYNC);
-    out.push_str("#define HMSHMEM_SIZES(X)");
+    out.push_str("#define HMSHMEM_SIZES(X, A)");
     for &(bits, _) in SIZED {
-        write!(out, " X({bits})").unwrap();
+        write!(out, " X({bits}, A)").unwrap();
     }
     out.push_str("\n\n#endif\n");
     out

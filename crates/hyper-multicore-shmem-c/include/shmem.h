@@ -118,51 +118,102 @@ void shmem_free(void *ptr);
 void *shmalloc(size_t size);
 void shfree(void *ptr);
 
+/* ---- Contexts ------------------------------------------------------------------------- */
+
+/* Every context is the default one (docs/c-api.md); the options are accepted and ignored. */
+typedef struct hmshmem_ctx *shmem_ctx_t;
+#define SHMEM_CTX_DEFAULT ((shmem_ctx_t)1)
+#define SHMEM_CTX_INVALID ((shmem_ctx_t)0)
+#define SHMEM_CTX_SERIALIZED 1L
+#define SHMEM_CTX_PRIVATE 2L
+#define SHMEM_CTX_NOSTORE 4L
+
+int shmem_ctx_create(long options, shmem_ctx_t *ctx);
+int shmem_team_create_ctx(shmem_team_t team, long options, shmem_ctx_t *ctx);
+void shmem_ctx_destroy(shmem_ctx_t ctx);
+int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t *team);
+void shmem_ctx_fence(shmem_ctx_t ctx);
+void shmem_ctx_quiet(shmem_ctx_t ctx);
+
+/* The RMA and atomic calls come in two forms, declared once: A = plain (shmem_NAME(...)) and
+ * A = ctx (shmem_ctx_NAME(shmem_ctx_t ctx, ...)). */
+#define HMSHMEM_CAT(a, b) HMSHMEM_CAT_(a, b)
+#define HMSHMEM_CAT_(a, b) a##b
+#define HMSHMEM_PREFIX_plain shmem_
+#define HMSHMEM_PREFIX_ctx shmem_ctx_
+#define HMSHMEM_CTX_plain
+#define HMSHMEM_CTX_ctx shmem_ctx_t ctx,
+#define HMSHMEM_FN(A, NAME) HMSHMEM_CAT(HMSHMEM_PREFIX_##A, NAME)
+
 /* ---- Remote memory access -------------------------------------------------------------- */
 
 #define HMSHMEM_DECLARE_RMA(T, N, A)                                                          \
-    void shmem_##N##_put(T *dest, const T *source, size_t nelems, int pe);                    \
-    void shmem_##N##_get(T *dest, const T *source, size_t nelems, int pe);                    \
-    void shmem_##N##_put_nbi(T *dest, const T *source, size_t nelems, int pe);                \
-    void shmem_##N##_get_nbi(T *dest, const T *source, size_t nelems, int pe);                \
-    void shmem_##N##_iput(T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst,              \
-                          size_t nelems, int pe);                                              \
-    void shmem_##N##_iget(T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst,              \
-                          size_t nelems, int pe);                                              \
-    void shmem_##N##_put_signal(T *dest, const T *source, size_t nelems, uint64_t *sig_addr,   \
-                                uint64_t signal, int sig_op, int pe);                          \
-    void shmem_##N##_put_signal_nbi(T *dest, const T *source, size_t nelems,                   \
-                                    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
-HMSHMEM_RMA_TYPES(HMSHMEM_DECLARE_RMA, _)
+    void HMSHMEM_FN(A, N##_put)(HMSHMEM_CTX_##A T *dest, const T *source, size_t nelems,      \
+                                int pe);                                                       \
+    void HMSHMEM_FN(A, N##_get)(HMSHMEM_CTX_##A T *dest, const T *source, size_t nelems,      \
+                                int pe);                                                       \
+    void HMSHMEM_FN(A, N##_put_nbi)(HMSHMEM_CTX_##A T *dest, const T *source, size_t nelems,  \
+                                    int pe);                                                   \
+    void HMSHMEM_FN(A, N##_get_nbi)(HMSHMEM_CTX_##A T *dest, const T *source, size_t nelems,  \
+                                    int pe);                                                   \
+    void HMSHMEM_FN(A, N##_iput)(HMSHMEM_CTX_##A T *dest, const T *source, ptrdiff_t dst,     \
+                                 ptrdiff_t sst, size_t nelems, int pe);                        \
+    void HMSHMEM_FN(A, N##_iget)(HMSHMEM_CTX_##A T *dest, const T *source, ptrdiff_t dst,     \
+                                 ptrdiff_t sst, size_t nelems, int pe);                        \
+    void HMSHMEM_FN(A, N##_put_signal)(HMSHMEM_CTX_##A T *dest, const T *source,              \
+                                       size_t nelems, uint64_t *sig_addr, uint64_t signal,     \
+                                       int sig_op, int pe);                                    \
+    void HMSHMEM_FN(A, N##_put_signal_nbi)(HMSHMEM_CTX_##A T *dest, const T *source,          \
+                                           size_t nelems, uint64_t *sig_addr, uint64_t signal, \
+                                           int sig_op, int pe);
+HMSHMEM_RMA_TYPES(HMSHMEM_DECLARE_RMA, plain)
+HMSHMEM_RMA_TYPES(HMSHMEM_DECLARE_RMA, ctx)
 
 #define HMSHMEM_DECLARE_RMA_VALUE(T, N, A)                                                    \
-    void shmem_##N##_p(T *dest, T value, int pe);                                             \
-    T shmem_##N##_g(const T *source, int pe);
-HMSHMEM_RMA_VALUE_TYPES(HMSHMEM_DECLARE_RMA_VALUE, _)
+    void HMSHMEM_FN(A, N##_p)(HMSHMEM_CTX_##A T *dest, T value, int pe);                      \
+    T HMSHMEM_FN(A, N##_g)(HMSHMEM_CTX_##A const T *source, int pe);
+HMSHMEM_RMA_VALUE_TYPES(HMSHMEM_DECLARE_RMA_VALUE, plain)
+HMSHMEM_RMA_VALUE_TYPES(HMSHMEM_DECLARE_RMA_VALUE, ctx)
 
-#define HMSHMEM_DECLARE_SIZED(BITS)                                                           \
-    void shmem_put##BITS(void *dest, const void *source, size_t nelems, int pe);              \
-    void shmem_get##BITS(void *dest, const void *source, size_t nelems, int pe);              \
-    void shmem_put##BITS##_nbi(void *dest, const void *source, size_t nelems, int pe);        \
-    void shmem_get##BITS##_nbi(void *dest, const void *source, size_t nelems, int pe);        \
-    void shmem_iput##BITS(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,        \
-                          size_t nelems, int pe);                                              \
-    void shmem_iget##BITS(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,        \
-                          size_t nelems, int pe);                                              \
-    void shmem_put##BITS##_signal(void *dest, const void *source, size_t nelems,               \
-                                  uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);    \
-    void shmem_put##BITS##_signal_nbi(void *dest, const void *source, size_t nelems,           \
-                                      uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
-HMSHMEM_SIZES(HMSHMEM_DECLARE_SIZED)
+#define HMSHMEM_DECLARE_SIZED(BITS, A)                                                        \
+    void HMSHMEM_FN(A, put##BITS)(HMSHMEM_CTX_##A void *dest, const void *source,             \
+                                  size_t nelems, int pe);                                      \
+    void HMSHMEM_FN(A, get##BITS)(HMSHMEM_CTX_##A void *dest, const void *source,             \
+                                  size_t nelems, int pe);                                      \
+    void HMSHMEM_FN(A, put##BITS##_nbi)(HMSHMEM_CTX_##A void *dest, const void *source,       \
+                                        size_t nelems, int pe);                                \
+    void HMSHMEM_FN(A, get##BITS##_nbi)(HMSHMEM_CTX_##A void *dest, const void *source,       \
+                                        size_t nelems, int pe);                                \
+    void HMSHMEM_FN(A, iput##BITS)(HMSHMEM_CTX_##A void *dest, const void *source,            \
+                                   ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);       \
+    void HMSHMEM_FN(A, iget##BITS)(HMSHMEM_CTX_##A void *dest, const void *source,            \
+                                   ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);       \
+    void HMSHMEM_FN(A, put##BITS##_signal)(HMSHMEM_CTX_##A void *dest, const void *source,    \
+                                           size_t nelems, uint64_t *sig_addr, uint64_t signal, \
+                                           int sig_op, int pe);                                \
+    void HMSHMEM_FN(A, put##BITS##_signal_nbi)(HMSHMEM_CTX_##A void *dest, const void *source,\
+                                               size_t nelems, uint64_t *sig_addr,              \
+                                               uint64_t signal, int sig_op, int pe);
+HMSHMEM_SIZES(HMSHMEM_DECLARE_SIZED, plain)
+HMSHMEM_SIZES(HMSHMEM_DECLARE_SIZED, ctx)
 
-void shmem_putmem(void *dest, const void *source, size_t nelems, int pe);
-void shmem_getmem(void *dest, const void *source, size_t nelems, int pe);
-void shmem_putmem_nbi(void *dest, const void *source, size_t nelems, int pe);
-void shmem_getmem_nbi(void *dest, const void *source, size_t nelems, int pe);
-void shmem_putmem_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
-                         uint64_t signal, int sig_op, int pe);
-void shmem_putmem_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
-                             uint64_t signal, int sig_op, int pe);
+#define HMSHMEM_DECLARE_MEM(A)                                                                \
+    void HMSHMEM_FN(A, putmem)(HMSHMEM_CTX_##A void *dest, const void *source, size_t nelems, \
+                               int pe);                                                        \
+    void HMSHMEM_FN(A, getmem)(HMSHMEM_CTX_##A void *dest, const void *source, size_t nelems, \
+                               int pe);                                                        \
+    void HMSHMEM_FN(A, putmem_nbi)(HMSHMEM_CTX_##A void *dest, const void *source,            \
+                                   size_t nelems, int pe);                                     \
+    void HMSHMEM_FN(A, getmem_nbi)(HMSHMEM_CTX_##A void *dest, const void *source,            \
+                                   size_t nelems, int pe);                                     \
+    void HMSHMEM_FN(A, putmem_signal)(HMSHMEM_CTX_##A void *dest, const void *source,         \
+                                      size_t nelems, uint64_t *sig_addr, uint64_t signal,      \
+                                      int sig_op, int pe);                                     \
+    void HMSHMEM_FN(A, putmem_signal_nbi)(HMSHMEM_CTX_##A void *dest, const void *source,     \
+                                          size_t nelems, uint64_t *sig_addr, uint64_t signal,  \
+                                          int sig_op, int pe);
+HMSHMEM_DECLARE_MEM(plain)
+HMSHMEM_DECLARE_MEM(ctx)
 uint64_t shmem_signal_fetch(const uint64_t *sig_addr);
 
 /* long double is not passed by value across the library boundary: p and g copy its bytes. */
@@ -174,39 +225,56 @@ static inline long double shmem_longdouble_g(const long double *source, int pe) 
     shmem_getmem(&value, source, sizeof value, pe);
     return value;
 }
+static inline void shmem_ctx_longdouble_p(shmem_ctx_t ctx, long double *dest, long double value,
+                                          int pe) {
+    shmem_ctx_putmem(ctx, dest, &value, sizeof value, pe);
+}
+static inline long double shmem_ctx_longdouble_g(shmem_ctx_t ctx, const long double *source,
+                                                 int pe) {
+    long double value;
+    shmem_ctx_getmem(ctx, &value, source, sizeof value, pe);
+    return value;
+}
 
 /* ---- Atomic memory operations ---------------------------------------------------------- */
 
 #define HMSHMEM_DECLARE_AMO_EXTENDED(T, N, A)                                                 \
-    T shmem_##N##_atomic_fetch(const T *source, int pe);                                      \
-    void shmem_##N##_atomic_fetch_nbi(T *fetch, const T *source, int pe);                     \
-    void shmem_##N##_atomic_set(T *dest, T value, int pe);                                    \
-    T shmem_##N##_atomic_swap(T *dest, T value, int pe);                                      \
-    void shmem_##N##_atomic_swap_nbi(T *fetch, T *dest, T value, int pe);
-HMSHMEM_AMO_EXTENDED_TYPES(HMSHMEM_DECLARE_AMO_EXTENDED, _)
+    T HMSHMEM_FN(A, N##_atomic_fetch)(HMSHMEM_CTX_##A const T *source, int pe);               \
+    void HMSHMEM_FN(A, N##_atomic_fetch_nbi)(HMSHMEM_CTX_##A T *fetch, const T *source,       \
+                                             int pe);                                          \
+    void HMSHMEM_FN(A, N##_atomic_set)(HMSHMEM_CTX_##A T *dest, T value, int pe);             \
+    T HMSHMEM_FN(A, N##_atomic_swap)(HMSHMEM_CTX_##A T *dest, T value, int pe);               \
+    void HMSHMEM_FN(A, N##_atomic_swap_nbi)(HMSHMEM_CTX_##A T *fetch, T *dest, T value,       \
+                                            int pe);
+HMSHMEM_AMO_EXTENDED_TYPES(HMSHMEM_DECLARE_AMO_EXTENDED, plain)
+HMSHMEM_AMO_EXTENDED_TYPES(HMSHMEM_DECLARE_AMO_EXTENDED, ctx)
 
 #define HMSHMEM_DECLARE_AMO_STANDARD(T, N, A)                                                 \
-    T shmem_##N##_atomic_compare_swap(T *dest, T cond, T value, int pe);                      \
-    void shmem_##N##_atomic_compare_swap_nbi(T *fetch, T *dest, T cond, T value, int pe);     \
-    T shmem_##N##_atomic_fetch_inc(T *dest, int pe);                                          \
-    void shmem_##N##_atomic_fetch_inc_nbi(T *fetch, T *dest, int pe);                         \
-    void shmem_##N##_atomic_inc(T *dest, int pe);                                             \
-    T shmem_##N##_atomic_fetch_add(T *dest, T value, int pe);                                 \
-    void shmem_##N##_atomic_fetch_add_nbi(T *fetch, T *dest, T value, int pe);                \
-    void shmem_##N##_atomic_add(T *dest, T value, int pe);
-HMSHMEM_AMO_STANDARD_TYPES(HMSHMEM_DECLARE_AMO_STANDARD, _)
+    T HMSHMEM_FN(A, N##_atomic_compare_swap)(HMSHMEM_CTX_##A T *dest, T cond, T value,        \
+                                             int pe);                                          \
+    void HMSHMEM_FN(A, N##_atomic_compare_swap_nbi)(HMSHMEM_CTX_##A T *fetch, T *dest,        \
+                                                    T cond, T value, int pe);                  \
+    T HMSHMEM_FN(A, N##_atomic_fetch_inc)(HMSHMEM_CTX_##A T *dest, int pe);                   \
+    void HMSHMEM_FN(A, N##_atomic_fetch_inc_nbi)(HMSHMEM_CTX_##A T *fetch, T *dest, int pe);  \
+    void HMSHMEM_FN(A, N##_atomic_inc)(HMSHMEM_CTX_##A T *dest, int pe);                      \
+    T HMSHMEM_FN(A, N##_atomic_fetch_add)(HMSHMEM_CTX_##A T *dest, T value, int pe);          \
+    void HMSHMEM_FN(A, N##_atomic_fetch_add_nbi)(HMSHMEM_CTX_##A T *fetch, T *dest, T value,  \
+                                                 int pe);                                      \
+    void HMSHMEM_FN(A, N##_atomic_add)(HMSHMEM_CTX_##A T *dest, T value, int pe);
+HMSHMEM_AMO_STANDARD_TYPES(HMSHMEM_DECLARE_AMO_STANDARD, plain)
+HMSHMEM_AMO_STANDARD_TYPES(HMSHMEM_DECLARE_AMO_STANDARD, ctx)
 
+#define HMSHMEM_DECLARE_AMO_BITWISE_OP(T, N, A, OP)                                           \
+    T HMSHMEM_FN(A, N##_atomic_fetch_##OP)(HMSHMEM_CTX_##A T *dest, T value, int pe);         \
+    void HMSHMEM_FN(A, N##_atomic_fetch_##OP##_nbi)(HMSHMEM_CTX_##A T *fetch, T *dest,        \
+                                                    T value, int pe);                          \
+    void HMSHMEM_FN(A, N##_atomic_##OP)(HMSHMEM_CTX_##A T *dest, T value, int pe);
 #define HMSHMEM_DECLARE_AMO_BITWISE(T, N, A)                                                  \
-    T shmem_##N##_atomic_fetch_and(T *dest, T value, int pe);                                 \
-    void shmem_##N##_atomic_fetch_and_nbi(T *fetch, T *dest, T value, int pe);                \
-    void shmem_##N##_atomic_and(T *dest, T value, int pe);                                    \
-    T shmem_##N##_atomic_fetch_or(T *dest, T value, int pe);                                  \
-    void shmem_##N##_atomic_fetch_or_nbi(T *fetch, T *dest, T value, int pe);                 \
-    void shmem_##N##_atomic_or(T *dest, T value, int pe);                                     \
-    T shmem_##N##_atomic_fetch_xor(T *dest, T value, int pe);                                 \
-    void shmem_##N##_atomic_fetch_xor_nbi(T *fetch, T *dest, T value, int pe);                \
-    void shmem_##N##_atomic_xor(T *dest, T value, int pe);
-HMSHMEM_AMO_BITWISE_TYPES(HMSHMEM_DECLARE_AMO_BITWISE, _)
+    HMSHMEM_DECLARE_AMO_BITWISE_OP(T, N, A, and)                                              \
+    HMSHMEM_DECLARE_AMO_BITWISE_OP(T, N, A, or)                                               \
+    HMSHMEM_DECLARE_AMO_BITWISE_OP(T, N, A, xor)
+HMSHMEM_AMO_BITWISE_TYPES(HMSHMEM_DECLARE_AMO_BITWISE, plain)
+HMSHMEM_AMO_BITWISE_TYPES(HMSHMEM_DECLARE_AMO_BITWISE, ctx)
 
 /* ---- Point-to-point synchronisation ---------------------------------------------------- */
 

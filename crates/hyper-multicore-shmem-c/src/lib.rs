@@ -18,6 +18,7 @@
 
 mod atomics;
 mod collectives;
+mod contexts;
 mod extensions;
 mod failure;
 mod job;

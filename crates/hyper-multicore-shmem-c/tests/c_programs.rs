@@ -269,3 +269,8 @@ fn global_and_static_variables_are_symmetric() {
 fn collectives_team_and_legacy_forms() {
     passes_on_1_2_4_pes("collectives");
 }
+
+#[test]
+fn contexts_every_type() {
+    passes_on_1_2_4_pes("contexts");
+}

@@ -84,7 +84,7 @@ HMSHMEM_RMA_TYPES(DEFINE_RMA_TEST, _)
     }
 HMSHMEM_RMA_GENERIC_TYPES(DEFINE_GENERIC_TEST, _)
 
-#define DEFINE_SIZED_TEST(BITS)                                                                \
+#define DEFINE_SIZED_TEST(BITS, A)                                                              \
     static void sized_##BITS(void) {                                                           \
         enum { BYTES = BITS / 8 };                                                             \
         unsigned char *dst = shmem_calloc(LEN, BYTES);                                         \
@@ -116,7 +116,7 @@ HMSHMEM_RMA_GENERIC_TYPES(DEFINE_GENERIC_TEST, _)
         shmem_barrier_all();                                                                   \
         shmem_free(dst);                                                                       \
     }
-HMSHMEM_SIZES(DEFINE_SIZED_TEST)
+HMSHMEM_SIZES(DEFINE_SIZED_TEST, _)
 
 int main(void) {
     shmem_init();
@@ -129,8 +129,8 @@ int main(void) {
     HMSHMEM_RMA_TYPES(RUN, _)
 #define RUN_GENERIC(T, N, A) generic_##N();
     HMSHMEM_RMA_GENERIC_TYPES(RUN_GENERIC, _)
-#define RUN_SIZED(BITS) sized_##BITS();
-    HMSHMEM_SIZES(RUN_SIZED)
+#define RUN_SIZED(BITS, A) sized_##BITS();
+    HMSHMEM_SIZES(RUN_SIZED, _)
 
     char *text = shmem_calloc(64, 1);
     shmem_putmem(text, "hello from the previous PE", 27, next);

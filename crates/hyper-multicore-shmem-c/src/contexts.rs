@@ -1,0 +1,111 @@
+//! Communication contexts: `shmem_ctx_create`, `shmem_team_create_ctx`, `shmem_ctx_destroy`,
+//! `shmem_ctx_get_team`, `shmem_ctx_fence`, `shmem_ctx_quiet`, and the handle check of every
+//! `shmem_ctx_*` RMA and atomic call. Every context is the default one: its operations are the
+//! default context's, and its fence and quiet order and complete all of this PE's operations
+//! (stronger than the standard requires, never weaker). The options are accepted and ignored.
+
+use std::collections::BTreeSet;
+use std::ffi::{c_int, c_long};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::collectives::{check_team, TEAM_WORLD};
+use crate::failure::fail;
+use crate::job;
+
+/// The handle of `SHMEM_CTX_DEFAULT`.
+pub const CTX_DEFAULT: usize = 1;
+
+/// The contexts created and not destroyed.
+static LIVE: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
+/// The next handle to give out.
+static NEXT: AtomicUsize = AtomicUsize::new(CTX_DEFAULT + 1);
+
+/// Fails unless `ctx` is the default context or a live one.
+pub(crate) fn check(call: &str, ctx: usize) {
+    if ctx != CTX_DEFAULT && !LIVE.lock().contains(&ctx) {
+        fail(
+            call,
+            format!("{ctx:#x} is not SHMEM_CTX_DEFAULT nor a context created and not destroyed"),
+        );
+    }
+}
+
+/// # Safety
+/// `ctx` must be null or valid for writing one handle.
+unsafe fn create(call: &str, ctx: *mut usize) -> c_int {
+    job::my_pe(call);
+    if ctx.is_null() {
+        fail(call, "the context pointer is null");
+    }
+    let handle = NEXT.fetch_add(1, Ordering::Relaxed);
+    LIVE.lock().insert(handle);
+    // SAFETY: non-null, and writable for one handle (the caller's contract in shmem.h).
+    unsafe { ctx.write(handle) };
+    0
+}
+
+/// Creates a context (0: success); `options` are accepted and ignored.
+///
+/// # Safety
+/// `ctx` must be valid for writing one `shmem_ctx_t`.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ctx_create(_options: c_long, ctx: *mut usize) -> c_int {
+    // SAFETY: passed on from this function's contract.
+    unsafe { create("shmem_ctx_create", ctx) }
+}
+
+/// Creates a context on `team` (0: success).
+///
+/// # Safety
+/// `ctx` must be valid for writing one `shmem_ctx_t`.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_team_create_ctx(
+    team: usize,
+    _options: c_long,
+    ctx: *mut usize,
+) -> c_int {
+    const CALL: &str = "shmem_team_create_ctx";
+    check_team(CALL, team);
+    // SAFETY: passed on from this function's contract.
+    unsafe { create(CALL, ctx) }
+}
+
+/// Completes the context's operations and destroys it.
+#[no_mangle]
+pub extern "C" fn shmem_ctx_destroy(ctx: usize) {
+    const CALL: &str = "shmem_ctx_destroy";
+    if ctx == CTX_DEFAULT {
+        fail(CALL, "SHMEM_CTX_DEFAULT cannot be destroyed");
+    }
+    check(CALL, ctx);
+    job::run(CALL, |shmem| shmem.try_quiet());
+    LIVE.lock().remove(&ctx);
+}
+
+/// The team of a context: `SHMEM_TEAM_WORLD` (0: success).
+///
+/// # Safety
+/// `team` must be valid for writing one `shmem_team_t`.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ctx_get_team(ctx: usize, team: *mut usize) -> c_int {
+    check("shmem_ctx_get_team", ctx);
+    // SAFETY: writable for one handle (function contract).
+    unsafe { team.write(TEAM_WORLD) };
+    0
+}
+
+/// Orders this PE's puts and atomics to each PE (all contexts').
+#[no_mangle]
+pub extern "C" fn shmem_ctx_fence(ctx: usize) {
+    check("shmem_ctx_fence", ctx);
+    crate::rma::shmem_fence();
+}
+
+/// Completes this PE's outstanding operations (all contexts').
+#[no_mangle]
+pub extern "C" fn shmem_ctx_quiet(ctx: usize) {
+    check("shmem_ctx_quiet", ctx);
+    crate::rma::shmem_quiet();
+}
