@@ -410,56 +410,52 @@ fn sync_calls(out: &mut String, t: &StandardType) {
 fn collective_calls(out: &mut String, t: &StandardType) {
     let (n, r) = (t.name, t.rust);
     let size = format!("std::mem::size_of::<{r}>()");
-    emit(
-        out,
-        Call {
-            name: format!("shmem_{n}_broadcast"),
-            doc: "collective: `nelems` elements of `source` on PE `root` into every PE's `dest`.",
-            params: format!(
-                "team: usize, dest: *mut {r}, source: *const {r}, nelems: usize, root: c_int"
-            ),
-            returns: "c_int",
-            body: String::from("    collectives::check_team(CALL, team);\n")
-                + &buffer(
-                    "source",
-                    "source",
-                    &format!("rma::bytes(CALL, nelems, {size})"),
-                )
-                + "    collectives::broadcast(CALL, dest as usize, source, root);\n    0\n",
-        },
-    );
-    emit(
-        out,
-        Call {
-            name: format!("shmem_{n}_fcollect"),
-            doc: "collective: every PE's `nelems` elements of `source` into every PE's `dest`.",
-            params: format!("team: usize, dest: *mut {r}, source: *const {r}, nelems: usize"),
-            returns: "c_int",
-            body: String::from("    collectives::check_team(CALL, team);\n")
-                + &buffer(
-                    "source",
-                    "source",
-                    &format!("rma::bytes(CALL, nelems, {size})"),
-                )
-                + "    collectives::fcollect(CALL, dest as usize, source);\n    0\n",
-        },
-    );
-    emit(
-        out,
-        Call {
-            name: format!("shmem_{n}_alltoall"),
-            doc: "collective: block `j` (`nelems` elements) of `source` to PE `j`'s block `my_pe`.",
-            params: format!("team: usize, dest: *mut {r}, source: *const {r}, nelems: usize"),
-            returns: "c_int",
-            body: String::from("    collectives::check_team(CALL, team);\n")
-                + &buffer(
-                    "source",
-                    "source",
-                    &format!("rma::bytes(CALL, nelems, {size} * job::n_pes(CALL))"),
-                )
-                + "    collectives::alltoall(CALL, dest as usize, source);\n    0\n",
-        },
-    );
+    // (operation, documentation, extra parameter, elements in `source`)
+    let moves = [
+        (
+            "broadcast",
+            "collective: `nelems` elements of `source` on PE `root` into every PE's `dest`.",
+            ", root: c_int",
+            "nelems",
+            ", root",
+        ),
+        (
+            "fcollect",
+            "collective: every PE's `nelems` elements of `source` into every PE's `dest`.",
+            "",
+            "nelems",
+            "",
+        ),
+        (
+            "alltoall",
+            "collective: block `j` (`nelems` elements) of `source` to PE `j`'s block `my_pe`.",
+            "",
+            "nelems * job::n_pes(CALL)",
+            "",
+        ),
+    ];
+    for (op, doc, extra, elements, argument) in moves {
+        emit(
+            out,
+            Call {
+                name: format!("shmem_{n}_{op}"),
+                doc,
+                params: format!(
+                    "team: usize, dest: *mut {r}, source: *const {r}, nelems: usize{extra}"
+                ),
+                returns: "c_int",
+                body: String::from("    collectives::check_team(CALL, team);\n")
+                    + &buffer(
+                        "source",
+                        "source",
+                        &format!("rma::bytes(CALL, {elements}, {size})"),
+                    )
+                    + &format!(
+                        "    collectives::{op}(CALL, dest as usize, source{argument});\n    0\n"
+                    ),
+            },
+        );
+    }
     if t.families & REDUCE == 0 {
         return;
     }
@@ -495,48 +491,32 @@ fn collective_calls(out: &mut String, t: &StandardType) {
 /// The legacy sized active-set collectives (`shmem_broadcast32`, `shmem_fcollect64`, …).
 fn legacy_sized_calls(out: &mut String, bits: u32, bytes: usize) {
     let active = "start: c_int, log_stride: c_int, size: c_int, _p_sync: *mut std::ffi::c_long";
-    let check = "    collectives::check_active_set(CALL, start, log_stride, size);\n";
-    emit(out, Call {
-        name: format!("shmem_broadcast{bits}"),
-        doc: "legacy broadcast over an active set (every PE only): the root's `dest` is not written.",
-        params: format!("dest: *mut c_void, source: *const c_void, nelems: usize, root: c_int, {active}"),
-        returns: "",
-        body: check.to_string()
-            + &buffer("source", "source", &format!("rma::bytes(CALL, nelems, {bytes})"))
-            + "    collectives::broadcast_keeping_root(CALL, dest as usize, source, root);\n",
-    });
-    emit(
-        out,
-        Call {
-            name: format!("shmem_fcollect{bits}"),
-            doc: "legacy fcollect over an active set (every PE only).",
-            params: format!("dest: *mut c_void, source: *const c_void, nelems: usize, {active}"),
-            returns: "",
-            body: check.to_string()
-                + &buffer(
+    // (name, documentation, extra parameter, elements in `source`, the collectives:: call)
+    let calls = [
+        ("broadcast", "legacy broadcast over an active set (every PE only): the root's `dest` is not written.", " root: c_int,", "nelems", "broadcast_keeping_root(CALL, dest as usize, source, root)"),
+        ("fcollect", "legacy fcollect over an active set (every PE only).", "", "nelems", "fcollect(CALL, dest as usize, source)"),
+        ("alltoall", "legacy alltoall over an active set (every PE only).", "", "nelems * job::n_pes(CALL)", "alltoall(CALL, dest as usize, source)"),
+    ];
+    for (op, doc, extra, elements, call) in calls {
+        emit(
+            out,
+            Call {
+                name: format!("shmem_{op}{bits}"),
+                doc,
+                params: format!(
+                    "dest: *mut c_void, source: *const c_void, nelems: usize,{extra} {active}"
+                ),
+                returns: "",
+                body: String::from(
+                    "    collectives::check_active_set(CALL, start, log_stride, size);\n",
+                ) + &buffer(
                     "source",
                     "source",
-                    &format!("rma::bytes(CALL, nelems, {bytes})"),
-                )
-                + "    collectives::fcollect(CALL, dest as usize, source);\n",
-        },
-    );
-    emit(
-        out,
-        Call {
-            name: format!("shmem_alltoall{bits}"),
-            doc: "legacy alltoall over an active set (every PE only).",
-            params: format!("dest: *mut c_void, source: *const c_void, nelems: usize, {active}"),
-            returns: "",
-            body: check.to_string()
-                + &buffer(
-                    "source",
-                    "source",
-                    &format!("rma::bytes(CALL, nelems, {bytes} * job::n_pes(CALL))"),
-                )
-                + "    collectives::alltoall(CALL, dest as usize, source);\n",
-        },
-    );
+                    &format!("rma::bytes(CALL, {elements}, {bytes})"),
+                ) + &format!("    collectives::{call};\n"),
+            },
+        );
+    }
 }
 
 fn rust_calls() -> String {

@@ -315,44 +315,37 @@ pub(crate) fn add_allocation(record: AllocationRecord) {
 
 /// Forgets the allocation starting at `address`, returning it (fails if there is none).
 pub(crate) fn remove_allocation(call: &str, address: usize) -> AllocationRecord {
-    let region = region(call, address, 0);
-    let mut job = JOB.write();
-    let removed = job
-        .as_mut()
-        .and_then(|job| job.allocations.remove(&region.heap_offset));
-    match removed {
-        Some(record) => record,
-        None => {
-            drop(job);
-            fail(
-                call,
-                format!(
-                    "address {address:#x} is inside an allocation but not at its start; pass \
-                     the pointer shmem_malloc returned"
-                ),
-            )
-        }
-    }
+    allocation_starting_at(call, address, |allocations, offset| {
+        allocations.remove(&offset)
+    })
 }
 
-/// The live allocation starting at `address`.
+/// The live allocation starting at `address` (fails if there is none).
 pub(crate) fn allocation_at(call: &str, address: usize) -> AllocationRecord {
+    allocation_starting_at(call, address, |allocations, offset| {
+        allocations.get(&offset).cloned()
+    })
+}
+
+/// `take` applied to the allocation table and the heap offset of `address`; fails naming the
+/// address when it finds no allocation starting there.
+fn allocation_starting_at(
+    call: &str,
+    address: usize,
+    take: impl FnOnce(&mut BTreeMap<u64, AllocationRecord>, u64) -> Option<AllocationRecord>,
+) -> AllocationRecord {
     let region = region(call, address, 0);
-    let job = JOB.read();
-    match job
-        .as_ref()
-        .and_then(|job| job.allocations.get(&region.heap_offset))
-    {
-        Some(record) => record.clone(),
-        None => {
-            drop(job);
-            fail(
-                call,
-                format!(
-                    "address {address:#x} is inside an allocation but not at its start; pass \
-                     the pointer shmem_malloc returned"
-                ),
-            )
-        }
-    }
+    let found = JOB
+        .write()
+        .as_mut()
+        .and_then(|job| take(&mut job.allocations, region.heap_offset));
+    found.unwrap_or_else(|| {
+        fail(
+            call,
+            format!(
+                "address {address:#x} is not the start of a shmem_malloc allocation; pass the \
+                 pointer shmem_malloc returned"
+            ),
+        )
+    })
 }

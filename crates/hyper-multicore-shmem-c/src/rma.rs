@@ -63,22 +63,32 @@ pub(crate) fn get(call: &str, target: CallerBuffer, source: usize, pe: c_int, nb
     });
 }
 
+/// The byte offsets of the `nelems` elements of `size` bytes of a strided transfer: (in the
+/// symmetric side, in the local side), with `strides` = [symmetric, local] in elements.
+fn strided(
+    call: &str,
+    strides: [isize; 2],
+    size: usize,
+    nelems: usize,
+) -> impl Iterator<Item = (usize, usize)> {
+    let [symmetric, local] = strides;
+    strided_bytes(call, nelems, symmetric, size);
+    (0..nelems).map(move |i| (i * symmetric as usize * size, i * local as usize * size))
+}
+
 /// Strided put: element `i` of `source` (`sst` elements apart) to element `i` of `dest` (`dst`
 /// apart) on PE `pe`; `source` spans every element read.
 pub(crate) fn iput(
     call: &str,
     dest: usize,
     source: CallerBuffer,
-    strides: [isize; 2],
+    [dst, sst]: [isize; 2],
     size: usize,
     nelems: usize,
     pe: c_int,
 ) {
-    let [dst, sst] = strides;
-    strided_bytes(call, nelems, dst, size);
-    for i in 0..nelems {
-        let part = source.part(i * sst as usize * size, size);
-        put(call, dest + i * dst as usize * size, part, pe, false);
+    for (remote, local) in strided(call, [dst, sst], size, nelems) {
+        put(call, dest + remote, source.part(local, size), pe, false);
     }
 }
 
@@ -88,16 +98,13 @@ pub(crate) fn iget(
     call: &str,
     target: CallerBuffer,
     source: usize,
-    strides: [isize; 2],
+    [tst, sst]: [isize; 2],
     size: usize,
     nelems: usize,
     pe: c_int,
 ) {
-    let [tst, sst] = strides;
-    strided_bytes(call, nelems, sst, size);
-    for i in 0..nelems {
-        let part = target.part(i * tst as usize * size, size);
-        get(call, part, source + i * sst as usize * size, pe, false);
+    for (remote, local) in strided(call, [sst, tst], size, nelems) {
+        get(call, target.part(local, size), source + remote, pe, false);
     }
 }
 

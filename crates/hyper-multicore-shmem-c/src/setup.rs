@@ -157,13 +157,13 @@ pub extern "C" fn shmem_n_pes() -> c_int {
 /// Legacy form of [`shmem_my_pe`].
 #[no_mangle]
 pub extern "C" fn _my_pe() -> c_int {
-    job::my_pe("_my_pe") as c_int
+    shmem_my_pe()
 }
 
 /// Legacy form of [`shmem_n_pes`].
 #[no_mangle]
 pub extern "C" fn _num_pes() -> c_int {
-    job::n_pes("_num_pes") as c_int
+    shmem_n_pes()
 }
 
 /// 1 if `pe` is a PE of the job (every PE of the job is reachable), else 0.

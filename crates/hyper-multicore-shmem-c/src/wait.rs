@@ -109,28 +109,26 @@ pub(crate) fn wait_words<W: AtomicWord>(
     satisfied
 }
 
-/// Waits until this PE's `ivar` compares `cmp` to `value`.
-pub(crate) fn wait_until<W: AtomicWord>(call: &str, ivar: usize, cmp: c_int, value: W) {
-    let words = Words {
+/// The one word `ivar`, compared `cmp` to `value`.
+fn single<W: AtomicWord>(ivar: usize, cmp: c_int, value: W) -> Words<W> {
+    Words {
         ivars: ivar,
         nelems: 1,
         status: Vec::new(),
         cmp,
         targets: vec![value],
-    };
-    wait_words(call, &words, Quantifier::All, true);
+    }
+}
+
+/// Waits until this PE's `ivar` compares `cmp` to `value`.
+pub(crate) fn wait_until<W: AtomicWord>(call: &str, ivar: usize, cmp: c_int, value: W) {
+    wait_words(call, &single(ivar, cmp, value), Quantifier::All, true);
 }
 
 /// 1 if this PE's `ivar` compares `cmp` to `value` now, else 0.
 pub(crate) fn test<W: AtomicWord>(call: &str, ivar: usize, cmp: c_int, value: W) -> c_int {
-    let words = Words {
-        ivars: ivar,
-        nelems: 1,
-        status: Vec::new(),
-        cmp,
-        targets: vec![value],
-    };
-    c_int::from(!wait_words(call, &words, Quantifier::All, false).is_empty())
+    let met = wait_words(call, &single(ivar, cmp, value), Quantifier::All, false);
+    c_int::from(!met.is_empty())
 }
 
 /// Waits until this PE's signal word `sig_addr` compares `cmp` to `value`; returns its value.

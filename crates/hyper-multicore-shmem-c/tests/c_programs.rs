@@ -222,10 +222,12 @@ fn fails_fast(mode: &str, pes: usize, code: impl Fn(i32) -> bool, stderr_has_one
 #[test]
 fn global_exit_from_one_pe_ends_the_job() {
     for pes in [1, 2, 4] {
+        // hmrun reports the first PE to end: the exiting one (7) or a survivor that saw it
+        // leave (1); the exiting PE's line is there either way.
         fails_fast(
             "global_exit",
             pes,
-            |code| code == 7,
+            |code| code == 7 || (pes > 1 && code == 1),
             &["shmem_global_exit(7)"],
         );
     }
@@ -235,10 +237,7 @@ fn global_exit_from_one_pe_ends_the_job() {
 fn a_pe_killed_mid_wait_fails_the_job() {
     for pes in [2, 4] {
         // hmrun reports the first failure: the killed PE (137) or PE 0 leaving its wait (1).
-        let lost = format!(
-            "shmem_int_wait_until failed on rank 0: peer lost: peer rank {}",
-            pes - 1
-        );
+        let lost = format!("peer lost: peer rank {} was lost", pes - 1);
         fails_fast(
             "kill",
             pes,

@@ -6,7 +6,6 @@
 
 #include "check.h"
 
-static int me, n, next, prev;
 
 #define DEFINE_EXTENDED_TEST(T, N, A)                                                          \
     static void extended_##N(void) {                                                           \
@@ -115,11 +114,7 @@ HMSHMEM_AMO_BITWISE_TYPES(DEFINE_BITWISE_TEST, _)
 HMSHMEM_AMO_STANDARD_GENERIC_TYPES(DEFINE_GENERIC_TEST, _)
 
 int main(void) {
-    shmem_init();
-    me = shmem_my_pe();
-    n = shmem_n_pes();
-    next = (me + 1) % n;
-    prev = (me + n - 1) % n;
+    start();
 #define RUN_EXTENDED(T, N, A) extended_##N();
     HMSHMEM_AMO_EXTENDED_TYPES(RUN_EXTENDED, _)
 #define RUN_STANDARD(T, N, A) standard_##N();

@@ -21,4 +21,16 @@
         fflush(stdout);                                                                        \
     } while (0)
 
+/* This PE, the number of PEs, and this PE's neighbours in the ring of PEs: set by start(). */
+__attribute__((unused)) static int me, n, next, prev;
+
+/* shmem_init, then the ring variables. */
+__attribute__((unused)) static void start(void) {
+    shmem_init();
+    me = shmem_my_pe();
+    n = shmem_n_pes();
+    next = (me + 1) % n;
+    prev = (me + n - 1) % n;
+}
+
 #endif

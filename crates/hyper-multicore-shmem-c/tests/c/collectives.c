@@ -14,7 +14,6 @@ static long pWrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE + LEN];
 static int static_source[LEN];
 static int static_dest[LEN * MAX_PES];
 
-static int me, n;
 
 #define DEFINE_REDUCE_TEST(T, N, A)                                                            \
     static void reduce_##N(void) {                                                             \
@@ -49,9 +48,7 @@ HMSHMEM_REDUCE_TYPES(DEFINE_REDUCE_TEST, _)
 HMSHMEM_LEGACY_REDUCE_TYPES(DEFINE_TO_ALL_TEST, _)
 
 int main(void) {
-    shmem_init();
-    me = shmem_my_pe();
-    n = shmem_n_pes();
+    start();
     CHECK(n <= MAX_PES);
     CHECK(shmem_team_my_pe(SHMEM_TEAM_WORLD) == me && shmem_team_n_pes(SHMEM_TEAM_WORLD) == n);
     CHECK(shmem_team_my_pe(SHMEM_TEAM_SHARED) == me && shmem_team_sync(SHMEM_TEAM_WORLD) == 0);

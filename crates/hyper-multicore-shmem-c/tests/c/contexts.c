@@ -7,7 +7,6 @@
 
 #define LEN 4
 
-static int me, n, next, prev;
 static shmem_ctx_t ctx;
 
 #define DEFINE_CTX_RMA_TEST(T, N, A)                                                           \
@@ -40,11 +39,7 @@ HMSHMEM_RMA_TYPES(DEFINE_CTX_RMA_TEST, _)
 HMSHMEM_AMO_STANDARD_TYPES(DEFINE_CTX_AMO_TEST, _)
 
 int main(void) {
-    shmem_init();
-    me = shmem_my_pe();
-    n = shmem_n_pes();
-    next = (me + 1) % n;
-    prev = (me + n - 1) % n;
+    start();
     CHECK(shmem_ctx_create(SHMEM_CTX_PRIVATE, &ctx) == 0 && ctx != SHMEM_CTX_INVALID);
     shmem_team_t team = SHMEM_TEAM_INVALID;
     CHECK(shmem_ctx_get_team(ctx, &team) == 0 && team == SHMEM_TEAM_WORLD);

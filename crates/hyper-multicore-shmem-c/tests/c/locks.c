@@ -8,8 +8,7 @@
 #define ROUNDS 200
 
 int main(void) {
-    shmem_init();
-    int me = shmem_my_pe(), n = shmem_n_pes();
+    start();
     long *lock = shmem_calloc(1, sizeof(long));
     long *counter = shmem_calloc(1, sizeof(long));
     for (int round = 0; round < ROUNDS; round++) {
@@ -32,7 +31,6 @@ int main(void) {
     }
     shmem_barrier_all();
     CHECK(shmem_long_g(counter, 0) == (long)(ROUNDS + ROUNDS / 4) * n);
-    (void)me;
     shmem_barrier_all();
     shmem_free(counter);
     shmem_free(lock);

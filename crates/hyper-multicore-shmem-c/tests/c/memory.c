@@ -8,8 +8,7 @@
 #include "check.h"
 
 int main(void) {
-    shmem_init();
-    int me = shmem_my_pe(), n = shmem_n_pes(), next = (me + 1) % n, prev = (me + n - 1) % n;
+    start();
 
     CHECK(shmem_malloc(0) == NULL);
     CHECK(shmem_malloc((size_t)1 << 40) == NULL);

@@ -9,7 +9,6 @@
 #define LEN 16
 #define VALUE(T, pe, i) ((T)((pe) * LEN + (i) + 1))
 
-static int me, n, next, prev;
 static uint64_t *sig;
 
 #define DEFINE_RMA_TEST(T, N, A)                                                               \
@@ -119,11 +118,7 @@ HMSHMEM_RMA_GENERIC_TYPES(DEFINE_GENERIC_TEST, _)
 HMSHMEM_SIZES(DEFINE_SIZED_TEST, _)
 
 int main(void) {
-    shmem_init();
-    me = shmem_my_pe();
-    n = shmem_n_pes();
-    next = (me + 1) % n;
-    prev = (me + n - 1) % n;
+    start();
     sig = shmem_calloc(1, sizeof *sig);
 #define RUN(T, N, A) test_##N();
     HMSHMEM_RMA_TYPES(RUN, _)

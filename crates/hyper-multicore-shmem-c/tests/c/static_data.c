@@ -18,8 +18,7 @@ static uint64_t sig;
 static unsigned int bits;
 
 int main(void) {
-    shmem_init();
-    int me = shmem_my_pe(), n = shmem_n_pes(), next = (me + 1) % n, prev = (me + n - 1) % n;
+    start();
     CHECK(initialised[0] == 1.5 && initialised[3] == 4.5);
     CHECK(pSync[0] == 0 && global_array[LEN - 1] == 0);
     CHECK(shmem_addr_accessible(global_array, next) && shmem_addr_accessible(&counter, 0));

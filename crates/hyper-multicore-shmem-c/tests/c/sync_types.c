@@ -6,7 +6,6 @@
 
 #include "check.h"
 
-static int me, n, next, prev;
 
 #define DEFINE_SYNC_TEST(T, N, A)                                                              \
     static void sync_##N(void) {                                                               \
@@ -81,11 +80,7 @@ HMSHMEM_SYNC_TYPES(DEFINE_SYNC_TEST, _)
 HMSHMEM_SYNC_GENERIC_TYPES(DEFINE_GENERIC_TEST, _)
 
 int main(void) {
-    shmem_init();
-    me = shmem_my_pe();
-    n = shmem_n_pes();
-    next = (me + 1) % n;
-    prev = (me + n - 1) % n;
+    start();
 #define RUN_SYNC(T, N, A) sync_##N();
     HMSHMEM_SYNC_TYPES(RUN_SYNC, _)
 #define RUN_GENERIC(T, N, A) generic_##N();
