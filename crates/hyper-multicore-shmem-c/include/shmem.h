@@ -116,6 +116,8 @@ void *shmem_align(size_t alignment, size_t size);
 void *shmem_realloc(void *ptr, size_t size);
 void shmem_free(void *ptr);
 void *shmalloc(size_t size);
+void *shmemalign(size_t alignment, size_t size);
+void *shrealloc(void *ptr, size_t size);
 void shfree(void *ptr);
 
 /* ---- Contexts ------------------------------------------------------------------------- */

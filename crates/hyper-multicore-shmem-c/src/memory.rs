@@ -1,5 +1,6 @@
 //! The symmetric heap: `shmem_malloc`, `shmem_calloc`, `shmem_align`, `shmem_realloc`,
-//! `shmem_free`, `shmem_malloc_with_hints` and the legacy `shmalloc`/`shfree`. Each is
+//! `shmem_free`, `shmem_malloc_with_hints` and the legacy `shmalloc`, `shmemalign`, `shrealloc`,
+//! `shfree`. Each is
 //! collective and ends with a barrier (as the standard requires), so a peer may access the new
 //! block as soon as the call returns. A request the heap cannot hold returns null on every PE (the
 //! reason goes to `shmemx_last_error`).
@@ -99,6 +100,12 @@ pub extern "C" fn shmem_align(alignment: usize, size: usize) -> *mut c_void {
     allocate("shmem_align", size, Some(alignment as u64))
 }
 
+/// Legacy form of [`shmem_align`].
+#[no_mangle]
+pub extern "C" fn shmemalign(alignment: usize, size: usize) -> *mut c_void {
+    allocate("shmemalign", size, Some(alignment as u64))
+}
+
 /// Collective: frees a block `shmem_malloc` (or its siblings) returned; null does nothing.
 #[no_mangle]
 pub extern "C" fn shmem_free(address: *mut c_void) {
@@ -116,28 +123,38 @@ pub extern "C" fn shfree(address: *mut c_void) {
 /// null is returned.
 #[no_mangle]
 pub extern "C" fn shmem_realloc(address: *mut c_void, size: usize) -> *mut c_void {
-    const CALL: &str = "shmem_realloc";
+    reallocate("shmem_realloc", address, size)
+}
+
+/// Legacy form of [`shmem_realloc`].
+#[no_mangle]
+pub extern "C" fn shrealloc(address: *mut c_void, size: usize) -> *mut c_void {
+    reallocate("shrealloc", address, size)
+}
+
+/// [`shmem_realloc`] as `call`.
+fn reallocate(call: &str, address: *mut c_void, size: usize) -> *mut c_void {
     if address.is_null() {
-        return allocate(CALL, size, None);
+        return allocate(call, size, None);
     }
     if size == 0 {
-        free(CALL, address);
+        free(call, address);
         return std::ptr::null_mut();
     }
-    let old = job::allocation_at(CALL, address as usize);
-    let new = allocate(CALL, size, None);
+    let old = job::allocation_at(call, address as usize);
+    let new = allocate(call, size, None);
     if new.is_null() {
         return new;
     }
     let kept = size.min(old.bytes as usize);
-    let source = job::region(CALL, address as usize, kept);
-    let target = job::region(CALL, new as usize, kept);
-    job::run(CALL, |shmem| {
+    let source = job::region(call, address as usize, kept);
+    let target = job::region(call, new as usize, kept);
+    job::run(call, |shmem| {
         let rank = shmem.rank();
         let mut bytes = vec![0u8; kept];
         shmem.get_bytes(&mut bytes, source, rank)?;
         shmem.put_bytes(target, &bytes, rank)
     });
-    free(CALL, address);
+    free(call, address);
     new
 }

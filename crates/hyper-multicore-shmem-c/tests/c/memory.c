@@ -1,4 +1,4 @@
-/* The symmetric heap: malloc, calloc, align, realloc, malloc_with_hints, legacy shmalloc/shfree,
+/* The symmetric heap: malloc, calloc, align, realloc, malloc_with_hints, the legacy forms,
  * size 0, a request the heap cannot hold, and data through every kind of block. */
 #include <shmem.h>
 #include <shmemx.h>
@@ -46,6 +46,11 @@ int main(void) {
     shmem_short_p(&legacy[15], (short)(-me), next);
     shmem_barrier_all();
     CHECK(hinted[7] == 0.5 * prev && legacy[15] == -prev);
+    legacy = shrealloc(legacy, 32 * sizeof(short));
+    CHECK(legacy[15] == -prev);
+    void *aligned_legacy = shmemalign(4096, 10);
+    CHECK(aligned_legacy != NULL && (uintptr_t)aligned_legacy % 4096 == 0);
+    shfree(aligned_legacy);
     shfree(legacy);
     shmem_free(hinted);
     shmem_free(NULL);
