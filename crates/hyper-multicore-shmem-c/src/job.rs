@@ -27,7 +27,6 @@ use crate::sys::{caller_memory, static_data};
 /// What `shmem_init` found, and the live allocations.
 #[derive(Debug)]
 struct Job {
-    size: usize,
     heap_address: usize,
     heap_size: u64,
     /// Live allocations made through this API, by heap offset.
@@ -52,6 +51,12 @@ static JOB: RwLock<Option<Job>> = RwLock::new(None);
 /// This PE's rank once initialized (`usize::MAX` before): read by failure messages, which must
 /// not take the job's lock.
 static RANK: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// The number of PEs once initialized (0 before): read by every call's PE check without the
+/// job's lock.
+static SIZE: AtomicUsize = AtomicUsize::new(0);
+
+/// Why a call made before `shmem_init` fails.
+const NOT_INITIALIZED: &str = "the OpenSHMEM library is not initialized; call shmem_init first";
 
 /// A region of the runtime's heap as a symmetric target of any element type.
 #[derive(Clone, Copy, Debug)]
@@ -117,12 +122,12 @@ pub(crate) fn start(call: &str, heap_size: Option<u64>) {
         }),
     );
     RANK.store(rank, Ordering::Relaxed);
+    SIZE.store(size, Ordering::Relaxed);
     let statics = match statics {
         Ok((start, end)) => share_statics(call, start, end, heap_address),
         Err(why) => Statics::Private(why),
     };
     *job = Some(Job {
-        size,
         heap_address,
         heap_size,
         allocations: BTreeMap::new(),
@@ -185,38 +190,28 @@ pub(crate) fn finish(call: &str) {
     });
     check(call, lifecycle::release());
     RANK.store(usize::MAX, Ordering::Relaxed);
+    SIZE.store(0, Ordering::Relaxed);
 }
 
 /// Runs `f` on the runtime (a guarded call); any error ends the PE naming `call`.
 pub(crate) fn run<R>(call: &str, f: impl FnOnce(&Shmem) -> hyper_multicore::Result<R>) -> R {
     if rank().is_none() {
-        fail(
-            call,
-            "the OpenSHMEM library is not initialized; call shmem_init first",
-        );
+        fail(call, NOT_INITIALIZED);
     }
     check(call, lifecycle::guarded(call, f))
 }
 
 /// The number of PEs (fails before `shmem_init`).
 pub(crate) fn n_pes(call: &str) -> usize {
-    match JOB.read().as_ref() {
-        Some(job) => job.size,
-        None => fail(
-            call,
-            "the OpenSHMEM library is not initialized; call shmem_init first",
-        ),
+    match SIZE.load(Ordering::Relaxed) {
+        0 => fail(call, NOT_INITIALIZED),
+        size => size,
     }
 }
 
 /// This PE's rank (fails before `shmem_init`).
 pub(crate) fn my_pe(call: &str) -> usize {
-    rank().unwrap_or_else(|| {
-        fail(
-            call,
-            "the OpenSHMEM library is not initialized; call shmem_init first",
-        )
-    })
+    rank().unwrap_or_else(|| fail(call, NOT_INITIALIZED))
 }
 
 /// Checks that `pe` names a PE of the job and returns it as an index.
@@ -236,7 +231,7 @@ pub(crate) fn target_pe(call: &str, pe: std::ffi::c_int) -> usize {
 pub(crate) fn locate(address: usize, bytes: usize) -> Result<Region, String> {
     let job = JOB.read();
     let Some(job) = job.as_ref() else {
-        return Err("the OpenSHMEM library is not initialized; call shmem_init first".into());
+        return Err(NOT_INITIALIZED.into());
     };
     match &job.statics {
         Statics::Symmetric { start, record }
