@@ -312,6 +312,69 @@ fn amo_calls(out: &mut String, t: &StandardType) {
     }
 }
 
+/// The deprecated atomic names of one type (`shmem_long_fadd`, `shmem_int_cswap`, …), which
+/// older benchmarks still use: the same calls as their `atomic_` successors.
+fn deprecated_amo_calls(out: &mut String, t: &StandardType) {
+    let (n, r) = (t.name, t.rust);
+    let mut calls: Vec<(&str, String, &str, String)> = Vec::new();
+    if t.families & AMO_EXTENDED != 0 {
+        calls.push((
+            "fetch",
+            format!("source: *const {r}, pe: c_int"),
+            r,
+            "fetch(CALL, source as usize, pe)".to_string(),
+        ));
+        calls.push((
+            "set",
+            format!("dest: *mut {r}, value: {r}, pe: c_int"),
+            "",
+            "set(CALL, dest as usize, value, pe)".to_string(),
+        ));
+        calls.push((
+            "swap",
+            format!("dest: *mut {r}, value: {r}, pe: c_int"),
+            r,
+            "swap(CALL, dest as usize, value, pe)".to_string(),
+        ));
+    }
+    if t.families & AMO_STANDARD != 0 {
+        calls.push((
+            "cswap",
+            format!("dest: *mut {r}, cond: {r}, value: {r}, pe: c_int"),
+            r,
+            "compare_swap(CALL, dest as usize, cond, value, pe)".to_string(),
+        ));
+        calls.push((
+            "fadd",
+            format!("dest: *mut {r}, value: {r}, pe: c_int"),
+            r,
+            "fetch_add(CALL, dest as usize, value, pe)".to_string(),
+        ));
+        let inc = format!("fetch_inc::<{r}>(CALL, dest as usize, pe)");
+        calls.push(("finc", format!("dest: *mut {r}, pe: c_int"), r, inc.clone()));
+        calls.push((
+            "add",
+            format!("dest: *mut {r}, value: {r}, pe: c_int"),
+            "",
+            "fetch_add(CALL, dest as usize, value, pe)".to_string(),
+        ));
+        calls.push(("inc", format!("dest: *mut {r}, pe: c_int"), "", inc));
+    }
+    for (op, params, returns, value) in calls {
+        let end = if returns.is_empty() { ";" } else { "" };
+        emit(
+            out,
+            Call {
+                name: format!("shmem_{n}_{op}"),
+                doc: "deprecated name of the `atomic_` call of the same operation.",
+                params,
+                returns,
+                body: format!("    atomics::{value}{end}\n"),
+            },
+        );
+    }
+}
+
 /// wait_until, test and their forms for one type.
 fn sync_calls(out: &mut String, t: &StandardType) {
     let (n, r) = (t.name, t.rust);
@@ -469,7 +532,7 @@ fn collective_calls(out: &mut String, t: &StandardType) {
                 "    collectives::check_team(CALL, team);\n    collectives::reduce::<{r}>(CALL, dest as usize, source as usize, nreduce, ReduceOp::{variant});\n    0\n"
             ),
         });
-        if t.families & LEGACY_REDUCE != 0 {
+        if t.families & LEGACY != 0 {
             emit(out, Call {
                 name: format!("shmem_{n}_{op}_to_all"),
                 doc: "legacy reduction over an active set (every PE only); `pWrk` and `pSync` are not needed.",
@@ -537,6 +600,9 @@ fn rust_calls() -> String {
             sync_calls(&mut out, t);
         }
         collective_calls(&mut out, t);
+        if t.families & LEGACY != 0 {
+            deprecated_amo_calls(&mut out, t);
+        }
     }
     for &(bits, bytes) in SIZED {
         let sized = move |op: &str, suffix: &str| format!("shmem_{op}{bits}{suffix}");
@@ -590,7 +656,17 @@ fn c_header() -> String {
     x_macro(&mut out, "HMSHMEM_AMO_BITWISE_TYPES", AMO_BITWISE);
     x_macro(&mut out, "HMSHMEM_SYNC_TYPES", SYNC);
     x_macro(&mut out, "HMSHMEM_REDUCE_TYPES", REDUCE);
-    x_macro(&mut out, "HMSHMEM_LEGACY_REDUCE_TYPES", LEGACY_REDUCE);
+    x_macro(&mut out, "HMSHMEM_LEGACY_REDUCE_TYPES", LEGACY | REDUCE);
+    x_macro(
+        &mut out,
+        "HMSHMEM_DEPRECATED_AMO_EXTENDED_TYPES",
+        LEGACY | AMO_EXTENDED,
+    );
+    x_macro(
+        &mut out,
+        "HMSHMEM_DEPRECATED_AMO_STANDARD_TYPES",
+        LEGACY | AMO_STANDARD,
+    );
     x_macro(&mut out, "HMSHMEM_RMA_GENERIC_TYPES", RMA | GENERIC);
     x_macro(
         &mut out,

@@ -17,8 +17,9 @@ const SYNC: u32 = 1 << 4;
 const VALUE: u32 = 1 << 6;
 /// Reduced by the runtime's all-reduce (sum, min, max): its element types.
 const REDUCE: u32 = 1 << 7;
-/// Also in the legacy `shmem_TYPENAME_{sum,min,max}_to_all` forms.
-const LEGACY_REDUCE: u32 = 1 << 8;
+/// Also in the legacy typed forms: `shmem_TYPENAME_{sum,min,max}_to_all` and the deprecated
+/// atomic names (`shmem_TYPENAME_fadd`, `_finc`, `_cswap`, `_swap`, `_fetch`, `_set`, …).
+const LEGACY: u32 = 1 << 8;
 /// In the C11 `_Generic` lists (the fixed-width and size typedefs alias other types, so the
 /// standard leaves them out).
 const GENERIC: u32 = 1 << 5;
@@ -45,15 +46,15 @@ const BIT: u32 = STD | AMO_BITWISE;
 
 /// The standard types, in the specification's order.
 const STANDARD_TYPES: &[StandardType] = &[
-    t("float", "float", "f32", EXT | LEGACY_REDUCE | GENERIC),
-    t("double", "double", "f64", EXT | LEGACY_REDUCE | GENERIC),
+    t("float", "float", "f32", EXT | LEGACY | GENERIC),
+    t("double", "double", "f64", EXT | LEGACY | GENERIC),
     t("long double", "longdouble", "[u8; 16]", RMA | GENERIC),
     t("char", "char", "u8", RMA | VALUE | GENERIC),
     t("signed char", "schar", "i8", RMA | VALUE | GENERIC),
     t("short", "short", "i16", RMA | VALUE | GENERIC),
-    t("int", "int", "i32", STD | LEGACY_REDUCE | GENERIC),
-    t("long", "long", "i64", STD | LEGACY_REDUCE | GENERIC),
-    t("long long", "longlong", "i64", STD | LEGACY_REDUCE | GENERIC),
+    t("int", "int", "i32", STD | LEGACY | GENERIC),
+    t("long", "long", "i64", STD | LEGACY | GENERIC),
+    t("long long", "longlong", "i64", STD | LEGACY | GENERIC),
     t("unsigned char", "uchar", "u8", RMA | VALUE | GENERIC),
     t("unsigned short", "ushort", "u16", RMA | VALUE | GENERIC),
     t("unsigned int", "uint", "u32", BIT | GENERIC),

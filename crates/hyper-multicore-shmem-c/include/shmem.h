@@ -278,6 +278,20 @@ HMSHMEM_AMO_STANDARD_TYPES(HMSHMEM_DECLARE_AMO_STANDARD, ctx)
 HMSHMEM_AMO_BITWISE_TYPES(HMSHMEM_DECLARE_AMO_BITWISE, plain)
 HMSHMEM_AMO_BITWISE_TYPES(HMSHMEM_DECLARE_AMO_BITWISE, ctx)
 
+/* The deprecated names of the atomics (older programs and benchmarks still use them). */
+#define HMSHMEM_DECLARE_DEPRECATED_AMO_EXTENDED(T, N, A)                                      \
+    T shmem_##N##_fetch(const T *source, int pe);                                             \
+    void shmem_##N##_set(T *dest, T value, int pe);                                           \
+    T shmem_##N##_swap(T *dest, T value, int pe);
+HMSHMEM_DEPRECATED_AMO_EXTENDED_TYPES(HMSHMEM_DECLARE_DEPRECATED_AMO_EXTENDED, _)
+#define HMSHMEM_DECLARE_DEPRECATED_AMO_STANDARD(T, N, A)                                      \
+    T shmem_##N##_cswap(T *dest, T cond, T value, int pe);                                    \
+    T shmem_##N##_fadd(T *dest, T value, int pe);                                             \
+    T shmem_##N##_finc(T *dest, int pe);                                                      \
+    void shmem_##N##_add(T *dest, T value, int pe);                                           \
+    void shmem_##N##_inc(T *dest, int pe);
+HMSHMEM_DEPRECATED_AMO_STANDARD_TYPES(HMSHMEM_DECLARE_DEPRECATED_AMO_STANDARD, _)
+
 /* ---- Point-to-point synchronisation ---------------------------------------------------- */
 
 #define HMSHMEM_DECLARE_SYNC(T, N, A)                                                         \

@@ -234,3 +234,19 @@ pub unsafe extern "C" fn shmem_info_get_name(name: *mut c_char) {
     // vendor string's length.
     unsafe { std::ptr::copy_nonoverlapping(VENDOR.as_ptr().cast(), name, VENDOR.len()) };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_standard_variable_is_documented() {
+        let page = include_str!("../../../docs/configuration.md");
+        for variable in [SYMMETRIC_SIZE, DEBUG, VERSION, INFO] {
+            assert!(
+                page.contains(&format!("`{variable}`")),
+                "docs/configuration.md misses {variable}"
+            );
+        }
+    }
+}

@@ -113,6 +113,34 @@ HMSHMEM_AMO_BITWISE_TYPES(DEFINE_BITWISE_TEST, _)
     }
 HMSHMEM_AMO_STANDARD_GENERIC_TYPES(DEFINE_GENERIC_TEST, _)
 
+/* The deprecated names do what their atomic_ successors do. */
+#define DEFINE_DEPRECATED_EXTENDED_TEST(T, N, A)                                               \
+    static void deprecated_extended_##N(void) {                                                \
+        T *x = shmem_calloc(1, sizeof(T));                                                     \
+        shmem_##N##_set(x, (T)(me + 1), next);                                                 \
+        shmem_barrier_all();                                                                   \
+        CHECK(shmem_##N##_fetch(x, me) == (T)(prev + 1));                                      \
+        shmem_barrier_all();                                                                   \
+        CHECK(shmem_##N##_swap(x, (T)7, next) == (T)(me + 1));                                 \
+        shmem_barrier_all();                                                                   \
+        shmem_free(x);                                                                         \
+    }
+HMSHMEM_DEPRECATED_AMO_EXTENDED_TYPES(DEFINE_DEPRECATED_EXTENDED_TEST, _)
+
+#define DEFINE_DEPRECATED_STANDARD_TEST(T, N, A)                                               \
+    static void deprecated_standard_##N(void) {                                                \
+        T *x = shmem_calloc(1, sizeof(T));                                                     \
+        shmem_##N##_fadd(x, (T)2, 0);                                                          \
+        shmem_##N##_finc(x, 0);                                                                \
+        shmem_##N##_add(x, (T)3, 0);                                                           \
+        shmem_##N##_inc(x, 0);                                                                 \
+        shmem_barrier_all();                                                                   \
+        CHECK(shmem_##N##_cswap(x, (T)(7 * n), (T)(7 * n), 0) == (T)(7 * n));                  \
+        shmem_barrier_all();                                                                   \
+        shmem_free(x);                                                                         \
+    }
+HMSHMEM_DEPRECATED_AMO_STANDARD_TYPES(DEFINE_DEPRECATED_STANDARD_TEST, _)
+
 int main(void) {
     start();
 #define RUN_EXTENDED(T, N, A) extended_##N();
@@ -123,6 +151,10 @@ int main(void) {
     HMSHMEM_AMO_BITWISE_TYPES(RUN_BITWISE, _)
 #define RUN_GENERIC(T, N, A) generic_##N();
     HMSHMEM_AMO_STANDARD_GENERIC_TYPES(RUN_GENERIC, _)
+#define RUN_DEPRECATED_EXTENDED(T, N, A) deprecated_extended_##N();
+    HMSHMEM_DEPRECATED_AMO_EXTENDED_TYPES(RUN_DEPRECATED_EXTENDED, _)
+#define RUN_DEPRECATED_STANDARD(T, N, A) deprecated_standard_##N();
+    HMSHMEM_DEPRECATED_AMO_STANDARD_TYPES(RUN_DEPRECATED_STANDARD, _)
     PASS("atomics_types");
     shmem_finalize();
     return 0;
