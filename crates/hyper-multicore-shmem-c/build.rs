@@ -473,7 +473,7 @@ fn sync_calls(out: &mut String, t: &StandardType) {
 fn collective_calls(out: &mut String, t: &StandardType) {
     let (n, r) = (t.name, t.rust);
     let size = format!("std::mem::size_of::<{r}>()");
-    // (operation, documentation, extra parameter, elements in `source`)
+    // (operation, documentation, extra parameter, elements in `source`, extra argument)
     let moves = [
         (
             "broadcast",
@@ -485,6 +485,13 @@ fn collective_calls(out: &mut String, t: &StandardType) {
         (
             "fcollect",
             "collective: every PE's `nelems` elements of `source` into every PE's `dest`.",
+            "",
+            "nelems",
+            "",
+        ),
+        (
+            "collect",
+            "collective: every PE's `nelems` elements (its own count) of `source` into every PE's `dest`, in PE order.",
             "",
             "nelems",
             "",
@@ -519,6 +526,26 @@ fn collective_calls(out: &mut String, t: &StandardType) {
             },
         );
     }
+    emit(
+        out,
+        Call {
+            name: format!("shmem_{n}_alltoalls"),
+            doc: "collective: strided alltoall (`sst` elements apart in `source`, `dst` in `dest`).",
+            params: format!(
+                "team: usize, dest: *mut {r}, source: *const {r}, dst: isize, sst: isize, nelems: usize"
+            ),
+            returns: "c_int",
+            body: String::from("    collectives::check_team(CALL, team);\n")
+                + &buffer(
+                    "source",
+                    "source",
+                    &format!("rma::strided_bytes(CALL, nelems * job::n_pes(CALL), sst, {size})"),
+                )
+                + &format!(
+                    "    collectives::alltoalls(CALL, dest as usize, source, [dst, sst], {size}, nelems);\n    0\n"
+                ),
+        },
+    );
     if t.families & REDUCE == 0 {
         return;
     }
@@ -558,8 +585,29 @@ fn legacy_sized_calls(out: &mut String, bits: u32, bytes: usize) {
     let calls = [
         ("broadcast", "legacy broadcast over an active set (every PE only): the root's `dest` is not written.", " root: c_int,", "nelems", "broadcast_keeping_root(CALL, dest as usize, source, root)"),
         ("fcollect", "legacy fcollect over an active set (every PE only).", "", "nelems", "fcollect(CALL, dest as usize, source)"),
+        ("collect", "legacy collect over an active set (every PE only).", "", "nelems", "collect(CALL, dest as usize, source)"),
         ("alltoall", "legacy alltoall over an active set (every PE only).", "", "nelems * job::n_pes(CALL)", "alltoall(CALL, dest as usize, source)"),
     ];
+    emit(
+        out,
+        Call {
+            name: format!("shmem_alltoalls{bits}"),
+            doc: "legacy strided alltoall over an active set (every PE only).",
+            params: format!(
+                "dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, {active}"
+            ),
+            returns: "",
+            body: String::from("    collectives::check_active_set(CALL, start, log_stride, size);\n")
+                + &buffer(
+                    "source",
+                    "source",
+                    &format!("rma::strided_bytes(CALL, nelems * job::n_pes(CALL), sst, {bytes})"),
+                )
+                + &format!(
+                    "    collectives::alltoalls(CALL, dest as usize, source, [dst, sst], {bytes}, nelems);\n"
+                ),
+        },
+    );
     for (op, doc, extra, elements, call) in calls {
         emit(
             out,

@@ -340,12 +340,18 @@ int shmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t
                        int PE_root);
 int shmem_fcollectmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
 int shmem_alltoallmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
+int shmem_collectmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
+int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdiff_t dst,
+                       ptrdiff_t sst, size_t nelems);
 
 #define HMSHMEM_DECLARE_COLLECTIVES(T, N, A)                                                  \
     int shmem_##N##_broadcast(shmem_team_t team, T *dest, const T *source, size_t nelems,     \
                               int PE_root);                                                    \
     int shmem_##N##_fcollect(shmem_team_t team, T *dest, const T *source, size_t nelems);     \
-    int shmem_##N##_alltoall(shmem_team_t team, T *dest, const T *source, size_t nelems);
+    int shmem_##N##_alltoall(shmem_team_t team, T *dest, const T *source, size_t nelems);     \
+    int shmem_##N##_collect(shmem_team_t team, T *dest, const T *source, size_t nelems);      \
+    int shmem_##N##_alltoalls(shmem_team_t team, T *dest, const T *source, ptrdiff_t dst,     \
+                              ptrdiff_t sst, size_t nelems);
 HMSHMEM_RMA_TYPES(HMSHMEM_DECLARE_COLLECTIVES, _)
 
 #define HMSHMEM_DECLARE_REDUCE(T, N, A)                                                       \
@@ -363,7 +369,12 @@ void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync);
     void shmem_fcollect##BITS(void *dest, const void *source, size_t nelems, int PE_start,     \
                               int logPE_stride, int PE_size, long *pSync);                     \
     void shmem_alltoall##BITS(void *dest, const void *source, size_t nelems, int PE_start,     \
-                              int logPE_stride, int PE_size, long *pSync);
+                              int logPE_stride, int PE_size, long *pSync);                     \
+    void shmem_collect##BITS(void *dest, const void *source, size_t nelems, int PE_start,      \
+                             int logPE_stride, int PE_size, long *pSync);                      \
+    void shmem_alltoalls##BITS(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,   \
+                               size_t nelems, int PE_start, int logPE_stride, int PE_size,     \
+                               long *pSync);
 HMSHMEM_DECLARE_LEGACY_SIZED(32)
 HMSHMEM_DECLARE_LEGACY_SIZED(64)
 

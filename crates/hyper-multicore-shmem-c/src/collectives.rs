@@ -93,6 +93,55 @@ pub(crate) fn fcollect(call: &str, dest: usize, source: CallerBuffer) {
     });
 }
 
+/// Gathers every PE's `source` (its own length on each PE) into every PE's `dest`, in PE order:
+/// the lengths go round the control plane, then each PE puts its block at its place in every
+/// PE's `dest` and all meet at the barrier.
+pub(crate) fn collect(call: &str, dest: usize, source: CallerBuffer) {
+    source.with_source(|bytes| {
+        let lengths: Vec<usize> = job::run(call, |shmem| {
+            let parts = shmem
+                .control()
+                .allgather(&(bytes.len() as u64).to_le_bytes())?;
+            Ok(parts
+                .iter()
+                .map(|part| {
+                    let word: [u8; 8] = part.as_slice().try_into().unwrap_or_default();
+                    u64::from_le_bytes(word) as usize
+                })
+                .collect())
+        });
+        let me = job::my_pe(call);
+        let before: usize = lengths[..me].iter().sum();
+        job::region(call, dest, lengths.iter().sum());
+        let block = job::region(call, dest + before, bytes.len());
+        job::run(call, |shmem| {
+            (0..shmem.size()).try_for_each(|pe| shmem.put_bytes(block, bytes, pe))?;
+            shmem.barrier()
+        });
+    });
+}
+
+/// Strided all-to-all: for every PE `j`, the `nelems` elements of `size` bytes of block `j` of
+/// `source` (`sst` elements apart) go to block `my_pe` of PE `j`'s `dest` (`dst` apart).
+pub(crate) fn alltoalls(
+    call: &str,
+    dest: usize,
+    source: CallerBuffer,
+    [dst, sst]: [isize; 2],
+    size: usize,
+    nelems: usize,
+) {
+    let me = job::my_pe(call);
+    let block = crate::rma::strided_bytes(call, nelems, sst, size);
+    for pe in 0..job::n_pes(call) {
+        let first = pe * nelems * sst as usize * size;
+        let part = source.part(first, block);
+        let target = dest + me * nelems * dst as usize * size;
+        crate::rma::iput(call, target, part, [dst, sst], size, nelems, pe as c_int);
+    }
+    job::run(call, |shmem| shmem.barrier());
+}
+
 /// Sends block `j` of `source` to PE `j`, which stores it as block `my_pe` of its `dest`.
 pub(crate) fn alltoall(call: &str, dest: usize, source: CallerBuffer) {
     source.with_source(|bytes| {
@@ -202,6 +251,49 @@ pub unsafe extern "C" fn shmem_fcollectmem(
     // SAFETY: `source` holds `nelems` bytes (function contract).
     let source = unsafe { CallerBuffer::new(source.cast(), nelems) };
     fcollect(CALL, dest as usize, source);
+    0
+}
+
+/// Collective: every PE's `nelems` bytes (its own count) of `source` into every PE's `dest`,
+/// in PE order (0: success).
+///
+/// # Safety
+/// `dest` symmetric and large enough for every PE's block; `source` valid for `nelems` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_collectmem(
+    team: usize,
+    dest: *mut std::ffi::c_void,
+    source: *const std::ffi::c_void,
+    nelems: usize,
+) -> c_int {
+    const CALL: &str = "shmem_collectmem";
+    check_team(CALL, team);
+    // SAFETY: `source` holds `nelems` bytes (function contract).
+    let source = unsafe { CallerBuffer::new(source.cast(), nelems) };
+    collect(CALL, dest as usize, source);
+    0
+}
+
+/// Collective: strided alltoall of bytes (`sst` apart in `source`, `dst` apart in `dest`).
+///
+/// # Safety
+/// `dest` symmetric; `source` valid for `n_pes × nelems` bytes `sst` apart.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_alltoallsmem(
+    team: usize,
+    dest: *mut std::ffi::c_void,
+    source: *const std::ffi::c_void,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    const CALL: &str = "shmem_alltoallsmem";
+    check_team(CALL, team);
+    let elements = crate::rma::bytes(CALL, nelems, job::n_pes(CALL));
+    let bytes = crate::rma::strided_bytes(CALL, elements, sst, 1);
+    // SAFETY: `source` holds the strided bytes (function contract).
+    let source = unsafe { CallerBuffer::new(source.cast(), bytes) };
+    alltoalls(CALL, dest as usize, source, [dst, sst], 1, nelems);
     0
 }
 

@@ -3,7 +3,8 @@
 //! `shfree`. Each is
 //! collective and ends with a barrier (as the standard requires), so a peer may access the new
 //! block as soon as the call returns. A request the heap cannot hold returns null on every PE (the
-//! reason goes to `shmemx_last_error`).
+//! reason goes to `shmemx_last_error`); sizes that differ across PEs or a bad alignment end the
+//! PE with the runtime's explanation.
 
 use std::ffi::c_void;
 
@@ -24,7 +25,7 @@ fn allocate(call: &str, size: usize, alignment: Option<u64>) -> *mut c_void {
         alignment,
     };
     let outcome = job::run(call, |shmem| {
-        let outcome = shmem.allocate_spec(&spec).map_err(|e| e.to_string());
+        let outcome = shmem.allocate_spec(&spec);
         shmem.barrier()?;
         Ok(outcome)
     });
@@ -34,10 +35,13 @@ fn allocate(call: &str, size: usize, alignment: Option<u64>) -> *mut c_void {
             job::add_allocation(record);
             address as *mut c_void
         }
-        Err(why) => {
-            record(call, &why);
+        // The heap cannot hold it (the same verdict on every PE): null, as the standard says.
+        Err(error) if error.message().contains("heap is exhausted") => {
+            record(call, &error.to_string());
             std::ptr::null_mut()
         }
+        // Arguments that differ across PEs, a bad alignment: a bug of the program.
+        Err(error) => crate::failure::fail(call, error),
     }
 }
 

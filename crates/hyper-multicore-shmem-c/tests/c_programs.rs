@@ -273,3 +273,13 @@ fn collectives_team_and_legacy_forms() {
 fn contexts_every_type() {
     passes_on_1_2_4_pes("contexts");
 }
+
+#[test]
+fn shmem_malloc_sizes_that_differ_fail_every_pe() {
+    fails_fast(
+        "malloc_sizes",
+        2,
+        |code| code == 1,
+        &["PE 0: shmem_malloc: ", "PE 1: shmem_malloc: "],
+    );
+}

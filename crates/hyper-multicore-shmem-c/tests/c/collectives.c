@@ -90,6 +90,36 @@ int main(void) {
     CHECK(shmem_alltoallmem(SHMEM_TEAM_WORLD, recvbuf, sendbuf, 2 * sizeof(long)) == 0);
     CHECK(recvbuf[0] == me);
 
+    /* collect: PE p contributes p + 1 elements. */
+    long *varying = shmem_malloc((size_t)n * sizeof(long)); /* the same size on every PE */
+    long *all = shmem_calloc((size_t)(n * (n + 1) / 2), sizeof(long));
+    for (int i = 0; i <= me; i++) varying[i] = 100 * me + i;
+    shmem_barrier_all();
+    CHECK(shmem_long_collect(SHMEM_TEAM_WORLD, all, varying, (size_t)me + 1) == 0);
+    for (int pe = 0, at = 0; pe < n; pe++)
+        for (int i = 0; i <= pe; i++, at++) CHECK(all[at] == 100 * pe + i);
+    CHECK(shmem_collectmem(SHMEM_TEAM_WORLD, all, varying, (size_t)(me + 1) * sizeof(long)) == 0);
+    CHECK(all[n * (n + 1) / 2 - 1] == 100 * (n - 1) + n - 1);
+    shmem_collect64(all, varying, (size_t)me + 1, 0, 0, n, pSync);
+    CHECK(all[0] == 0);
+
+    /* alltoalls: 2 elements per PE, 3 apart in the source, 2 apart in the destination. */
+    int *strided_source = shmem_calloc((size_t)n * 2 * 3, sizeof(int));
+    int *strided_dest = shmem_calloc((size_t)n * 2 * 2, sizeof(int));
+    for (int pe = 0; pe < n; pe++)
+        for (int k = 0; k < 2; k++) strided_source[(pe * 2 + k) * 3] = me * 100 + pe * 10 + k + 1;
+    shmem_barrier_all();
+    CHECK(shmem_int_alltoalls(SHMEM_TEAM_WORLD, strided_dest, strided_source, 2, 3, 2) == 0);
+    for (int pe = 0; pe < n; pe++)
+        for (int k = 0; k < 2; k++) {
+            CHECK(strided_dest[(pe * 2 + k) * 2] == pe * 100 + me * 10 + k + 1);
+            CHECK(strided_dest[(pe * 2 + k) * 2 + 1] == 0);
+        }
+    shmem_barrier_all();
+    CHECK(shmem_alltoallsmem(SHMEM_TEAM_WORLD, strided_dest, strided_source, 2, 3, 1) == 0);
+    shmem_alltoalls32(strided_dest, strided_source, 2, 3, 2, 0, 0, n, pSync);
+    CHECK(strided_dest[2] == me * 10 + 2 || n == 1);
+
     /* Legacy forms, one pSync reused by every call. */
     shmem_barrier(0, 0, n, pSync);
     for (int i = 0; i < LEN; i++) copy[i] = -1;

@@ -1,7 +1,8 @@
 /* Failures end the job fast and name their cause. argv[1] picks one:
  *   global_exit    the last PE calls shmem_global_exit(7) while the others wait in a barrier;
  *   kill           the last PE is killed (SIGKILL) while PE 0 waits in shmem_int_wait_until;
- *   not_symmetric  PE 0 puts to a stack address.
+ *   not_symmetric  PE 0 puts to a stack address;
+ *   malloc_sizes   every PE asks shmem_malloc for a different size.
  * Every PE first prints its process id, so the harness can check none is left behind. */
 #include <shmem.h>
 #include <signal.h>
@@ -29,6 +30,8 @@ int main(int argc, char **argv) {
         int local[4] = {0};
         if (me == 0) shmem_int_put(local, local, 4, n - 1);
         shmem_barrier_all();
+    } else if (strcmp(argv[1], "malloc_sizes") == 0) {
+        shmem_malloc((size_t)(me + 1) * 64);
     }
     printf("PE %d reached the end, which it must not\n", me);
     return 0;
