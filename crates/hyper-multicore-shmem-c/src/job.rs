@@ -12,12 +12,13 @@
 //! access — on every route, since it is the heap. The heap is enlarged by the data's size, so
 //! `SHMEM_SYMMETRIC_SIZE` stays available to `shmem_malloc`.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use hyper_multicore::lifecycle;
 use hyper_multicore::shmem::{
-    AllocationRecord, AllocationSpec, Dtype, Element, Region, Shmem, Symmetric,
+    AllocationId, AllocationRecord, AllocationSpec, Dtype, Element, Region, Shmem, Symmetric,
 };
 use parking_lot::RwLock;
 
@@ -133,6 +134,7 @@ pub(crate) fn start(call: &str, heap_size: Option<u64>) {
         allocations: BTreeMap::new(),
         statics,
     });
+    tables_changed();
 }
 
 /// Collective: copies `start..end` (the executable's data and bss) into a new allocation and
@@ -175,6 +177,7 @@ pub(crate) fn finish(call: &str) {
     let Some(state) = job.take() else {
         return;
     };
+    tables_changed();
     run(call, |shmem| {
         shmem.barrier()?;
         state
@@ -226,31 +229,78 @@ pub(crate) fn target_pe(call: &str, pe: std::ffi::c_int) -> usize {
     }
 }
 
+/// A block of symmetric memory: `start..end` in this process, allocation `id` whose first byte
+/// is at heap offset `offset`.
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    start: usize,
+    end: usize,
+    id: AllocationId,
+    offset: u64,
+}
+
+/// Bumped whenever the tables change (an allocation made or freed, init, finalize): a cached
+/// [`Block`] of an older epoch is looked up again.
+static TABLE_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The block this thread located last, with the table epoch it was found in: consecutive
+    /// calls on the same buffer (the common case) skip the lock and the table.
+    static LAST_BLOCK: Cell<Option<(u64, Block)>> = const { Cell::new(None) };
+}
+
+fn tables_changed() {
+    TABLE_EPOCH.fetch_add(1, Ordering::Release);
+}
+
 /// Where the symmetric `bytes` bytes at `address` are: the runtime region of the live
 /// allocation holding them, or `Err` with the reason.
 pub(crate) fn locate(address: usize, bytes: usize) -> Result<Region, String> {
+    let epoch = TABLE_EPOCH.load(Ordering::Acquire);
+    let cached = LAST_BLOCK
+        .with(Cell::get)
+        .filter(|&(seen, block)| seen == epoch && block.start <= address && address < block.end);
+    let block = match cached {
+        Some((_, block)) => block,
+        None => {
+            let block = find_block(address, bytes)?;
+            LAST_BLOCK.with(|last| last.set(Some((epoch, block))));
+            block
+        }
+    };
+    if address.saturating_add(bytes) > block.end {
+        return Err(format!(
+            "bytes {address:#x}..{:#x} run past the end of the symmetric block they start in \
+             ({:#x}..{:#x}: a shmem_malloc allocation, or the program's data and bss)",
+            address.saturating_add(bytes),
+            block.start,
+            block.end
+        ));
+    }
+    Ok(Region {
+        id: block.id,
+        heap_offset: block.offset + (address - block.start) as u64,
+        bytes: bytes as u64,
+    })
+}
+
+/// The block holding `address` (`bytes` long: an address just past a block's end is in it only
+/// for zero bytes), found in the tables.
+fn find_block(address: usize, bytes: usize) -> Result<Block, String> {
     let job = JOB.read();
     let Some(job) = job.as_ref() else {
         return Err(NOT_INITIALIZED.into());
     };
-    match &job.statics {
-        Statics::Symmetric { start, record }
-            if (*start..*start + record.bytes as usize).contains(&address) =>
-        {
-            let offset = (address - start) as u64;
-            if offset + bytes as u64 > record.bytes {
-                return Err(format!(
-                    "bytes {address:#x}..{:#x} run past the end of the program's data and bss",
-                    address + bytes
-                ));
-            }
-            return Ok(Region {
+    if let Statics::Symmetric { start, record } = &job.statics {
+        let end = start + record.bytes as usize;
+        if (*start..end).contains(&address) {
+            return Ok(Block {
+                start: *start,
+                end,
                 id: record.id,
-                heap_offset: record.offset + offset,
-                bytes: bytes as u64,
+                offset: record.offset,
             });
         }
-        _ => {}
     }
     let heap_end = job.heap_address + job.heap_size as usize;
     if address < job.heap_address || address >= heap_end {
@@ -274,12 +324,16 @@ pub(crate) fn locate(address: usize, bytes: usize) -> Result<Region, String> {
         .range(..=offset)
         .next_back()
         .map(|(_, record)| record)
-        .filter(|record| offset + bytes as u64 <= record.offset + record.bytes);
+        .filter(|record| {
+            offset < record.offset + record.bytes
+                || (bytes == 0 && offset == record.offset + record.bytes)
+        });
     match record {
-        Some(record) => Ok(Region {
+        Some(record) => Ok(Block {
+            start: job.heap_address + record.offset as usize,
+            end: job.heap_address + (record.offset + record.bytes) as usize,
             id: record.id,
-            heap_offset: offset,
-            bytes: bytes as u64,
+            offset: record.offset,
         }),
         None => Err(format!(
             "bytes {address:#x}..{:#x} of the symmetric heap are not inside one live \
@@ -306,6 +360,7 @@ pub(crate) fn add_allocation(record: AllocationRecord) {
     if let Some(job) = JOB.write().as_mut() {
         job.allocations.insert(record.offset, record);
     }
+    tables_changed();
 }
 
 /// Forgets the allocation starting at `address`, returning it (fails if there is none).
@@ -334,6 +389,7 @@ fn allocation_starting_at(
         .write()
         .as_mut()
         .and_then(|job| take(&mut job.allocations, region.heap_offset));
+    tables_changed();
     found.unwrap_or_else(|| {
         fail(
             call,
