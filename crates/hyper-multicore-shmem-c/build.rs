@@ -500,7 +500,7 @@ fn collective_calls(out: &mut String, t: &StandardType) {
             "alltoall",
             "collective: block `j` (`nelems` elements) of `source` to PE `j`'s block `my_pe`.",
             "",
-            "nelems * job::n_pes(CALL)",
+            "nelems * collectives::team_size(CALL, team)",
             "",
         ),
     ];
@@ -514,15 +514,13 @@ fn collective_calls(out: &mut String, t: &StandardType) {
                     "team: usize, dest: *mut {r}, source: *const {r}, nelems: usize{extra}"
                 ),
                 returns: "c_int",
-                body: String::from("    collectives::check_team(CALL, team);\n")
-                    + &buffer(
-                        "source",
-                        "source",
-                        &format!("rma::bytes(CALL, {elements}, {size})"),
-                    )
-                    + &format!(
-                        "    collectives::{op}(CALL, dest as usize, source{argument});\n    0\n"
-                    ),
+                body: buffer(
+                    "source",
+                    "source",
+                    &format!("rma::bytes(CALL, {elements}, {size})"),
+                ) + &format!(
+                    "    collectives::{op}(CALL, team, dest as usize, source{argument});\n    0\n"
+                ),
             },
         );
     }
@@ -535,15 +533,13 @@ fn collective_calls(out: &mut String, t: &StandardType) {
                 "team: usize, dest: *mut {r}, source: *const {r}, dst: isize, sst: isize, nelems: usize"
             ),
             returns: "c_int",
-            body: String::from("    collectives::check_team(CALL, team);\n")
-                + &buffer(
-                    "source",
-                    "source",
-                    &format!("rma::strided_bytes(CALL, nelems * job::n_pes(CALL), sst, {size})"),
-                )
-                + &format!(
-                    "    collectives::alltoalls(CALL, dest as usize, source, [dst, sst], {size}, nelems);\n    0\n"
-                ),
+            body: buffer(
+                "source",
+                "source",
+                &format!("rma::strided_bytes(CALL, nelems * collectives::team_size(CALL, team), sst, {size})"),
+            ) + &format!(
+                "    collectives::alltoalls(CALL, team, dest as usize, source, [dst, sst], {size}, nelems);\n    0\n"
+            ),
         },
     );
     if t.families & REDUCE == 0 {
@@ -556,7 +552,7 @@ fn collective_calls(out: &mut String, t: &StandardType) {
             params: format!("team: usize, dest: *mut {r}, source: *const {r}, nreduce: usize"),
             returns: "c_int",
             body: format!(
-                "    collectives::check_team(CALL, team);\n    collectives::reduce::<{r}>(CALL, dest as usize, source as usize, nreduce, ReduceOp::{variant});\n    0\n"
+                "    collectives::reduce::<{r}>(CALL, team, dest as usize, source as usize, nreduce, ReduceOp::{variant});\n    0\n"
             ),
         });
         if t.families & LEGACY != 0 {
@@ -571,7 +567,7 @@ fn collective_calls(out: &mut String, t: &StandardType) {
                 body: format!(
                     "    collectives::check_active_set(CALL, start, log_stride, size);\n    \
                      let nreduce = usize::try_from(nreduce).unwrap_or_else(|_| crate::failure::fail(CALL, \"nreduce must not be negative\"));\n    \
-                     collectives::reduce::<{r}>(CALL, dest as usize, source as usize, nreduce, ReduceOp::{variant});\n"
+                     collectives::reduce::<{r}>(CALL, teams::TEAM_WORLD, dest as usize, source as usize, nreduce, ReduceOp::{variant});\n"
                 ),
             });
         }
@@ -584,9 +580,9 @@ fn legacy_sized_calls(out: &mut String, bits: u32, bytes: usize) {
     // (name, documentation, extra parameter, elements in `source`, the collectives:: call)
     let calls = [
         ("broadcast", "legacy broadcast over an active set (every PE only): the root's `dest` is not written.", " root: c_int,", "nelems", "broadcast_keeping_root(CALL, dest as usize, source, root)"),
-        ("fcollect", "legacy fcollect over an active set (every PE only).", "", "nelems", "fcollect(CALL, dest as usize, source)"),
-        ("collect", "legacy collect over an active set (every PE only).", "", "nelems", "collect(CALL, dest as usize, source)"),
-        ("alltoall", "legacy alltoall over an active set (every PE only).", "", "nelems * job::n_pes(CALL)", "alltoall(CALL, dest as usize, source)"),
+        ("fcollect", "legacy fcollect over an active set (every PE only).", "", "nelems", "fcollect(CALL, teams::TEAM_WORLD, dest as usize, source)"),
+        ("collect", "legacy collect over an active set (every PE only).", "", "nelems", "collect(CALL, teams::TEAM_WORLD, dest as usize, source)"),
+        ("alltoall", "legacy alltoall over an active set (every PE only).", "", "nelems * job::n_pes(CALL)", "alltoall(CALL, teams::TEAM_WORLD, dest as usize, source)"),
     ];
     emit(
         out,
@@ -604,7 +600,7 @@ fn legacy_sized_calls(out: &mut String, bits: u32, bytes: usize) {
                     &format!("rma::strided_bytes(CALL, nelems * job::n_pes(CALL), sst, {bytes})"),
                 )
                 + &format!(
-                    "    collectives::alltoalls(CALL, dest as usize, source, [dst, sst], {bytes}, nelems);\n"
+                    "    collectives::alltoalls(CALL, teams::TEAM_WORLD, dest as usize, source, [dst, sst], {bytes}, nelems);\n"
                 ),
         },
     );

@@ -80,12 +80,17 @@ extern "C" {
 #define SHMEM_MALLOC_ATOMICS_REMOTE 1L
 #define SHMEM_MALLOC_SIGNAL_REMOTE 2L
 
-/* Teams: SHMEM_TEAM_WORLD, and SHMEM_TEAM_SHARED (the PEs of this host; usable while every PE
- * shares it). Teams of some PEs are not supported yet. */
+/* Teams: SHMEM_TEAM_WORLD, SHMEM_TEAM_SHARED (the PEs of this host; usable while every PE
+ * shares it) and the teams split from them. */
 typedef struct hmshmem_team *shmem_team_t;
 #define SHMEM_TEAM_WORLD ((shmem_team_t)1)
 #define SHMEM_TEAM_SHARED ((shmem_team_t)2)
 #define SHMEM_TEAM_INVALID ((shmem_team_t)0)
+#define SHMEM_TEAM_NUM_CONTEXTS 1L
+
+typedef struct {
+    int num_contexts;
+} shmem_team_config_t;
 
 /* ---- Set-up, queries, information ------------------------------------------------------ */
 
@@ -335,6 +340,16 @@ void shmem_sync_all(void);
 int shmem_team_sync(shmem_team_t team);
 int shmem_team_my_pe(shmem_team_t team);
 int shmem_team_n_pes(shmem_team_t team);
+int shmem_team_get_config(shmem_team_t team, long config_mask, shmem_team_config_t *config);
+int shmem_team_translate_pe(shmem_team_t src_team, int src_pe, shmem_team_t dest_team);
+int shmem_team_split_strided(shmem_team_t parent_team, int start, int stride, int size,
+                             const shmem_team_config_t *config, long config_mask,
+                             shmem_team_t *new_team);
+int shmem_team_split_2d(shmem_team_t parent_team, int xrange,
+                        const shmem_team_config_t *xaxis_config, long xaxis_mask,
+                        shmem_team_t *xaxis_team, const shmem_team_config_t *yaxis_config,
+                        long yaxis_mask, shmem_team_t *yaxis_team);
+void shmem_team_destroy(shmem_team_t team);
 
 int shmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t nelems,
                        int PE_root);

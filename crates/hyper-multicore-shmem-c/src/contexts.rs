@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::collectives::{check_team, TEAM_WORLD};
 use crate::failure::fail;
 use crate::job;
+use crate::teams::{self, TEAM_WORLD};
 
 /// The handle of `SHMEM_CTX_DEFAULT`.
 pub const CTX_DEFAULT: usize = 1;
@@ -67,7 +67,7 @@ pub unsafe extern "C" fn shmem_team_create_ctx(
     ctx: *mut usize,
 ) -> c_int {
     const CALL: &str = "shmem_team_create_ctx";
-    check_team(CALL, team);
+    teams::team(CALL, team);
     // SAFETY: passed on from this function's contract.
     unsafe { create(CALL, ctx) }
 }

@@ -27,5 +27,6 @@ mod memory;
 mod rma;
 mod setup;
 mod sys;
+mod teams;
 mod typed;
 mod wait;

@@ -283,3 +283,8 @@ fn shmem_malloc_sizes_that_differ_fail_every_pe() {
         &["PE 0: shmem_malloc: ", "PE 1: shmem_malloc: "],
     );
 }
+
+#[test]
+fn teams_split_and_their_collectives() {
+    passes_on_1_2_4_pes("teams");
+}

@@ -53,6 +53,11 @@ impl CallerBuffer {
         }
     }
 
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     /// Bytes `offset..offset + len` of this buffer (panics if they are not inside it).
     pub(crate) fn part(&self, offset: usize, len: usize) -> CallerBuffer {
         assert!(
