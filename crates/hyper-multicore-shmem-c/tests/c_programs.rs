@@ -90,12 +90,24 @@ const RUNTIME_TIMEOUT: &str = "60";
 /// Runs `hmrun -n PES -- BINARY ARGS` with the runtime deadline `timeout` (seconds), killing it
 /// after the watchdog.
 fn run(binary: &Path, pes: usize, args: &[&str], timeout: &str) -> Finished {
+    run_with(binary, pes, args, timeout, &[])
+}
+
+/// [`run`] with `envs` added to the job's environment.
+fn run_with(
+    binary: &Path,
+    pes: usize,
+    args: &[&str],
+    timeout: &str,
+    envs: &[(&str, &str)],
+) -> Finished {
     let mut child = Command::new(hmrun())
         .args(["-n", &pes.to_string(), "--"])
         .arg(binary)
         .args(args)
         .env("SHMEM_SYMMETRIC_SIZE", "32M")
         .env("HYPER_MULTICORE_SHMEM_TIMEOUT_SEC", timeout)
+        .envs(envs.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -133,9 +145,15 @@ fn run(binary: &Path, pes: usize, args: &[&str], timeout: &str) -> Finished {
 
 /// Compiles `name` and runs it on 1, 2 and 4 PEs; each run must succeed with every PE passing.
 fn passes_on_1_2_4_pes(name: &str) {
+    passes(name, &[1, 2, 4], &[]);
+}
+
+/// Compiles `name` and runs it on each of `pe_counts` PEs with `envs`; each run must succeed with
+/// every PE passing.
+fn passes(name: &str, pe_counts: &[usize], envs: &[(&str, &str)]) {
     let program = compile(name);
-    for pes in [1, 2, 4] {
-        let finished = run(&program.binary, pes, &[], RUNTIME_TIMEOUT);
+    for &pes in pe_counts {
+        let finished = run_with(&program.binary, pes, &[], RUNTIME_TIMEOUT, envs);
         let passed = finished
             .stdout
             .lines()
@@ -287,4 +305,21 @@ fn shmem_malloc_sizes_that_differ_fail_every_pe() {
 #[test]
 fn teams_split_and_their_collectives() {
     passes_on_1_2_4_pes("teams");
+}
+
+#[test]
+fn every_family_on_the_ucx_route() {
+    // Every pair of PEs through UCX, as between hosts: heap and static data alike (the static
+    // data is a heap allocation, registered with the heap).
+    let ucx = [("HYPER_MULTICORE_SHMEM_TRANSPORT", "ucx")];
+    for name in [
+        "rma_types",
+        "atomics_types",
+        "sync_types",
+        "static_data",
+        "collectives",
+        "locks",
+    ] {
+        passes(name, &[2], &ucx);
+    }
 }

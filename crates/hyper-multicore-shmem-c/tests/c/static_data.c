@@ -22,8 +22,8 @@ int main(void) {
     CHECK(initialised[0] == 1.5 && initialised[3] == 4.5);
     CHECK(pSync[0] == 0 && global_array[LEN - 1] == 0);
     CHECK(shmem_addr_accessible(global_array, next) && shmem_addr_accessible(&counter, 0));
+    /* Null only when the peer's heap is not mapped here (HYPER_MULTICORE_SHMEM_TRANSPORT=ucx). */
     int *peer_array = shmem_ptr(global_array, next);
-    CHECK(peer_array != NULL);
     shmem_barrier_all(); /* every PE checked its initial values before anyone writes */
 
     int source[LEN];
@@ -31,7 +31,7 @@ int main(void) {
     shmem_int_put(global_array, source, LEN, next);
     shmem_barrier_all();
     for (int i = 0; i < LEN; i++) CHECK(global_array[i] == prev * 1000 + i);
-    CHECK(peer_array[0] == me * 1000);
+    CHECK(peer_array == NULL || peer_array[0] == me * 1000);
     int got[LEN];
     shmem_int_get(got, global_array, LEN, next); /* next holds my values */
     for (int i = 0; i < LEN; i++) CHECK(got[i] == me * 1000 + i);
