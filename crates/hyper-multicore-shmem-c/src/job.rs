@@ -107,10 +107,12 @@ pub(crate) fn start(call: &str, heap_size: Option<u64>) {
         Some(size) => size,
         None => check(call, hyper_multicore::config::Config::from_env()).heap_size,
     };
+    caller_memory::mappings_changed();
     check(
         call,
         lifecycle::acquire(None, Some(heap_size.saturating_add(static_bytes))),
     );
+    caller_memory::mappings_changed();
     let (rank, size, heap_address, heap_size) = check(
         call,
         lifecycle::guarded(call, |shmem| {
@@ -192,6 +194,7 @@ pub(crate) fn finish(call: &str) {
         }
     });
     check(call, lifecycle::release());
+    caller_memory::mappings_changed();
     RANK.store(usize::MAX, Ordering::Relaxed);
     SIZE.store(0, Ordering::Relaxed);
 }

@@ -12,7 +12,8 @@
 //! as a Rust slice; it is copied through a private bounce buffer with raw copies instead (a
 //! concurrent writer can only make the bytes stale or torn, never invalid: they are plain bytes).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use hyper_multicore::shmem::overlaps_shared_memory;
 
@@ -20,18 +21,45 @@ use hyper_multicore::shmem::overlaps_shared_memory;
 /// memory too, though not one of the runtime's mappings.
 static SHARED_STATICS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 
+/// Bumped whenever the set of shared mappings may change (this library starts or ends the
+/// runtime, the data and bss become shared): a private verdict cached before is void.
+static MAPPINGS_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The last range this thread found private (start, end, epoch): a loop over one local
+    /// buffer checks the runtime's mappings (a lock) once.
+    static LAST_PRIVATE: Cell<(usize, usize, u64)> = const { Cell::new((0, 0, u64::MAX)) };
+}
+
 /// Marks `start..end` (the executable's data and bss, now symmetric) as memory other processes
 /// write.
 pub(crate) fn statics_are_shared(start: usize, end: usize) {
     SHARED_STATICS[0].store(start, Ordering::Relaxed);
     SHARED_STATICS[1].store(end, Ordering::Release);
+    mappings_changed();
+}
+
+/// Voids every cached private verdict: the runtime's mappings are about to change or did.
+pub(crate) fn mappings_changed() {
+    MAPPINGS_EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 
 /// True if `address..address + len` may be written by other processes.
 fn shared(address: usize, len: usize) -> bool {
-    let end = SHARED_STATICS[1].load(Ordering::Acquire);
-    let start = SHARED_STATICS[0].load(Ordering::Relaxed);
-    overlaps_shared_memory(address, len) || (address < end && start < address.saturating_add(len))
+    let epoch = MAPPINGS_EPOCH.load(Ordering::Acquire);
+    let end_address = address.saturating_add(len);
+    let (start, end, seen) = LAST_PRIVATE.with(Cell::get);
+    if seen == epoch && start <= address && end_address <= end {
+        return false;
+    }
+    let statics_end = SHARED_STATICS[1].load(Ordering::Acquire);
+    let statics_start = SHARED_STATICS[0].load(Ordering::Relaxed);
+    let shared = overlaps_shared_memory(address, len)
+        || (address < statics_end && statics_start < end_address);
+    if !shared {
+        LAST_PRIVATE.with(|last| last.set((address, end_address, epoch)));
+    }
+    shared
 }
 
 /// `len` bytes of the C caller's memory at `address`.
