@@ -473,6 +473,13 @@ fn sync_calls(out: &mut String, t: &StandardType) {
 fn collective_calls(out: &mut String, t: &StandardType) {
     let (n, r) = (t.name, t.rust);
     let size = format!("std::mem::size_of::<{r}>()");
+    team_moves(out, &|op| format!("shmem_{n}_{op}"), r, &size);
+    reductions(out, t);
+}
+
+/// The data-moving team collectives (broadcast, fcollect, collect, alltoall, alltoalls) of one
+/// element type: `name(op)` names them, `r` is their pointee type, `size` the element size.
+fn team_moves(out: &mut String, name: &dyn Fn(&str) -> String, r: &str, size: &str) {
     // (operation, documentation, extra parameter, elements in `source`, extra argument)
     let moves = [
         (
@@ -508,7 +515,7 @@ fn collective_calls(out: &mut String, t: &StandardType) {
         emit(
             out,
             Call {
-                name: format!("shmem_{n}_{op}"),
+                name: name(op),
                 doc,
                 params: format!(
                     "team: usize, dest: *mut {r}, source: *const {r}, nelems: usize{extra}"
@@ -527,7 +534,7 @@ fn collective_calls(out: &mut String, t: &StandardType) {
     emit(
         out,
         Call {
-            name: format!("shmem_{n}_alltoalls"),
+            name: name("alltoalls"),
             doc: "collective: strided alltoall (`sst` elements apart in `source`, `dst` in `dest`).",
             params: format!(
                 "team: usize, dest: *mut {r}, source: *const {r}, dst: isize, sst: isize, nelems: usize"
@@ -542,6 +549,11 @@ fn collective_calls(out: &mut String, t: &StandardType) {
             ),
         },
     );
+}
+
+/// The sum/min/max reductions of one type, and their legacy forms.
+fn reductions(out: &mut String, t: &StandardType) {
+    let (n, r) = (t.name, t.rust);
     if t.families & REDUCE == 0 {
         return;
     }
@@ -655,6 +667,7 @@ fn rust_calls() -> String {
     for &(bits, bytes) in SIZED.iter().filter(|&&(bits, _)| bits == 32 || bits == 64) {
         legacy_sized_calls(&mut out, bits, bytes);
     }
+    team_moves(&mut out, &|op| format!("shmem_{op}mem"), "c_void", "1");
     let mem = |op: &str, suffix: &str| format!("shmem_{op}mem{suffix}");
     rma_calls(&mut out, &mem, "c_void", "1", false, false);
     out
