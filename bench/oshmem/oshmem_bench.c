@@ -383,6 +383,59 @@ static uint64_t batch_all_to_all(uint64_t ops, void *p) {
     return mono() - start;
 }
 
+/* Arithmetic only, no OpenSHMEM call, for `window_ns`: a PE busy with its own work. */
+static void compute_for(uint64_t window_ns) {
+    uint64_t end = mono() + window_ns, x = 1;
+    while (mono() < end)
+        for (int i = 0; i < 1024; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            __asm__ volatile("" : "+r"(x));
+        }
+}
+
+/* One get of 8 B from PE 1, timed by PE 0; checks the value. */
+static double one_get(long *word, long expected) {
+    long value = 0;
+    uint64_t start = mono();
+    shmem_getmem(&value, word, WORD_BYTES, 1);
+    double took = (double)(mono() - start);
+    if (value != expected)
+        die("get from the computing peer returned the wrong value");
+    return took;
+}
+
+/* As hm-bench's get_computing_peer: per trial, a get while PE 1 waits in a barrier (the
+ * reference), then PE 1 tells PE 0 it computes and computes for COMPUTE_WINDOW_NS without any
+ * OpenSHMEM call while PE 0 times one get from it. One call per sample. */
+#define COMPUTE_WINDOW_NS 20000000ull
+static void computing_peer(long *word, long *computing) {
+    double waiting[64], busy[64];
+    const long seen = 0xc0ffee;
+    *word = seen;
+    *computing = 0;
+    shmem_barrier_all();
+    for (int t = 0; t < trials; t++) {
+        if (me == 0)
+            waiting[t] = one_get(word, seen);
+        shmem_barrier_all();
+        if (me == 0) {
+            shmem_long_wait_until(computing, SHMEM_CMP_EQ, t + 1);
+            busy[t] = one_get(word, seen);
+        } else {
+            shmem_long_p(computing, t + 1, 0);
+            shmem_quiet();
+            compute_for(COMPUTE_WINDOW_NS);
+        }
+        shmem_barrier_all();
+    }
+    if (me == 0) {
+        timing_t reference = summarise(waiting, trials, 1);
+        report_reference("get_waiting_peer", WORD_BYTES, reference);
+        report("get_computing_peer", WORD_BYTES, summarise(busy, trials, 1),
+               "get from a peer waiting in a barrier", &reference);
+    }
+}
+
 static void *symmetric(size_t bytes) {
     void *p = shmem_malloc(bytes);
     if (!p)
@@ -570,6 +623,8 @@ int main(int argc, char **argv) {
         report_reference("memcpy_x2_concurrent", A2A_BLOCK, t[1]);
         report("all_to_all", A2A_BLOCK, t[2], "memcpy of 1 MiB x2", &t[0]);
     }
+    long *computing = symmetric(sizeof(long));
+    computing_peer(s.counter, computing);
 
     /* Check the all-to-all delivered: block `pe` of mine came from PE pe's block `me`. */
     for (int pe = 0; pe < npes; pe++)
@@ -580,6 +635,7 @@ int main(int argc, char **argv) {
         }
 
     shmem_barrier_all();
+    shmem_free(computing);
     shmem_free(s.a2a);
     shmem_free(s.remote);
     shmem_free(put_signal.data);

@@ -69,6 +69,10 @@ const ALL_TO_ALL_BLOCK: usize = 1 << 20;
 const MALLOC_BYTES: usize = 4096;
 /// Bytes of one word (put/get latency, signals, atomics).
 const WORD_BYTES: usize = 8;
+/// How long PE 1 computes, without calling the runtime, in each sample of the
+/// `get_computing_peer` row: a get that waited for the target to call the runtime again would
+/// take about this long.
+const COMPUTE_WINDOW: Duration = Duration::from_millis(20);
 
 /// Arguments of `hm-bench shmem`.
 #[derive(Debug, Args)]
@@ -115,6 +119,10 @@ pub enum Group {
     MallocFree,
     /// `all_to_all`.
     AllToAll,
+    /// `get_computing_peer` (and its reference `get_waiting_peer`): a get of 8 B from a peer
+    /// busy in a compute loop that does not call the runtime (UCX route only: its target's
+    /// progress thread must serve the get).
+    ComputingPeer,
     /// `put_quiet_guarded`, `get_guarded`, `fetch_add_guarded`: the word operations through
     /// `lifecycle::guarded`, in a job of their own whose runtime comes from
     /// `lifecycle::acquire` (2 PEs only).
@@ -133,6 +141,7 @@ impl Group {
             Group::FetchAdd => "fetch-add",
             Group::MallocFree => "malloc-free",
             Group::AllToAll => "all-to-all",
+            Group::ComputingPeer => "computing-peer",
             Group::Guarded => "guarded",
         }
     }
@@ -557,6 +566,9 @@ impl<'s> Bench<'s> {
         }
         if self.wants(Group::AllToAll) {
             self.all_to_all()?;
+        }
+        if self.remote && self.wants(Group::ComputingPeer) {
+            self.computing_peer()?;
         }
         Ok(shmem.barrier()?)
     }
@@ -1094,6 +1106,63 @@ impl<'s> Bench<'s> {
         Ok(shmem.free(target)?)
     }
 
+    /// Get 8 B from a peer that computes: per sample, PE 1 signals PE 0 and then computes for
+    /// [`COMPUTE_WINDOW`] without calling the runtime, while PE 0 times one get from it (the
+    /// target's progress thread must serve it; without one it would take about the window).
+    /// Interleaved with the reference: the same get while PE 1 waits in a barrier. One get per
+    /// sample, so each sample is one call's latency (no batch).
+    fn computing_peer(&self) -> Result<()> {
+        let shmem = self.shmem;
+        let word = shmem.allocate::<u64>(1, None)?;
+        let computing = shmem.allocate::<u64>(1, None)?;
+        const SEEN: u64 = 0xc0ffee;
+        shmem.put(&word, &[SEEN], shmem.rank())?;
+        shmem.atomic_set(&computing, 0, shmem.rank())?;
+        shmem.barrier()?;
+        let get = || -> Result<f64> {
+            let mut value = [0u64];
+            let start = Instant::now();
+            shmem.get(&mut value, &word, PEER)?;
+            let took = start.elapsed();
+            ensure!(
+                value == [SEEN],
+                "get returned {value:?}, expected [{SEEN:#x}]"
+            );
+            Ok(nanos(took) as f64)
+        };
+        let (mut waiting, mut busy) = (Vec::new(), Vec::new());
+        for sample in 1..=self.method.trials as u64 {
+            if shmem.rank() == 0 {
+                waiting.push(get()?);
+            }
+            shmem.barrier()?;
+            if shmem.rank() == 0 {
+                shmem.wait_signal(&computing, sample, Comparison::Eq, None)?;
+                busy.push(get()?);
+            } else {
+                shmem.signal(&computing, sample, SignalOp::Set, 0)?;
+                compute_for(COMPUTE_WINDOW);
+            }
+            shmem.barrier()?;
+        }
+        if shmem.rank() == 0 {
+            let one_call = |samples: &[f64]| -> Result<Timing> {
+                Ok(Timing {
+                    per_op: Summary::of(samples)?,
+                    batch_ops: 1,
+                })
+            };
+            let waiting = one_call(&waiting)?;
+            self.report("get_waiting_peer", REFERENCE, WORD_BYTES, waiting, None)?;
+            let reference = Some(("get from a peer waiting in a barrier", waiting));
+            let busy = one_call(&busy)?;
+            self.report("get_computing_peer", LAYER, WORD_BYTES, busy, reference)?;
+        }
+        shmem.barrier()?;
+        shmem.free(computing)?;
+        Ok(shmem.free(word)?)
+    }
+
     /// A batch of raw cache-line round trips between PEs 0 and 1, timed by rank 0: PE r spins
     /// on its own copy of `words[r]` and stores into the peer's copy of `words[peer]`. With two
     /// words the two lines sit at different offsets of the two heaps; with the same word twice
@@ -1241,6 +1310,22 @@ fn half(timing: Timing) -> Timing {
         },
         batch_ops: timing.batch_ops,
     }
+}
+
+/// Computes (arithmetic only: no runtime call, no system call but the clock's vDSO read) for
+/// `window`: a PE busy with its own work.
+fn compute_for(window: Duration) {
+    let end = Instant::now() + window;
+    let mut x = 1u64;
+    while Instant::now() < end {
+        for _ in 0..1024 {
+            x = black_box(
+                x.wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407),
+            );
+        }
+    }
+    black_box(x);
 }
 
 /// A duration in whole nanoseconds (saturating).

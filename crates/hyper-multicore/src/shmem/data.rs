@@ -435,6 +435,7 @@ impl Shmem {
         };
         let outcome = sync::wait_until(
             || {
+                transport.progress();
                 seen = load();
                 comparison.holds(seen, value)
             },

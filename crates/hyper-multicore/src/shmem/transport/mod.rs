@@ -379,6 +379,14 @@ impl Transports {
         &self.routes
     }
 
+    /// Progresses the UCX worker once from the calling thread (nothing without UCX).
+    #[inline]
+    pub(crate) fn progress(&self) {
+        if let Some(ucx) = &self.ucx {
+            ucx.progress();
+        }
+    }
+
     /// See [`Transport::put`].
     #[inline]
     pub(crate) fn put(&self, pe: usize, offset: usize, source: &[u8]) -> Result<()> {
