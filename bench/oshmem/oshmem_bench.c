@@ -19,6 +19,9 @@
  * per operation. Point-to-point patterns run from PE 0 to PE 1, timed by PE 0.
  * After shmem_init, PE r pins itself to CPU r % CPUs (as hm-bench does after initialize).
  *
+ * pingpong_atomic_add: the ping-pong with shmem_long_atomic_add of 1 on the word the peer waits
+ * on (a plain atomic, not a put); get_computing_peer: see computing_peer().
+ *
  * Deliberately avoided: the 32-bit compare-swap (it smashes the stack in OSHMEM 4.1.4).
  */
 #define _GNU_SOURCE
@@ -195,6 +198,7 @@ typedef struct {
     long *flag;
     long *data; /* NULL: signal only; else put 8 B, fence, signal */
     long sequence;
+    int add;    /* 1: shmem_long_atomic_add of 1 instead of shmem_long_p */
 } ping_pong_t;
 
 static uint64_t batch_barrier(uint64_t ops, void *s) {
@@ -293,6 +297,11 @@ static uint64_t batch_raw_round_trip(uint64_t ops, void *p) {
 
 static void send_signal(ping_pong_t *p, long seq) {
     int peer = 1 - me;
+    if (p->add) {
+        /* A plain atomic add on the word the peer waits on (the peer's copy holds seq - 1). */
+        shmem_long_atomic_add(p->flag, 1, peer);
+        return;
+    }
     if (p->data) {
         /* OpenSHMEM 1.4 has no put-with-signal: put, fence (orders the two), signal. */
         shmem_putmem(p->data, &seq, WORD_BYTES, peer);
@@ -541,8 +550,9 @@ int main(int argc, char **argv) {
     raw_t barrier_pair = {{raw_a, raw_b}, 0};
     raw_t pair = {{raw_c, raw_d}, 0};
     raw_t same_offset = {{raw_same, raw_same}, 0};
-    ping_pong_t signal = {symmetric(sizeof(long)), NULL, 0};
-    ping_pong_t put_signal = {symmetric(sizeof(long)), symmetric(sizeof(long)), 0};
+    ping_pong_t signal = {symmetric(sizeof(long)), NULL, 0, 0};
+    ping_pong_t put_signal = {symmetric(sizeof(long)), symmetric(sizeof(long)), 0, 0};
+    ping_pong_t atomic_add = {symmetric(sizeof(long)), NULL, 0, 1};
     s.remote = symmetric(LARGEST);
     s.a2a = symmetric((size_t)npes * A2A_BLOCK);
     /* Private buffers start on a cache line, like the symmetric ones (and as hm-bench's), so
@@ -613,6 +623,8 @@ int main(int argc, char **argv) {
         report("pingpong_signal", WORD_BYTES, halve(t[0]), NULL, NULL);
         report("pingpong_put_signal", WORD_BYTES, halve(t[1]), NULL, NULL);
     }
+    report("pingpong_atomic_add", WORD_BYTES, halve(time_batches(batch_ping_pong, &atomic_add)),
+           NULL, NULL);
     report("fetch_add", WORD_BYTES, time_batches(batch_fetch_add, &s), NULL, NULL);
     report("malloc_free", MALLOC_BYTES, time_batches(batch_malloc_free, &s), NULL, NULL);
     {
@@ -638,6 +650,7 @@ int main(int argc, char **argv) {
     shmem_free(computing);
     shmem_free(s.a2a);
     shmem_free(s.remote);
+    shmem_free(atomic_add.flag);
     shmem_free(put_signal.data);
     shmem_free(put_signal.flag);
     shmem_free(signal.flag);

@@ -73,6 +73,10 @@ const WORD_BYTES: usize = 8;
 /// `get_computing_peer` row: a get that waited for the target to call the runtime again would
 /// take about this long.
 const COMPUTE_WINDOW: Duration = Duration::from_millis(20);
+/// How long PE 0 computes before it wakes PE 1 in the `wake_sleeper_*` rows: past the waiter's
+/// spin and yield phases (64 `sched_yield`s lasted over 5 ms on the shared 2-core VM), so it
+/// sleeps on its futex in slices of 20 ms when the update comes.
+const SLEEPER_DELAY: Duration = Duration::from_millis(50);
 
 /// Arguments of `hm-bench shmem`.
 #[derive(Debug, Args)]
@@ -111,7 +115,8 @@ pub enum Group {
     Latency,
     /// `put_bandwidth` and `get_bandwidth`.
     Bandwidth,
-    /// `pingpong_signal` and `pingpong_put_signal`.
+    /// `pingpong_signal` and `pingpong_put_signal` (and on the UCX route `pingpong_atomic_add`:
+    /// a plain remote atomic add on the word the peer waits on).
     Pingpong,
     /// `fetch_add`.
     FetchAdd,
@@ -123,6 +128,9 @@ pub enum Group {
     /// busy in a compute loop that does not call the runtime (UCX route only: its target's
     /// progress thread must serve the get).
     ComputingPeer,
+    /// `wake_sleeper_atomic_add` and `wake_sleeper_signal`: a remote atomic add (or a signal)
+    /// on the word a peer sleeps on in `wait_signal`, round trip (UCX route only).
+    Sleeper,
     /// `put_quiet_guarded`, `get_guarded`, `fetch_add_guarded`: the word operations through
     /// `lifecycle::guarded`, in a job of their own whose runtime comes from
     /// `lifecycle::acquire` (2 PEs only).
@@ -142,6 +150,7 @@ impl Group {
             Group::MallocFree => "malloc-free",
             Group::AllToAll => "all-to-all",
             Group::ComputingPeer => "computing-peer",
+            Group::Sleeper => "sleeper",
             Group::Guarded => "guarded",
         }
     }
@@ -570,6 +579,9 @@ impl<'s> Bench<'s> {
         if self.remote && self.wants(Group::ComputingPeer) {
             self.computing_peer()?;
         }
+        if self.remote && self.wants(Group::Sleeper) {
+            self.wake_sleeper()?;
+        }
         Ok(shmem.barrier()?)
     }
 
@@ -887,7 +899,8 @@ impl<'s> Bench<'s> {
         let flag = shmem.allocate::<u64>(1, None)?;
         let put_flag = shmem.allocate::<u64>(1, None)?;
         let data = shmem.allocate::<u64>(1, None)?;
-        for word in [&raw, &raw_pair, &flag, &put_flag, &data] {
+        let add_flag = shmem.allocate::<u64>(1, None)?;
+        for word in [&raw, &raw_pair, &flag, &put_flag, &data, &add_flag] {
             shmem.atomic_set(word, 0, shmem.rank())?;
         }
         shmem.barrier()?;
@@ -895,6 +908,7 @@ impl<'s> Bench<'s> {
         // Each ping-pong counts its own round trips (both PEs alike) on its own flag.
         let mut signals = 0u64;
         let mut put_signals = 0u64;
+        let mut adds = 0u64;
         let mut batches = Vec::new();
         if !self.remote {
             batches.push(self.raw_round_trip([&raw, &raw_pair])?);
@@ -931,11 +945,30 @@ impl<'s> Bench<'s> {
                 Ok(start.elapsed())
             }),
         ]);
+        if self.remote {
+            // A plain remote atomic (not a signal) on the word the peer waits on: only the
+            // target's progress hook rings its doorbell (docs/multinode.md).
+            batches.push(self.together(|ops| {
+                let start = Instant::now();
+                for _ in 0..ops {
+                    adds += 1;
+                    if shmem.rank() == 0 {
+                        shmem.atomic_add(&add_flag, 1u64, peer)?;
+                        shmem.wait_signal(&add_flag, adds, Comparison::Eq, None)?;
+                    } else {
+                        shmem.wait_signal(&add_flag, adds, Comparison::Eq, None)?;
+                        shmem.atomic_add(&add_flag, 1u64, peer)?;
+                    }
+                }
+                Ok(start.elapsed())
+            }));
+        }
         let timings = self.time(batches)?;
         if self.remote {
-            let [signal, put_signal] = timings[..] else {
-                unreachable!("two batches were timed")
+            let [signal, put_signal, add] = timings[..] else {
+                unreachable!("three batches were timed")
             };
+            self.report("pingpong_atomic_add", LAYER, WORD_BYTES, half(add), None)?;
             self.report("pingpong_signal", LAYER, WORD_BYTES, half(signal), None)?;
             self.report(
                 "pingpong_put_signal",
@@ -954,7 +987,7 @@ impl<'s> Bench<'s> {
             "put_signal delivered {last:?}, expected [{put_signals}]"
         );
         shmem.barrier()?;
-        for word in [data, put_flag, flag, raw_pair, raw] {
+        for word in [add_flag, data, put_flag, flag, raw_pair, raw] {
             shmem.free(word)?;
         }
         Ok(())
@@ -1160,6 +1193,57 @@ impl<'s> Bench<'s> {
         }
         shmem.barrier()?;
         shmem.free(computing)?;
+        Ok(shmem.free(word)?)
+    }
+
+    /// Waking a peer asleep in `wait_signal`: per sample, PE 0 computes for [`SLEEPER_DELAY`]
+    /// (PE 1, waiting meanwhile, is past its spin and yield phases and asleep on its futex),
+    /// then updates PE 1's word — with a plain `atomic_add` (only PE 1's progress hook rings
+    /// its doorbell) or with `signal` (which sends a doorbell message too) — and waits for PE 1
+    /// to answer the same way on PE 0's word (PE 0 is awake then). One sample is that round
+    /// trip, timed by PE 0.
+    fn wake_sleeper(&self) -> Result<()> {
+        let shmem = self.shmem;
+        let word = shmem.allocate::<u64>(1, None)?;
+        shmem.atomic_set(&word, 0, shmem.rank())?;
+        shmem.barrier()?;
+        let peer = 1 - shmem.rank();
+        let mut sequence = 0u64;
+        for (op, by_signal) in [
+            ("wake_sleeper_atomic_add", false),
+            ("wake_sleeper_signal", true),
+        ] {
+            let mut samples = Vec::new();
+            for _ in 0..self.method.trials {
+                sequence += 1;
+                shmem.barrier()?;
+                let update = || -> Result<()> {
+                    if by_signal {
+                        Ok(shmem.signal(&word, sequence, SignalOp::Set, peer)?)
+                    } else {
+                        Ok(shmem.atomic_add(&word, 1u64, peer)?)
+                    }
+                };
+                if shmem.rank() == 0 {
+                    compute_for(SLEEPER_DELAY);
+                    let start = Instant::now();
+                    update()?;
+                    shmem.wait_signal(&word, sequence, Comparison::Eq, None)?;
+                    samples.push(nanos(start.elapsed()) as f64);
+                } else {
+                    shmem.wait_signal(&word, sequence, Comparison::Eq, None)?;
+                    update()?;
+                }
+            }
+            if shmem.rank() == 0 {
+                let timing = Timing {
+                    per_op: Summary::of(&samples)?,
+                    batch_ops: 1,
+                };
+                self.report(op, LAYER, WORD_BYTES, timing, None)?;
+            }
+        }
+        shmem.barrier()?;
         Ok(shmem.free(word)?)
     }
 
