@@ -160,7 +160,7 @@ if [[ "${HM_BENCH_UCX:-1}" != 0 ]]; then
     touch "$commands"
     describe_machine >"$results/ucx_machine.txt"
     build
-    ucx_groups=barrier,latency,bandwidth,pingpong,fetch-add,malloc-free,all-to-all,computing-peer
+    ucx_groups=barrier,latency,bandwidth,pingpong,fetch-add,malloc-free,all-to-all,computing-peer,sleeper
     run "$results/shmem_ucx.jsonl" env UCX_TLS=tcp,self "$hm_bench" shmem --json --pes 2 \
         --transport ucx --no-pin --only "$ucx_groups" "${quick[@]}"
     notes="$results/ucx_oshmem.txt"
