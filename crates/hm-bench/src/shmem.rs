@@ -1179,16 +1179,10 @@ impl<'s> Bench<'s> {
             shmem.barrier()?;
         }
         if shmem.rank() == 0 {
-            let one_call = |samples: &[f64]| -> Result<Timing> {
-                Ok(Timing {
-                    per_op: Summary::of(samples)?,
-                    batch_ops: 1,
-                })
-            };
-            let waiting = one_call(&waiting)?;
+            let waiting = single_calls(&waiting)?;
             self.report("get_waiting_peer", REFERENCE, WORD_BYTES, waiting, None)?;
             let reference = Some(("get from a peer waiting in a barrier", waiting));
-            let busy = one_call(&busy)?;
+            let busy = single_calls(&busy)?;
             self.report("get_computing_peer", LAYER, WORD_BYTES, busy, reference)?;
         }
         shmem.barrier()?;
@@ -1236,11 +1230,7 @@ impl<'s> Bench<'s> {
                 }
             }
             if shmem.rank() == 0 {
-                let timing = Timing {
-                    per_op: Summary::of(&samples)?,
-                    batch_ops: 1,
-                };
-                self.report(op, LAYER, WORD_BYTES, timing, None)?;
+                self.report(op, LAYER, WORD_BYTES, single_calls(&samples)?, None)?;
             }
         }
         shmem.barrier()?;
@@ -1380,6 +1370,14 @@ impl LineAligned {
     fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.storage[self.start..self.start + self.len]
     }
+}
+
+/// The timing of samples that are one call each (nanoseconds), not batches.
+fn single_calls(samples_ns: &[f64]) -> Result<Timing> {
+    Ok(Timing {
+        per_op: Summary::of(samples_ns)?,
+        batch_ops: 1,
+    })
 }
 
 /// Half of each trial: one way of a round trip.
