@@ -241,6 +241,13 @@ fn every_operation_and_a_restart_span_two_namespace_hosts() {
         ]
     });
     let (node0, node1) = (node0.finish(), node1.finish());
+    for line in node0
+        .stdout_lines()
+        .iter()
+        .filter(|l| l.contains("REPORT "))
+    {
+        println!("{line}");
+    }
     for (node, finished) in [(0, &node0), (1, &node1)] {
         assert_eq!(finished.code(), 0, "node {node}: {finished:?}");
         for local in 0..2 {
@@ -271,6 +278,7 @@ fn operations_and_restart_across_hosts() {
     lifecycle::acquire(None, Some(HEAP_BEFORE)).unwrap();
     let (rank, size, kept) = lifecycle::guarded("before the restart", |shmem| {
         every_operation(shmem);
+        report_barrier_time(shmem);
         // One allocation lives across the restart, holding every rank's value.
         let kept = shmem.allocate::<u64>(shmem.size(), None)?;
         shmem.all_gather(&kept, &[7 + shmem.rank() as u64])?;
@@ -313,6 +321,41 @@ fn operations_and_restart_across_hosts() {
     lifecycle::guarded("free", |shmem| shmem.free(replaced)).unwrap();
     lifecycle::release().unwrap();
     println!("RESTARTED AND RELEASED on rank {rank}");
+}
+
+/// Barriers timed for the record (`REPORT` lines; nothing is asserted about time): how long one
+/// barrier of the 4 PEs on 2 hosts takes, mean of a batch, on rank 0.
+fn report_barrier_time(shmem: &hyper_multicore::shmem::Shmem) {
+    const BARRIERS: u32 = 2000;
+    shmem.barrier().unwrap();
+    let started = std::time::Instant::now();
+    for _ in 0..BARRIERS {
+        shmem.barrier().unwrap();
+    }
+    if shmem.rank() == 0 {
+        let per_call = started.elapsed() / BARRIERS;
+        println!(
+            "REPORT BARRIER_US_PER_CALL {:.1}",
+            per_call.as_secs_f64() * 1e6
+        );
+    }
+    let started = std::time::Instant::now();
+    for _ in 0..BARRIERS {
+        shmem.try_quiet().unwrap();
+    }
+    let quiet = started.elapsed() / BARRIERS;
+    let started = std::time::Instant::now();
+    for _ in 0..BARRIERS {
+        shmem.control().barrier().unwrap();
+    }
+    let plane = started.elapsed() / BARRIERS;
+    if shmem.rank() == 0 {
+        println!(
+            "REPORT QUIET_US {:.1} PLANE_US {:.1}",
+            quiet.as_secs_f64() * 1e6,
+            plane.as_secs_f64() * 1e6
+        );
+    }
 }
 
 /// Every data-plane operation, each across both routes (2 PEs per host: every PE has one peer

@@ -70,12 +70,25 @@ impl Shmem {
         }
         self.quiet();
         let started = Instant::now();
+        self.segment_barrier(operation, self.size, started + self.config.timeout)
+    }
+
+    /// The shared-memory barrier of the `pes` PEs that share this process's segment (the whole
+    /// root on one host; this PE's locality group in a root spanning several).
+    #[inline]
+    pub(crate) fn segment_barrier(
+        &self,
+        operation: &str,
+        pes: usize,
+        deadline: Instant,
+    ) -> Result<()> {
+        let started = Instant::now();
         let policy = WaitPolicy {
             spin: self.spin,
-            deadline: started + self.config.timeout,
+            deadline,
         };
         let control = self.segment.control();
-        let outcome = sync::barrier(&control.barrier, self.size as u32, &control.abort, &policy);
+        let outcome = sync::barrier(&control.barrier, pes as u32, &control.abort, &policy);
         self.wait_outcome(operation, outcome, started, || {
             "not every PE reached the barrier".to_string()
         })
