@@ -550,12 +550,12 @@ impl super::runtime::Shmem {
         self.transport
             .quiet()
             .map_err(|e| as_operation(e, operation).on_rank(self.rank))?;
-        let deadline = Instant::now() + self.config.timeout;
+        let started = Instant::now();
         let group = self.transport.group_size();
-        self.segment_barrier(operation, group, deadline)?;
-        self.leaders_barrier(deadline)
+        self.segment_barrier(operation, group, started)?;
+        self.leaders_barrier(started + self.config.timeout)
             .map_err(|e| as_operation(e, operation).on_rank(self.rank))?;
-        self.segment_barrier(operation, group, deadline)
+        self.segment_barrier(operation, group, started)
     }
 
     /// The leaders' part of [`Shmem::spanning_barrier`] (nothing for a PE that leads no group).
