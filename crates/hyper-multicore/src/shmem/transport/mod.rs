@@ -396,6 +396,12 @@ impl Transports {
         &self.routes
     }
 
+    /// True when some peer is on the UCX route (a root spanning several groups).
+    #[inline]
+    pub(crate) fn has_ucx(&self) -> bool {
+        self.ucx.is_some()
+    }
+
     /// Progresses the UCX worker once from the calling thread (nothing without UCX).
     #[inline]
     pub(crate) fn progress(&self) {
