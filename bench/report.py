@@ -8,6 +8,9 @@ Inputs (bench/results/ by default, as bench/run_all.sh writes them):
   machine.txt    the machine description, embedded verbatim
   commands.txt   the exact commands run, embedded verbatim
   oshmem.txt     notes on the OSHMEM runs (failures, skipped counts); optional
+  shmem_ucx.jsonl, oshmem_ucx.jsonl, ucx_machine.txt, ucx_commands.txt, ucx_oshmem.txt
+                 the UCX route (`hm-bench shmem --transport ucx`, layer "shmem-ucx", next to
+                 OSHMEM's spml ucx); optional, a section of its own
 and bench/findings.md (hand-written analysis of the misses), embedded after the summary.
 
 Rows with the same (layer, op, bytes, pes) — OSHMEM start-up is one trial per launch — are
@@ -93,6 +96,64 @@ OPS = [
     ("malloc_free", "Collective malloc + free of 4096 B"),
     ("all_to_all", "All-to-all, 1 MiB per pair (OSHMEM: puts + `shmem_barrier_all`)"),
 ]
+
+
+# The UCX route (issue 10): ours over UCX next to OSHMEM's spml ucx on the same transports. Each
+# entry: (op, bytes, extra absolute bar in ns or None). Every row with an OSHMEM twin is judged
+# ours / OSHMEM ≤ 1.0×; the get from a computing peer must also finish in milliseconds (≤ 1 ms
+# median), not when the target next calls the runtime (the compute window is 20 ms); waking a
+# PE asleep in wait_signal (no OSHMEM twin: its waits spin) must take ≤ 1 ms, not its 20 ms
+# sleep slice.
+UCX_ROWS = [
+    ("barrier", 0, None),
+    ("put_quiet", 8, None),
+    ("get", 8, None),
+    *[(op, size, None) for size in (64 << 10, 1 << 20, 16 << 20)
+      for op in ("put_bandwidth", "get_bandwidth")],
+    ("pingpong_signal", 8, None),
+    ("pingpong_put_signal", 8, None),
+    ("pingpong_atomic_add", 8, None),
+    ("fetch_add", 8, None),
+    ("malloc_free", 4096, None),
+    ("all_to_all", 1 << 20, None),
+    ("get_computing_peer", 8, 1e6),
+    ("wake_sleeper_atomic_add", 8, 1e6),
+    ("wake_sleeper_signal", 8, 1e6),
+]
+UCX_RATIO = 1.0
+
+
+def ucx_section(ours, oshmem):
+    """The UCX route's table: (lines, met, missed)."""
+    lines = [
+        "| op | bytes | ours median | min | max | OSHMEM-on-UCX median | min | max "
+        "| ours / OSHMEM | bar | |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    met = missed = 0
+    for op, bytes_, limit in UCX_ROWS:
+        row = find(ours, "shmem-ucx", op, bytes_, 2)
+        if not row:
+            continue
+        peer = find(oshmem, "oshmem", op, bytes_, 2)
+        ratio = row["median_ns"] / peer["median_ns"] if peer else None
+        checks = [] if ratio is None else [ratio <= UCX_RATIO]
+        bars = [] if ratio is None else [f"≤ {UCX_RATIO:.1f}× OSHMEM"]
+        if limit is not None:
+            checks.append(row["median_ns"] <= limit)
+            bars.append(f"≤ {human_ns(limit)}")
+        bar = " and ".join(bars) or "—"
+        judged = all(checks) if checks else None
+        met += judged is True
+        missed += judged is False
+        lines.append(
+            f"| `{op}` | {human_bytes(bytes_)} | {human_ns(row['median_ns'])} | "
+            f"{human_ns(row['min_ns'])} | {human_ns(row['max_ns'])} | "
+            f"{human_ns(peer['median_ns']) if peer else '—'} | "
+            f"{human_ns(peer['min_ns']) if peer else '—'} | "
+            f"{human_ns(peer['max_ns']) if peer else '—'} | "
+            f"{f'{ratio:.2f}×' if ratio is not None else '—'} | {bar} | {verdict(judged)} |")
+    return lines, met, missed
 
 
 def load(path):
@@ -383,6 +444,8 @@ def main():
     commands = read_text(os.path.join(args.results, "commands.txt"))
     oshmem_notes = read_text(os.path.join(args.results, "oshmem.txt"))
     findings = read_text(os.path.join(here, "findings.md"))
+    ours_ucx = load(os.path.join(args.results, "shmem_ucx.jsonl"))
+    oshmem_ucx = load(os.path.join(args.results, "oshmem_ucx.jsonl"))
 
     made = None if args.no_plots else plots(ours, oshmem, args.plots)
     rows = table_rows(ours, oshmem)
@@ -500,6 +563,53 @@ def main():
           "serve); each op's ratio uses the one measured right before it, the table above "
           "shows their median.")
         w("")
+
+    if ours_ucx:
+        ucx_lines, ucx_met, ucx_missed = ucx_section(ours_ucx, oshmem_ucx)
+        w("## The UCX route: ours vs OSHMEM over UCX (2 PEs, TCP on loopback)")
+        w("")
+        w("Every pair of PEs through UCX with `UCX_TLS=tcp,self` on both sides: ours with "
+          "`hm-bench shmem --transport ucx --no-pin` (`HYPER_MULTICORE_SHMEM_TRANSPORT=ucx`), "
+          "OSHMEM with `oshrun --mca spml ucx --mca pml ucx` (its barrier and collectives on "
+          "UCX too), unpinned both, same method (batches ≥ 20 ms, 11 trials, median), run one "
+          "right after the other (their own load average below: the machine is shared). The "
+          "bar: ours ≤ 1.0× OSHMEM on the same transport (both sit on UCX, so ours must not "
+          "add overhead). `get_computing_peer`: one get of 8 B per sample while the target "
+          "computes for 20 ms without calling the runtime (11 samples; its same-run "
+          "reference `get_waiting_peer` is the same get while the target waits in a barrier); "
+          "it must finish in milliseconds, not when the compute ends. `pingpong_atomic_add`: "
+          "the ping-pong with a plain remote atomic add on the word the peer waits on. "
+          "`wake_sleeper_*`: PE 0 computes 50 ms (PE 1 is asleep in `wait_signal` by then), "
+          "then wakes PE 1 with a plain `atomic_add` or a `signal`, and PE 1 answers the same "
+          "way; one round trip per sample (11), no OSHMEM twin (its waits spin).")
+        w("")
+        doc.extend(ucx_lines)
+        w("")
+        w(f"UCX bars met: {ucx_met}; missed: {ucx_missed}. Why the misses: see "
+          f"\"The UCX route\" in the findings above.")
+        w("")
+        refs = [r for r in ours_ucx + oshmem_ucx
+                if r["layer"] in ("reference", "reference_oshmem") and r["pes"] == 2
+                and r["op"] in ("get_waiting_peer",)]
+        if refs:
+            w("| run | reference | median | min | max |")
+            w("|---|---|---:|---:|---:|")
+            for r in refs:
+                run = "ours" if r["layer"] == "reference" else "OSHMEM"
+                w(f"| {run} | `{r['op']}` | {human_ns(r['median_ns'])} | "
+                  f"{human_ns(r['min_ns'])} | {human_ns(r['max_ns'])} |")
+            w("")
+        for title, name, fence in (("Machine during the UCX run", "ucx_machine.txt", "text"),
+                                   ("OSHMEM-on-UCX notes", "ucx_oshmem.txt", "text"),
+                                   ("Commands of the UCX run", "ucx_commands.txt", "sh")):
+            text = read_text(os.path.join(args.results, name))
+            if text:
+                w(f"{title}:")
+                w("")
+                w(f"```{fence}")
+                w(text)
+                w("```")
+                w("")
 
     if control:
         w("## Control plane (`hm-bench control`), for context")

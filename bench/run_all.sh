@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Runs every benchmark in a release build — `hm-bench shmem` (2, 4, 8, 16, 32 PEs), Open MPI
-# OSHMEM's run of the same patterns (if `oshcc`/`oshrun` are installed), `hm-bench control` —
-# into bench/results/, then regenerates docs/benchmarks.md and docs/benchmarks/*.png with
+# OSHMEM's run of the same patterns (if `oshcc`/`oshrun` are installed), the UCX route (ours with
+# `--transport ucx` next to OSHMEM's `spml ucx`, both over UCX_TLS=tcp,self), `hm-bench control`
+# — into bench/results/, then regenerates docs/benchmarks.md and docs/benchmarks/*.png with
 # bench/report.py. Takes a few minutes. The machine should be otherwise idle: every figure is
 # compared with a reference from the same run, but a busy neighbour still skews both; the
 # load average before and after is recorded in the document.
 #
 #   bench/run_all.sh                       # everything
 #   HM_BENCH_PES=2,4 HM_BENCH_CONTROL=0 bench/run_all.sh   # a shorter run
+#   HM_BENCH_SHMEM=0 OSHMEM=0 HM_BENCH_CONTROL=0 bench/run_all.sh   # only the UCX route
 #
 # Environment: CARGO_TARGET_DIR (default target), HM_BENCH_PES (default 2,4,8,16,32),
 # OSHMEM_BARRIER_PES (PE counts besides 2 for OSHMEM's barrier, default "4 8 16 32"),
-# HM_BENCH_CONTROL=0 to skip the control plane, OSHMEM=0 to skip OSHMEM, HM_BENCH_QUICK=1 for
-# the smoke-test method everywhere (to check the plumbing; its figures mean nothing).
+# HM_BENCH_SHMEM=0 to skip our shared-memory run, OSHMEM=0 to skip OSHMEM's shared-memory run,
+# HM_BENCH_UCX=0 to skip the UCX route, HM_BENCH_CONTROL=0 to skip the control plane,
+# HM_BENCH_QUICK=1 for the smoke-test method everywhere (to check the plumbing; its figures mean
+# nothing). A step that is skipped leaves its earlier results in bench/results/ as they were.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
@@ -26,14 +30,28 @@ if [[ "${HM_BENCH_QUICK:-0}" != 0 ]]; then
     launches=3
 fi
 mkdir -p "$results"
-rm -f "$results"/{shmem,oshmem,control}.jsonl "$results"/{machine,commands,oshmem}.txt
-touch "$results/commands.txt"
+have_oshmem=0
+if command -v oshcc >/dev/null && command -v oshrun >/dev/null; then
+    have_oshmem=1
+fi
+shared_memory=0
+if [[ "${HM_BENCH_SHMEM:-1}" != 0 || ("${OSHMEM:-1}" != 0 && $have_oshmem == 1) ||
+    "${HM_BENCH_CONTROL:-1}" != 0 ]]; then
+    shared_memory=1
+    rm -f "$results"/{machine,commands}.txt
+fi
+[[ "${HM_BENCH_SHMEM:-1}" == 0 ]] || rm -f "$results/shmem.jsonl"
+[[ "${OSHMEM:-1}" == 0 ]] || rm -f "$results"/oshmem.{jsonl,txt}
+[[ "${HM_BENCH_CONTROL:-1}" == 0 ]] || rm -f "$results/control.jsonl"
+[[ "${HM_BENCH_UCX:-1}" == 0 ]] || rm -f "$results"/{shmem_ucx,oshmem_ucx}.jsonl "$results"/ucx_{machine,commands,oshmem}.txt
+# The file the commands of the current step are recorded in.
+commands="$results/commands.txt"
 
 # run OUTPUT COMMAND…: records the command, runs it, appends its stdout to OUTPUT.
 run() {
     local output="$1"
     shift
-    printf '%s >>%s\n' "$*" "$output" >>"$results/commands.txt"
+    printf '%s >>%s\n' "$*" "$output" >>"$commands"
     "$@" >>"$output"
 }
 
@@ -51,62 +69,118 @@ describe_machine() {
     fi
     echo "load average before: $(cat /proc/loadavg)"
 }
-describe_machine >"$results/machine.txt"
+if [[ $shared_memory == 1 ]]; then
+    describe_machine >"$results/machine.txt"
+    touch "$commands"
+fi
 
-printf 'cargo build --release -p hm-bench\n' >>"$results/commands.txt"
-cargo build --release -p hm-bench
+# build: hm-bench (and oshmem_bench when OSHMEM is installed), commands recorded in $commands.
 hm_bench="$target/release/hm-bench"
+oshmem_bench="$target/oshmem_bench"
+build() {
+    printf 'cargo build --release -p hm-bench\n' >>"$commands"
+    cargo build --release -p hm-bench
+    if [[ $have_oshmem == 1 ]]; then
+        printf 'oshcc -O2 -std=gnu11 -o %s bench/oshmem/oshmem_bench.c\n' "$oshmem_bench" >>"$commands"
+        oshcc -O2 -std=gnu11 -o "$oshmem_bench" bench/oshmem/oshmem_bench.c
+    fi
+}
 
-run "$results/shmem.jsonl" "$hm_bench" shmem --json --pes "$pes" "${quick[@]}"
+# oshmem OUTPUT RUN…: one "${oshrun[@]}" RUN… appending to OUTPUT; a failure is noted in
+# $notes and the run goes on (stderr collects in $notes.stderr).
+oshmem() {
+    local output="$1" status=0
+    shift
+    printf '%s %s >>%s\n' "${oshrun[*]}" "$*" "$output" >>"$commands"
+    "${oshrun[@]}" "$@" >>"$output" 2>>"$notes.stderr" || status=$?
+    if [[ $status != 0 ]]; then
+        echo "FAILED (exit $status): oshrun $*" >>"$notes"
+    fi
+}
 
-if [[ "${OSHMEM:-1}" != 0 ]] && command -v oshcc >/dev/null && command -v oshrun >/dev/null; then
+# oshmem_stderr: appends the last lines OSHMEM wrote to stderr to $notes.
+oshmem_stderr() {
+    if [[ -s "$notes.stderr" ]]; then
+        echo "stderr of the OSHMEM runs (last 20 lines):"
+        tail -20 "$notes.stderr"
+    else
+        echo "the OSHMEM runs wrote nothing to stderr"
+    fi
+    rm -f "$notes.stderr"
+}
+
+if [[ $shared_memory == 1 ]]; then
+    build
+fi
+
+if [[ "${HM_BENCH_SHMEM:-1}" != 0 ]]; then
+    run "$results/shmem.jsonl" "$hm_bench" shmem --json --pes "$pes" "${quick[@]}"
+fi
+
+if [[ "${OSHMEM:-1}" != 0 && $have_oshmem == 1 ]]; then
     notes="$results/oshmem.txt"
-    oshmem_bench="$target/oshmem_bench"
-    printf 'oshcc -O2 -std=gnu11 -o %s bench/oshmem/oshmem_bench.c\n' "$oshmem_bench" >>"$results/commands.txt"
-    oshcc -O2 -std=gnu11 -o "$oshmem_bench" bench/oshmem/oshmem_bench.c
     oshrun=(timeout 300 oshrun --allow-run-as-root --oversubscribe --mca osc ucx)
-    # oshmem RUN…: one oshrun; a failure is noted and the run goes on.
-    oshmem() {
-        local status=0
-        printf '%s %s >>%s\n' "${oshrun[*]}" "$*" "$results/oshmem.jsonl" >>"$results/commands.txt"
-        "${oshrun[@]}" "$@" >>"$results/oshmem.jsonl" 2>>"$notes.stderr" || status=$?
-        if [[ $status != 0 ]]; then
-            echo "FAILED (exit $status): oshrun $*" >>"$notes"
-        fi
-    }
     for ((launch = 0; launch < launches; launch++)); do
         # The start time is taken just before oshrun starts (printed as "$(date +%s%N)").
         start="$(date +%s%N)"
         printf '%s -np 2 %s --init-only --job-start "$(date +%%s%%N)" %s>>%s\n' "${oshrun[*]}" \
-            "$oshmem_bench" "${quick[*]}${quick[*]:+ }" "$results/oshmem.jsonl" >>"$results/commands.txt"
+            "$oshmem_bench" "${quick[*]}${quick[*]:+ }" "$results/oshmem.jsonl" >>"$commands"
         "${oshrun[@]}" -np 2 "$oshmem_bench" --init-only --job-start "$start" "${quick[@]}" \
             >>"$results/oshmem.jsonl" 2>>"$notes.stderr" ||
             echo "FAILED (exit $?): oshrun -np 2 --init-only" >>"$notes"
     done
-    oshmem -np 2 "$oshmem_bench" "${quick[@]}"
+    oshmem "$results/oshmem.jsonl" -np 2 "$oshmem_bench" "${quick[@]}"
     for n in $oshmem_barrier_pes; do
-        oshmem -np "$n" "$oshmem_bench" "${quick[@]}"
+        oshmem "$results/oshmem.jsonl" -np "$n" "$oshmem_bench" "${quick[@]}"
     done
     {
         echo "Open MPI OSHMEM: $(ompi_info --version 2>/dev/null | head -1)"
         echo "launcher: ${oshrun[*]}"
         echo "start-up launches at 2 PEs: $launches; full pattern set at 2 PEs; barrier only at: $oshmem_barrier_pes"
-        if [[ -s "$notes.stderr" ]]; then
-            echo "stderr of the OSHMEM runs (last 20 lines):"
-            tail -20 "$notes.stderr"
-        else
-            echo "the OSHMEM runs wrote nothing to stderr"
-        fi
+        oshmem_stderr
     } >>"$notes"
-    rm -f "$notes.stderr"
-else
-    echo "OSHMEM not run (OSHMEM=0, or oshcc/oshrun not installed)" >"$results/oshmem.txt"
+elif [[ "${OSHMEM:-1}" != 0 ]]; then
+    echo "OSHMEM not run (oshcc/oshrun not installed)" >"$results/oshmem.txt"
 fi
 
 if [[ "${HM_BENCH_CONTROL:-1}" != 0 ]]; then
     run "$results/control.jsonl" "$hm_bench" control --json --pes "$pes" "${quick[@]}"
 fi
 
-echo "load average after: $(cat /proc/loadavg)" >>"$results/machine.txt"
-printf 'python3 bench/report.py\n' >>"$results/commands.txt"
+if [[ $shared_memory == 1 ]]; then
+    echo "load average after: $(cat /proc/loadavg)" >>"$results/machine.txt"
+fi
+
+# The UCX route, 2 PEs on this host, every pair through UCX over TCP on loopback: ours
+# (HYPER_MULTICORE_SHMEM_TRANSPORT=ucx through --transport ucx) and OSHMEM's spml ucx (its MPI
+# layer too on pml ucx, so that its barrier and collectives use the same transport), unpinned
+# both (bench/README.md: pinned main threads slow our UCX route down).
+if [[ "${HM_BENCH_UCX:-1}" != 0 ]]; then
+    commands="$results/ucx_commands.txt"
+    touch "$commands"
+    describe_machine >"$results/ucx_machine.txt"
+    build
+    ucx_groups=barrier,latency,bandwidth,pingpong,fetch-add,malloc-free,all-to-all,computing-peer,sleeper
+    run "$results/shmem_ucx.jsonl" env UCX_TLS=tcp,self "$hm_bench" shmem --json --pes 2 \
+        --transport ucx --no-pin --only "$ucx_groups" "${quick[@]}"
+    notes="$results/ucx_oshmem.txt"
+    if [[ $have_oshmem == 1 ]]; then
+        oshrun=(timeout 300 oshrun --allow-run-as-root --oversubscribe --mca spml ucx --mca pml ucx
+            --mca pml_ucx_tls any --mca pml_ucx_devices any --mca osc ucx -x UCX_TLS=tcp,self)
+        oshmem "$results/oshmem_ucx.jsonl" -np 2 "$oshmem_bench" --no-pin "${quick[@]}"
+        {
+            echo "Open MPI OSHMEM: $(ompi_info --version 2>/dev/null | head -1)"
+            echo "launcher: ${oshrun[*]}"
+            oshmem_stderr
+        } >>"$notes"
+    else
+        echo "OSHMEM not run (oshcc/oshrun not installed)" >"$notes"
+    fi
+    echo "load average after: $(cat /proc/loadavg)" >>"$results/ucx_machine.txt"
+    printf 'python3 bench/report.py\n' >>"$commands"
+fi
+
+if [[ $shared_memory == 1 ]]; then
+    printf 'python3 bench/report.py\n' >>"$results/commands.txt"
+fi
 python3 bench/report.py

@@ -19,6 +19,9 @@
  * per operation. Point-to-point patterns run from PE 0 to PE 1, timed by PE 0.
  * After shmem_init, PE r pins itself to CPU r % CPUs (as hm-bench does after initialize).
  *
+ * pingpong_atomic_add: the ping-pong with shmem_long_atomic_add of 1 on the word the peer waits
+ * on (a plain atomic, not a put); get_computing_peer: see computing_peer().
+ *
  * Deliberately avoided: the 32-bit compare-swap (it smashes the stack in OSHMEM 4.1.4).
  */
 #define _GNU_SOURCE
@@ -195,6 +198,7 @@ typedef struct {
     long *flag;
     long *data; /* NULL: signal only; else put 8 B, fence, signal */
     long sequence;
+    int add;    /* 1: shmem_long_atomic_add of 1 instead of shmem_long_p */
 } ping_pong_t;
 
 static uint64_t batch_barrier(uint64_t ops, void *s) {
@@ -293,6 +297,11 @@ static uint64_t batch_raw_round_trip(uint64_t ops, void *p) {
 
 static void send_signal(ping_pong_t *p, long seq) {
     int peer = 1 - me;
+    if (p->add) {
+        /* A plain atomic add on the word the peer waits on (the peer's copy holds seq - 1). */
+        shmem_long_atomic_add(p->flag, 1, peer);
+        return;
+    }
     if (p->data) {
         /* OpenSHMEM 1.4 has no put-with-signal: put, fence (orders the two), signal. */
         shmem_putmem(p->data, &seq, WORD_BYTES, peer);
@@ -381,6 +390,59 @@ static uint64_t batch_all_to_all(uint64_t ops, void *p) {
         shmem_barrier_all();
     }
     return mono() - start;
+}
+
+/* Arithmetic only, no OpenSHMEM call, for `window_ns`: a PE busy with its own work. */
+static void compute_for(uint64_t window_ns) {
+    uint64_t end = mono() + window_ns, x = 1;
+    while (mono() < end)
+        for (int i = 0; i < 1024; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            __asm__ volatile("" : "+r"(x));
+        }
+}
+
+/* One get of 8 B from PE 1, timed by PE 0; checks the value. */
+static double one_get(long *word, long expected) {
+    long value = 0;
+    uint64_t start = mono();
+    shmem_getmem(&value, word, WORD_BYTES, 1);
+    double took = (double)(mono() - start);
+    if (value != expected)
+        die("get from the computing peer returned the wrong value");
+    return took;
+}
+
+/* As hm-bench's get_computing_peer: per trial, a get while PE 1 waits in a barrier (the
+ * reference), then PE 1 tells PE 0 it computes and computes for COMPUTE_WINDOW_NS without any
+ * OpenSHMEM call while PE 0 times one get from it. One call per sample. */
+#define COMPUTE_WINDOW_NS 20000000ull
+static void computing_peer(long *word, long *computing) {
+    double waiting[64], busy[64];
+    const long seen = 0xc0ffee;
+    *word = seen;
+    *computing = 0;
+    shmem_barrier_all();
+    for (int t = 0; t < trials; t++) {
+        if (me == 0)
+            waiting[t] = one_get(word, seen);
+        shmem_barrier_all();
+        if (me == 0) {
+            shmem_long_wait_until(computing, SHMEM_CMP_EQ, t + 1);
+            busy[t] = one_get(word, seen);
+        } else {
+            shmem_long_p(computing, t + 1, 0);
+            shmem_quiet();
+            compute_for(COMPUTE_WINDOW_NS);
+        }
+        shmem_barrier_all();
+    }
+    if (me == 0) {
+        timing_t reference = summarise(waiting, trials, 1);
+        report_reference("get_waiting_peer", WORD_BYTES, reference);
+        report("get_computing_peer", WORD_BYTES, summarise(busy, trials, 1),
+               "get from a peer waiting in a barrier", &reference);
+    }
 }
 
 static void *symmetric(size_t bytes) {
@@ -488,8 +550,9 @@ int main(int argc, char **argv) {
     raw_t barrier_pair = {{raw_a, raw_b}, 0};
     raw_t pair = {{raw_c, raw_d}, 0};
     raw_t same_offset = {{raw_same, raw_same}, 0};
-    ping_pong_t signal = {symmetric(sizeof(long)), NULL, 0};
-    ping_pong_t put_signal = {symmetric(sizeof(long)), symmetric(sizeof(long)), 0};
+    ping_pong_t signal = {symmetric(sizeof(long)), NULL, 0, 0};
+    ping_pong_t put_signal = {symmetric(sizeof(long)), symmetric(sizeof(long)), 0, 0};
+    ping_pong_t atomic_add = {symmetric(sizeof(long)), NULL, 0, 1};
     s.remote = symmetric(LARGEST);
     s.a2a = symmetric((size_t)npes * A2A_BLOCK);
     /* Private buffers start on a cache line, like the symmetric ones (and as hm-bench's), so
@@ -560,6 +623,8 @@ int main(int argc, char **argv) {
         report("pingpong_signal", WORD_BYTES, halve(t[0]), NULL, NULL);
         report("pingpong_put_signal", WORD_BYTES, halve(t[1]), NULL, NULL);
     }
+    report("pingpong_atomic_add", WORD_BYTES, halve(time_batches(batch_ping_pong, &atomic_add)),
+           NULL, NULL);
     report("fetch_add", WORD_BYTES, time_batches(batch_fetch_add, &s), NULL, NULL);
     report("malloc_free", MALLOC_BYTES, time_batches(batch_malloc_free, &s), NULL, NULL);
     {
@@ -570,6 +635,8 @@ int main(int argc, char **argv) {
         report_reference("memcpy_x2_concurrent", A2A_BLOCK, t[1]);
         report("all_to_all", A2A_BLOCK, t[2], "memcpy of 1 MiB x2", &t[0]);
     }
+    long *computing = symmetric(sizeof(long));
+    computing_peer(s.counter, computing);
 
     /* Check the all-to-all delivered: block `pe` of mine came from PE pe's block `me`. */
     for (int pe = 0; pe < npes; pe++)
@@ -580,8 +647,10 @@ int main(int argc, char **argv) {
         }
 
     shmem_barrier_all();
+    shmem_free(computing);
     shmem_free(s.a2a);
     shmem_free(s.remote);
+    shmem_free(atomic_add.flag);
     shmem_free(put_signal.data);
     shmem_free(put_signal.flag);
     shmem_free(signal.flag);

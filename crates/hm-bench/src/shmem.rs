@@ -69,6 +69,14 @@ const ALL_TO_ALL_BLOCK: usize = 1 << 20;
 const MALLOC_BYTES: usize = 4096;
 /// Bytes of one word (put/get latency, signals, atomics).
 const WORD_BYTES: usize = 8;
+/// How long PE 1 computes, without calling the runtime, in each sample of the
+/// `get_computing_peer` row: a get that waited for the target to call the runtime again would
+/// take about this long.
+const COMPUTE_WINDOW: Duration = Duration::from_millis(20);
+/// How long PE 0 computes before it wakes PE 1 in the `wake_sleeper_*` rows: past the waiter's
+/// spin and yield phases (64 `sched_yield`s lasted over 5 ms on the shared 2-core VM), so it
+/// sleeps on its futex in slices of 20 ms when the update comes.
+const SLEEPER_DELAY: Duration = Duration::from_millis(50);
 
 /// Arguments of `hm-bench shmem`.
 #[derive(Debug, Args)]
@@ -107,7 +115,8 @@ pub enum Group {
     Latency,
     /// `put_bandwidth` and `get_bandwidth`.
     Bandwidth,
-    /// `pingpong_signal` and `pingpong_put_signal`.
+    /// `pingpong_signal` and `pingpong_put_signal` (and on the UCX route `pingpong_atomic_add`:
+    /// a plain remote atomic add on the word the peer waits on).
     Pingpong,
     /// `fetch_add`.
     FetchAdd,
@@ -115,6 +124,13 @@ pub enum Group {
     MallocFree,
     /// `all_to_all`.
     AllToAll,
+    /// `get_computing_peer` (and its reference `get_waiting_peer`): a get of 8 B from a peer
+    /// busy in a compute loop that does not call the runtime (UCX route only: its target's
+    /// progress thread must serve the get).
+    ComputingPeer,
+    /// `wake_sleeper_atomic_add` and `wake_sleeper_signal`: a remote atomic add (or a signal)
+    /// on the word a peer sleeps on in `wait_signal`, round trip (UCX route only).
+    Sleeper,
     /// `put_quiet_guarded`, `get_guarded`, `fetch_add_guarded`: the word operations through
     /// `lifecycle::guarded`, in a job of their own whose runtime comes from
     /// `lifecycle::acquire` (2 PEs only).
@@ -133,6 +149,8 @@ impl Group {
             Group::FetchAdd => "fetch-add",
             Group::MallocFree => "malloc-free",
             Group::AllToAll => "all-to-all",
+            Group::ComputingPeer => "computing-peer",
+            Group::Sleeper => "sleeper",
             Group::Guarded => "guarded",
         }
     }
@@ -558,6 +576,12 @@ impl<'s> Bench<'s> {
         if self.wants(Group::AllToAll) {
             self.all_to_all()?;
         }
+        if self.remote && self.wants(Group::ComputingPeer) {
+            self.computing_peer()?;
+        }
+        if self.remote && self.wants(Group::Sleeper) {
+            self.wake_sleeper()?;
+        }
         Ok(shmem.barrier()?)
     }
 
@@ -875,7 +899,8 @@ impl<'s> Bench<'s> {
         let flag = shmem.allocate::<u64>(1, None)?;
         let put_flag = shmem.allocate::<u64>(1, None)?;
         let data = shmem.allocate::<u64>(1, None)?;
-        for word in [&raw, &raw_pair, &flag, &put_flag, &data] {
+        let add_flag = shmem.allocate::<u64>(1, None)?;
+        for word in [&raw, &raw_pair, &flag, &put_flag, &data, &add_flag] {
             shmem.atomic_set(word, 0, shmem.rank())?;
         }
         shmem.barrier()?;
@@ -883,6 +908,7 @@ impl<'s> Bench<'s> {
         // Each ping-pong counts its own round trips (both PEs alike) on its own flag.
         let mut signals = 0u64;
         let mut put_signals = 0u64;
+        let mut adds = 0u64;
         let mut batches = Vec::new();
         if !self.remote {
             batches.push(self.raw_round_trip([&raw, &raw_pair])?);
@@ -919,11 +945,30 @@ impl<'s> Bench<'s> {
                 Ok(start.elapsed())
             }),
         ]);
+        if self.remote {
+            // A plain remote atomic (not a signal) on the word the peer waits on: only the
+            // target's progress hook rings its doorbell (docs/multinode.md).
+            batches.push(self.together(|ops| {
+                let start = Instant::now();
+                for _ in 0..ops {
+                    adds += 1;
+                    if shmem.rank() == 0 {
+                        shmem.atomic_add(&add_flag, 1u64, peer)?;
+                        shmem.wait_signal(&add_flag, adds, Comparison::Eq, None)?;
+                    } else {
+                        shmem.wait_signal(&add_flag, adds, Comparison::Eq, None)?;
+                        shmem.atomic_add(&add_flag, 1u64, peer)?;
+                    }
+                }
+                Ok(start.elapsed())
+            }));
+        }
         let timings = self.time(batches)?;
         if self.remote {
-            let [signal, put_signal] = timings[..] else {
-                unreachable!("two batches were timed")
+            let [signal, put_signal, add] = timings[..] else {
+                unreachable!("three batches were timed")
             };
+            self.report("pingpong_atomic_add", LAYER, WORD_BYTES, half(add), None)?;
             self.report("pingpong_signal", LAYER, WORD_BYTES, half(signal), None)?;
             self.report(
                 "pingpong_put_signal",
@@ -942,7 +987,7 @@ impl<'s> Bench<'s> {
             "put_signal delivered {last:?}, expected [{put_signals}]"
         );
         shmem.barrier()?;
-        for word in [data, put_flag, flag, raw_pair, raw] {
+        for word in [add_flag, data, put_flag, flag, raw_pair, raw] {
             shmem.free(word)?;
         }
         Ok(())
@@ -1094,6 +1139,104 @@ impl<'s> Bench<'s> {
         Ok(shmem.free(target)?)
     }
 
+    /// Get 8 B from a peer that computes: per sample, PE 1 signals PE 0 and then computes for
+    /// [`COMPUTE_WINDOW`] without calling the runtime, while PE 0 times one get from it (the
+    /// target's progress thread must serve it; without one it would take about the window).
+    /// Interleaved with the reference: the same get while PE 1 waits in a barrier. One get per
+    /// sample, so each sample is one call's latency (no batch).
+    fn computing_peer(&self) -> Result<()> {
+        let shmem = self.shmem;
+        let word = shmem.allocate::<u64>(1, None)?;
+        let computing = shmem.allocate::<u64>(1, None)?;
+        const SEEN: u64 = 0xc0ffee;
+        shmem.put(&word, &[SEEN], shmem.rank())?;
+        shmem.atomic_set(&computing, 0, shmem.rank())?;
+        shmem.barrier()?;
+        let get = || -> Result<f64> {
+            let mut value = [0u64];
+            let start = Instant::now();
+            shmem.get(&mut value, &word, PEER)?;
+            let took = start.elapsed();
+            ensure!(
+                value == [SEEN],
+                "get returned {value:?}, expected [{SEEN:#x}]"
+            );
+            Ok(nanos(took) as f64)
+        };
+        let (mut waiting, mut busy) = (Vec::new(), Vec::new());
+        for sample in 1..=self.method.trials as u64 {
+            if shmem.rank() == 0 {
+                waiting.push(get()?);
+            }
+            shmem.barrier()?;
+            if shmem.rank() == 0 {
+                shmem.wait_signal(&computing, sample, Comparison::Eq, None)?;
+                busy.push(get()?);
+            } else {
+                shmem.signal(&computing, sample, SignalOp::Set, 0)?;
+                compute_for(COMPUTE_WINDOW);
+            }
+            shmem.barrier()?;
+        }
+        if shmem.rank() == 0 {
+            let waiting = single_calls(&waiting)?;
+            self.report("get_waiting_peer", REFERENCE, WORD_BYTES, waiting, None)?;
+            let reference = Some(("get from a peer waiting in a barrier", waiting));
+            let busy = single_calls(&busy)?;
+            self.report("get_computing_peer", LAYER, WORD_BYTES, busy, reference)?;
+        }
+        shmem.barrier()?;
+        shmem.free(computing)?;
+        Ok(shmem.free(word)?)
+    }
+
+    /// Waking a peer asleep in `wait_signal`: per sample, PE 0 computes for [`SLEEPER_DELAY`]
+    /// (PE 1, waiting meanwhile, is past its spin and yield phases and asleep on its futex),
+    /// then updates PE 1's word — with a plain `atomic_add` (only PE 1's progress hook rings
+    /// its doorbell) or with `signal` (which sends a doorbell message too) — and waits for PE 1
+    /// to answer the same way on PE 0's word (PE 0 is awake then). One sample is that round
+    /// trip, timed by PE 0.
+    fn wake_sleeper(&self) -> Result<()> {
+        let shmem = self.shmem;
+        let word = shmem.allocate::<u64>(1, None)?;
+        shmem.atomic_set(&word, 0, shmem.rank())?;
+        shmem.barrier()?;
+        let peer = 1 - shmem.rank();
+        let mut sequence = 0u64;
+        for (op, by_signal) in [
+            ("wake_sleeper_atomic_add", false),
+            ("wake_sleeper_signal", true),
+        ] {
+            let mut samples = Vec::new();
+            for _ in 0..self.method.trials {
+                sequence += 1;
+                shmem.barrier()?;
+                let update = || -> Result<()> {
+                    if by_signal {
+                        Ok(shmem.signal(&word, sequence, SignalOp::Set, peer)?)
+                    } else {
+                        Ok(shmem.atomic_add(&word, 1u64, peer)?)
+                    }
+                };
+                if shmem.rank() == 0 {
+                    compute_for(SLEEPER_DELAY);
+                    let start = Instant::now();
+                    update()?;
+                    shmem.wait_signal(&word, sequence, Comparison::Eq, None)?;
+                    samples.push(nanos(start.elapsed()) as f64);
+                } else {
+                    shmem.wait_signal(&word, sequence, Comparison::Eq, None)?;
+                    update()?;
+                }
+            }
+            if shmem.rank() == 0 {
+                self.report(op, LAYER, WORD_BYTES, single_calls(&samples)?, None)?;
+            }
+        }
+        shmem.barrier()?;
+        Ok(shmem.free(word)?)
+    }
+
     /// A batch of raw cache-line round trips between PEs 0 and 1, timed by rank 0: PE r spins
     /// on its own copy of `words[r]` and stores into the peer's copy of `words[peer]`. With two
     /// words the two lines sit at different offsets of the two heaps; with the same word twice
@@ -1229,6 +1372,14 @@ impl LineAligned {
     }
 }
 
+/// The timing of samples that are one call each (nanoseconds), not batches.
+fn single_calls(samples_ns: &[f64]) -> Result<Timing> {
+    Ok(Timing {
+        per_op: Summary::of(samples_ns)?,
+        batch_ops: 1,
+    })
+}
+
 /// Half of each trial: one way of a round trip.
 fn half(timing: Timing) -> Timing {
     let per_op = timing.per_op;
@@ -1241,6 +1392,22 @@ fn half(timing: Timing) -> Timing {
         },
         batch_ops: timing.batch_ops,
     }
+}
+
+/// Computes (arithmetic only: no runtime call, no system call but the clock's vDSO read) for
+/// `window`: a PE busy with its own work.
+fn compute_for(window: Duration) {
+    let end = Instant::now() + window;
+    let mut x = 1u64;
+    while Instant::now() < end {
+        for _ in 0..1024 {
+            x = black_box(
+                x.wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407),
+            );
+        }
+    }
+    black_box(x);
 }
 
 /// A duration in whole nanoseconds (saturating).

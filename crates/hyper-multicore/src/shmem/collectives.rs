@@ -69,13 +69,25 @@ impl Shmem {
             return self.spanning_barrier(operation);
         }
         self.quiet();
-        let started = Instant::now();
+        self.segment_barrier(operation, self.size, Instant::now())
+    }
+
+    /// The shared-memory barrier of the `pes` PEs that share this process's segment (the whole
+    /// root on one host; this PE's locality group in a root spanning several), with the
+    /// configured timeout from `started`.
+    #[inline]
+    pub(crate) fn segment_barrier(
+        &self,
+        operation: &str,
+        pes: usize,
+        started: Instant,
+    ) -> Result<()> {
         let policy = WaitPolicy {
             spin: self.spin,
             deadline: started + self.config.timeout,
         };
         let control = self.segment.control();
-        let outcome = sync::barrier(&control.barrier, self.size as u32, &control.abort, &policy);
+        let outcome = sync::barrier(&control.barrier, pes as u32, &control.abort, &policy);
         self.wait_outcome(operation, outcome, started, || {
             "not every PE reached the barrier".to_string()
         })

@@ -94,7 +94,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicBool, AtomicI8, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -112,12 +112,23 @@ const UCX_HINT: &str = "check the UCX transports with UCX_TLS (e.g. UCX_TLS=tcp,
 
 /// How long a blocking call progresses with `yield_now` before it sleeps on the event fd.
 const SPIN_PHASE: Duration = Duration::from_micros(50);
+/// The first sleep on the event fd of a caller waiting for its own request; each next one is
+/// twice as long, up to [`CALLER_SLEEP_CAP`].
+const CALLER_FIRST_SLEEP: Duration = Duration::from_micros(20);
 /// The longest single sleep on the event fd of a caller waiting for its own request.
 const CALLER_SLEEP_CAP: Duration = Duration::from_millis(1);
 /// The longest single sleep of the progress thread (it re-checks its stop flag after each).
 const PROGRESS_SLEEP_CAP: Duration = Duration::from_millis(100);
 /// How long a force-close may take to complete the requests it cancels before we give up.
 const FORCE_CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// UCX's variable choosing the lock of a thread-mode-MULTI worker. Unless the user sets it, the
+/// context is made with a mutex (`y`) instead of UCX's default spinlock: the caller and the
+/// progress thread share the worker, and on a machine with fewer cores than busy threads a
+/// thread preempted while it holds the spinlock leaves the other spinning for a whole scheduler
+/// slice (measured: one-way signal ping-pong 1-2 ms with the spinlock, 33-39 µs with the mutex;
+/// docs/multinode.md).
+const MT_MUTEX_VARIABLE: &str = "UCX_USE_MT_MUTEX";
 
 /// UCX's own name of a status code.
 fn status_name(status: ffi::ucs_status_t) -> String {
@@ -186,7 +197,8 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
-    /// `ucp_init` with features RMA | AMO32 | AMO64 | AM | WAKEUP and `mt_workers_shared`.
+    /// `ucp_init` with features RMA | AMO32 | AMO64 | AM | WAKEUP and `mt_workers_shared`, the
+    /// worker lock a mutex unless `UCX_USE_MT_MUTEX` is set (see [`MT_MUTEX_VARIABLE`]).
     pub fn new() -> Result<Context> {
         const OP: &str = "ucx context";
         let params = ffi::ucp_params_t {
@@ -206,11 +218,26 @@ impl Context {
             name: c"hyper_multicore".as_ptr(),
             ..Default::default()
         };
+        let mut config: *mut ffi::ucp_config_t = ptr::null_mut();
+        // SAFETY: NULL prefix and file: UCX reads its UCX_* environment; writable out-pointer.
+        let status = unsafe { ffi::ucp_config_read(ptr::null(), ptr::null(), &mut config) };
+        check(OP, "ucp_config_read failed", status)?;
+        let mut status = ffi::UCS_OK;
+        if std::env::var_os(MT_MUTEX_VARIABLE).is_none() {
+            // SAFETY: live config from ucp_config_read; both strings are static and
+            // NUL-terminated (UCX copies the value).
+            status =
+                unsafe { ffi::ucp_config_modify(config, c"USE_MT_MUTEX".as_ptr(), c"y".as_ptr()) };
+        }
         let mut handle: ffi::ucp_context_h = ptr::null_mut();
-        // SAFETY: params is a valid, fully initialised ucp_params_t (fields outside field_mask are
-        // zero); a NULL config makes UCX read its environment; handle is a writable out-pointer.
-        let status = unsafe { ffi::ucp_init(&params, ptr::null(), &mut handle) };
-        check(OP, "ucp_init failed", status)?;
+        if status == ffi::UCS_OK {
+            // SAFETY: params is a valid, fully initialised ucp_params_t (fields outside
+            // field_mask are zero); config is live; handle is a writable out-pointer.
+            status = unsafe { ffi::ucp_init(&params, config, &mut handle) };
+        }
+        // SAFETY: config came from ucp_config_read and is released once; ucp_init copied it.
+        unsafe { ffi::ucp_config_release(config) };
+        check(OP, "ucp_init (or setting USE_MT_MUTEX) failed", status)?;
         Ok(Context {
             handle: Arc::new(ContextHandle(handle)),
         })
@@ -467,8 +494,13 @@ struct WorkerHandle {
     /// outer box gives each (fat) handler a stable, thin address that survives the Vec growing.
     #[allow(clippy::vec_box)]
     am_handlers: Mutex<Vec<Box<Box<AmHandler>>>>,
+    /// Called after every `progress` that handled events (see [`Worker::on_progress`]).
+    on_progress: OnceLock<ProgressHook>,
     _context: Arc<ContextHandle>,
 }
+
+/// What [`Worker::on_progress`] runs after a progress call that handled events.
+type ProgressHook = Box<dyn Fn() + Send + Sync>;
 
 // SAFETY: the worker is created with UCS_THREAD_MODE_MULTI (checked after creation), so UCX
 // serialises concurrent calls on it internally.
@@ -488,6 +520,11 @@ impl WorkerHandle {
     fn progress(&self) -> usize {
         // SAFETY: live worker, thread mode MULTI.
         let events = unsafe { ffi::ucp_worker_progress(self.handle) as usize };
+        if events != 0 {
+            if let Some(hook) = self.on_progress.get() {
+                hook();
+            }
+        }
         // Whoever progresses may complete a sleeping caller's request and consume the event
         // that would have woken it: tell the sleepers to look again.
         if events != 0 && self.sleepers.load(Ordering::SeqCst) != 0 {
@@ -537,6 +574,7 @@ impl WorkerHandle {
         deadline: Instant,
     ) -> std::result::Result<ffi::ucs_status_t, ()> {
         let started = Instant::now();
+        let mut slice = CALLER_FIRST_SLEEP;
         loop {
             self.progress();
             // SAFETY: request is a live request handle (not yet freed) of this worker.
@@ -561,10 +599,10 @@ impl WorkerHandle {
             let done = unsafe { ffi::ucp_request_check_status(request) } != ffi::UCS_INPROGRESS;
             if !done {
                 match self.arm() {
-                    Ok(true) => self.sleep(
-                        Some(self.completions.as_fd()),
-                        (deadline - now).min(CALLER_SLEEP_CAP),
-                    ),
+                    Ok(true) => {
+                        self.sleep(Some(self.completions.as_fd()), (deadline - now).min(slice));
+                        slice = (slice * 2).min(CALLER_SLEEP_CAP);
+                    }
                     Ok(false) => {}
                     // An arm failure only loses the sleep: pause briefly and retry.
                     Err(_) => std::thread::sleep(Duration::from_micros(100)),
@@ -661,6 +699,7 @@ impl Worker {
                 sleepers: AtomicUsize::new(0),
                 completions,
                 am_handlers: Mutex::new(Vec::new()),
+                on_progress: OnceLock::new(),
                 _context: context.handle.clone(),
             }),
         })
@@ -812,6 +851,24 @@ impl Worker {
             "ucp_worker_set_am_recv_handler failed",
             status,
         )
+    }
+
+    /// Sets `hook` (once per worker) to run after every [`Worker::progress`] call — by any
+    /// thread, the progress thread included — that handled events: incoming traffic that UCX
+    /// applied to this process's memory (emulated puts and atomics from peers) is visible when
+    /// it runs. Like an active-message handler it runs inside progress: keep it short and never
+    /// block or call UCX from it.
+    pub fn on_progress<F>(&self, hook: F) -> Result<()>
+    where
+        F: Fn() + Send + Sync + 'static,
+    {
+        self.inner.on_progress.set(Box::new(hook)).map_err(|_| {
+            Error::new(
+                ErrorKind::InvalidState,
+                "ucx progress hook",
+                "this worker already has a progress hook; set it once, before traffic starts",
+            )
+        })
     }
 
     /// Orders operations: those issued on this worker before the fence complete at their

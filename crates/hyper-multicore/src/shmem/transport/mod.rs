@@ -307,6 +307,11 @@ pub(crate) struct Transports {
     ucx: Option<UcxTransport>,
     single_group: bool,
     local_pes: usize,
+    /// How many PEs share this PE's segment (its locality group, itself included).
+    group_size: usize,
+    /// The lowest rank of every locality group, ascending: the groups' leaders in a barrier of
+    /// a root spanning several groups.
+    leaders: Box<[usize]>,
     mode: TransportMode,
 }
 
@@ -343,6 +348,8 @@ impl Transports {
         Ok(Transports {
             single_group,
             local_pes: start.locality.local_pes(rank),
+            group_size: start.locality.members_of(rank).len(),
+            leaders: start.locality.groups.iter().map(|group| group[0]).collect(),
             mode: start.mode,
             routes,
             shm,
@@ -366,6 +373,16 @@ impl Transports {
         self.local_pes
     }
 
+    /// How many PEs share this PE's segment (its locality group, itself included).
+    pub(crate) fn group_size(&self) -> usize {
+        self.group_size
+    }
+
+    /// The lowest rank of every locality group, ascending (rank 0's group first).
+    pub(crate) fn leaders(&self) -> &[usize] {
+        &self.leaders
+    }
+
     /// What `debug_state()` shows of the transport layer.
     pub(crate) fn state(&self) -> TransportState {
         TransportState {
@@ -377,6 +394,20 @@ impl Transports {
     /// Each peer's route, in rank order.
     pub(crate) fn routes(&self) -> &[Route] {
         &self.routes
+    }
+
+    /// True when some peer is on the UCX route (a root spanning several groups).
+    #[inline]
+    pub(crate) fn has_ucx(&self) -> bool {
+        self.ucx.is_some()
+    }
+
+    /// Progresses the UCX worker once from the calling thread (nothing without UCX).
+    #[inline]
+    pub(crate) fn progress(&self) {
+        if let Some(ucx) = &self.ucx {
+            ucx.progress();
+        }
     }
 
     /// See [`Transport::put`].
@@ -507,17 +538,53 @@ impl Transports {
     }
 }
 
+/// The control-plane tag of the leaders' messages in a spanning barrier (no other user of a
+/// runtime's control plane sends point-to-point messages).
+const LEADERS_BARRIER_TAG: u64 = u64::from_be_bytes(*b"hm-lbarr");
+
 impl super::runtime::Shmem {
-    /// The barrier of a root spanning several locality groups: every transport's operations
-    /// complete (quiet), then a control-plane barrier (correct first; a hierarchical barrier —
-    /// shared memory within a group, then across groups — can replace it).
+    /// The barrier of a root spanning several locality groups, hierarchical: every transport's
+    /// operations complete (quiet); the PEs of each group meet in their segment's shared-memory
+    /// barrier; the groups' leaders (lowest ranks) meet over the control plane — each sends
+    /// root rank 0 (the first leader) one message and waits for its answer, which rank 0 sends
+    /// once it has heard from every leader; then each group meets again in shared memory, which
+    /// releases the PEs that are not leaders. Everything a PE put before it is visible after
+    /// it: each quieted before its group's first meeting, which precedes its leader's message.
     #[cold]
     #[inline(never)]
     pub(crate) fn spanning_barrier(&self, operation: &str) -> Result<()> {
         self.transport
             .quiet()
-            .and_then(|()| self.plane.barrier())
-            .map_err(|e| as_operation(e, operation).on_rank(self.rank))
+            .map_err(|e| as_operation(e, operation).on_rank(self.rank))?;
+        let started = Instant::now();
+        let group = self.transport.group_size();
+        self.segment_barrier(operation, group, started)?;
+        self.leaders_barrier(started + self.config.timeout)
+            .map_err(|e| as_operation(e, operation).on_rank(self.rank))?;
+        self.segment_barrier(operation, group, started)
+    }
+
+    /// The leaders' part of [`Shmem::spanning_barrier`] (nothing for a PE that leads no group).
+    fn leaders_barrier(&self, deadline: Instant) -> Result<()> {
+        let leaders = self.transport.leaders();
+        if !leaders.contains(&self.rank) {
+            return Ok(());
+        }
+        if self.rank == leaders[0] {
+            for &leader in &leaders[1..] {
+                self.plane
+                    .recv_deadline(leader, LEADERS_BARRIER_TAG, deadline)?;
+            }
+            for &leader in &leaders[1..] {
+                self.plane.send(leader, LEADERS_BARRIER_TAG, &[])?;
+            }
+            Ok(())
+        } else {
+            self.plane.send(leaders[0], LEADERS_BARRIER_TAG, &[])?;
+            self.plane
+                .recv_deadline(leaders[0], LEADERS_BARRIER_TAG, deadline)
+                .map(drop)
+        }
     }
 
     /// Every rank's published words of a collective heap call, over the control plane (a root

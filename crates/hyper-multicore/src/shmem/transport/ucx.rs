@@ -104,6 +104,16 @@ impl Transport for UcxTransport {
         worker.set_am_handler(DOORBELL_AM, move |_, _| {
             sync::ring(&ringing.pe_words(bell).doorbell);
         })?;
+        // Peers' plain puts and atomics into this heap (emulated: applied by whichever thread
+        // progresses this worker) ring the doorbell too, so a `wait_signal` on a word that only
+        // remote atomics change wakes at once instead of at its next sleep slice. The fence
+        // orders UCX's stores before the sleeper count is read (`sync::ring`'s contract); when
+        // nobody sleeps the ring is one load.
+        let ringing = Arc::clone(&segment);
+        worker.on_progress(move || {
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            sync::ring(&ringing.pe_words(bell).doorbell);
+        })?;
         let progress = worker.start_progress_thread()?;
         let (mapping, offset) = shm.own_heap();
         let len = usize::try_from(start.heap_size).map_err(|_| {
@@ -249,6 +259,11 @@ impl Transport for UcxTransport {
 }
 
 impl UcxTransport {
+    /// Progresses the worker once from the calling thread.
+    pub(crate) fn progress(&self) {
+        self.worker.progress();
+    }
+
     fn deadline(&self) -> Instant {
         Instant::now() + self.timeout
     }

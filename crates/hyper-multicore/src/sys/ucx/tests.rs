@@ -374,6 +374,56 @@ two_pe_test!(
     || busy_target_body(false)
 );
 
+/// Rank 1's main thread sits in a control-plane barrier while rank 0 adds to a word of its
+/// memory with a non-fetching atomic, flushed: rank 1's progress hook must run after UCX
+/// applied it (on the progress thread), with the new value already visible to the hook. A
+/// second hook is refused.
+fn progress_hook_body() {
+    let pair = connect_pair(true, None);
+    let rank = pair.world.rank();
+    if rank == 1 {
+        pair.mapping.write(WORD64, &5u64.to_ne_bytes());
+        let mapping = Arc::clone(&pair.mapping);
+        let (sender, seen) = mpsc::channel();
+        pair.worker
+            .on_progress(move || {
+                let mut word = [0u8; 8];
+                mapping.read(WORD64, &mut word);
+                let _ = sender.send(u64::from_ne_bytes(word));
+            })
+            .unwrap();
+        let again = pair.worker.on_progress(|| {}).unwrap_err();
+        assert_eq!(again.kind(), ErrorKind::InvalidState, "{again}");
+        pair.world.control().barrier().unwrap(); // hook in place
+        pair.world.control().barrier().unwrap(); // rank 0's add flushed
+        let until = deadline(60);
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let value = seen
+                .recv_timeout(left)
+                .expect("the progress hook never ran with the peer's add applied");
+            if value == 8 {
+                break;
+            }
+        }
+    } else {
+        pair.world.control().barrier().unwrap();
+        pair.endpoint
+            .atomic_add::<u64>(pair.remote(WORD64), &pair.rkey, 3, deadline(10))
+            .unwrap();
+        pair.endpoint.flush(deadline(10)).unwrap();
+        pair.world.control().barrier().unwrap();
+    }
+    pair.world.control().barrier().unwrap();
+    println!("PE_OK");
+}
+
+two_pe_test!(
+    progress_hook_sees_a_peer_atomic_over_tcp,
+    Some("tcp,self"),
+    progress_hook_body
+);
+
 /// Rank 1 kills itself with SIGKILL after the exchange; rank 0's operations on its endpoint must
 /// end with an error (PeerLost or Backend) within their deadline.
 fn killed_peer_body() {
