@@ -198,6 +198,7 @@ fn lifecycle_point(
                         dtype: Dtype::U32,
                         alignment: None,
                     },
+                    preserve: false,
                 };
                 lifecycle::restart(2 * HEAP, &[replacement], None)
             };

@@ -252,6 +252,7 @@ fn restart(
                 dtype,
                 alignment,
             },
+            preserve: false,
         });
     }
     let mut hook = PythonHook::new(preflight_hook, problem);
@@ -270,15 +271,7 @@ fn restart(
         Ok((exported, result.timings))
     });
     let (exported, timings) = py_result(py, outcome)?;
-    let stages = HashMap::from([
-        ("preflight_ms", timings.preflight_ms),
-        ("quiesce_ms", timings.quiesce_ms),
-        ("release_ms", timings.release_ms),
-        ("finalize_ms", timings.finalize_ms),
-        ("bootstrap_ms", timings.bootstrap_ms),
-        ("initialize_ms", timings.initialize_ms),
-        ("restore_ms", timings.restore_ms),
-    ]);
+    let stages = HashMap::from(timings.by_key());
     Ok((
         exported.into_iter().map(Exported::into_tuple).collect(),
         stages,

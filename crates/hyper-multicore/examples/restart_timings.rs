@@ -16,16 +16,6 @@ use hyper_multicore::shmem::{AllocationSpec, Dtype, Symmetric};
 const MIB: u64 = 1 << 20;
 const ROUNDS: usize = 21;
 
-fn total(t: &StageTimings) -> f64 {
-    t.preflight_ms
-        + t.quiesce_ms
-        + t.release_ms
-        + t.finalize_ms
-        + t.bootstrap_ms
-        + t.initialize_ms
-        + t.restore_ms
-}
-
 fn one_restart() -> hyper_multicore::Result<StageTimings> {
     lifecycle::acquire(None, Some(64 * MIB))?;
     let (a, b, c) = lifecycle::guarded("allocate", |s| {
@@ -46,14 +36,17 @@ fn one_restart() -> hyper_multicore::Result<StageTimings> {
             Replacement {
                 current: a.region(),
                 target: spec(vec![2 << 20], Dtype::BF16, None),
+                preserve: false,
             },
             Replacement {
                 current: b.region(),
                 target: spec(vec![2, 4096], Dtype::U8, Some(256)),
+                preserve: false,
             },
             Replacement {
                 current: c.region(),
                 target: spec(vec![10, 100], Dtype::F64, Some(4096)),
+                preserve: false,
             },
         ],
         None,
@@ -71,22 +64,25 @@ fn main() -> hyper_multicore::Result<()> {
         rounds.push(one_restart()?);
     }
     let mut measured: Vec<StageTimings> = rounds.split_off(1);
-    measured.sort_by(|x, y| total(x).total_cmp(&total(y)));
+    measured.sort_by(|x, y| x.total_ms().total_cmp(&y.total_ms()));
     let world = hyper_multicore::world::World::global()?;
     if world.rank() == 0 {
         let median = measured[measured.len() / 2];
-        let (min, max) = (total(&measured[0]), total(&measured[measured.len() - 1]));
+        let (min, max) = (
+            measured[0].total_ms(),
+            measured[measured.len() - 1].total_ms(),
+        );
         println!(
             "restart 64 MiB -> 128 MiB, 3 allocations, {} PEs: total min {min:.2} ms, median {:.2} ms, max {max:.2} ms (bar: 10 ms)",
             world.size(),
-            total(&median)
+            median.total_ms()
         );
         println!("median round by stage (ms): {median:?}");
         println!(
             "{{\"op\":\"restart\",\"bytes\":{},\"pes\":{},\"median_ns\":{:.0},\"min_ns\":{:.0},\"max_ns\":{:.0},\"ref_ns\":null}}",
             128 * MIB,
             world.size(),
-            total(&median) * 1e6,
+            median.total_ms() * 1e6,
             min * 1e6,
             max * 1e6
         );
