@@ -164,7 +164,7 @@ fn check_unmanaged(operation: &str) -> Result<()> {
             operation,
             format!(
                 "the runtime is held by {root}; while it is active, {operation} is made through \
-                 its consumers (Consumer::allocate/free, the root's grow), or close the shared \
+                 its consumers (their allocate, free and grow, under their lease), or close the shared \
                  root first"
             ),
         )),

@@ -59,7 +59,7 @@ fn check_unmanaged(operation: &str) -> Result<()> {
             operation,
             format!(
                 "the heap is managed by {root}; {operation} through one of its consumers \
-                 (Consumer::allocate / Consumer::free), or close the shared root first"
+                 (their allocate and free, under their lease), or close the shared root first"
             ),
         )),
     }
