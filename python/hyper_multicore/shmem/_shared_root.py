@@ -219,7 +219,7 @@ class Consumer:
         heap for every consumer and keeping every tensor's data (use :meth:`refresh` for the
         new tensors). False when the budget already covers every rank's need."""
         lease = self._lease_for("grow")
-        return self.root._apply(self, lease.grow(budget_bytes))
+        return self.root._apply(self, lambda: lease.grow(budget_bytes))
 
     def refresh(self, tensor: Any) -> Any:
         """The live tensor of ``tensor``'s allocation: after growths, its replacement (same
@@ -271,7 +271,7 @@ class GrowableBuffer:
         True is returned."""
         lease = self.consumer._lease_for("grow")
         return self.consumer.root._apply(
-            self.consumer, lease.ensure_capacity(self._native, int(rows))
+            self.consumer, lambda: lease.ensure_capacity(self._native, int(rows))
         )
 
 
@@ -364,10 +364,7 @@ class SharedRoot:
         except HyperMulticoreError as error:
             _note(error)
             raise
-        with _lock:
-            for allocation in list(_live.values()):
-                if allocation.owner is not None and allocation.owner.root is self:
-                    _retire(allocation)
+        self._retire_all()
 
     def debug_state(self) -> dict[str, Any]:
         """The runtime's snapshot (with the original runtime's keys: ``reference_count``,
@@ -393,8 +390,22 @@ class SharedRoot:
             raise ValueError(f"{consumer!r} is not a consumer of this root")
         return consumer.grow(budget_bytes)
 
-    def _apply(self, consumer: Consumer, growth: Any) -> bool:
-        """Registers a growth's new tensors (owned as before) and retires the old ones."""
+    def _retire_all(self) -> None:
+        with _lock:
+            for allocation in list(_live.values()):
+                if allocation.owner is not None and allocation.owner.root is self:
+                    _retire(allocation)
+
+    def _apply(self, consumer: Consumer, grow: Any) -> bool:
+        """Runs a growth; registers its new tensors (owned as before) and retires the old ones.
+        A failure after teardown (or a lost peer) retires every tensor of the root."""
+        try:
+            growth = grow()
+        except HyperMulticoreError as error:
+            _note(error)
+            if error.recovery in ("terminal", "convergence failure"):
+                self._retire_all()
+            raise
         if growth is None:
             return False
         _, replaced = growth
