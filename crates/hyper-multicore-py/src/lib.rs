@@ -228,7 +228,11 @@ fn release(py: Python<'_>) -> PyResult<()> {
 fn restart(
     py: Python<'_>,
     heap_size_bytes: u64,
-    replacements: Vec<((u64, u64, u64, u64), (Vec<usize>, String, Option<u64>), bool)>,
+    replacements: Vec<(
+        (u64, u64, u64, u64),
+        (Vec<usize>, String, Option<u64>),
+        bool,
+    )>,
     preflight_hook: Option<Py<PyAny>>,
     problem: Option<String>,
 ) -> PyResult<(Vec<ExportedTuple>, HashMap<&'static str, f64>)> {

@@ -48,7 +48,10 @@ pub(crate) fn allocation_budget(
     dtype: &str,
     alignment: Option<u64>,
 ) -> PyResult<u64> {
-    py_result(py, lifecycle::allocation_budget(&spec(shape, dtype, alignment)?))
+    py_result(
+        py,
+        lifecycle::allocation_budget(&spec(shape, dtype, alignment)?),
+    )
 }
 
 /// A shared root (planning, active, closed or failed).
