@@ -244,13 +244,15 @@ impl PyLease {
         self.growth(py, growth)
     }
 
+    /// Grows every one of `buffers` (of this consumer) to at least `rows` rows, in one growth.
     fn ensure_capacity(
         &self,
         py: Python<'_>,
-        buffer: &PyGrowable,
+        buffers: Vec<PyRef<'_, PyGrowable>>,
         rows: usize,
     ) -> PyResult<Option<GrowthTuple>> {
-        let growth = py.detach(|| buffer.buffer.ensure_capacity(&self.lease, rows));
+        let buffers: Vec<&GrowableBuffer> = buffers.iter().map(|b| &b.buffer).collect();
+        let growth = py.detach(|| self.lease.ensure_capacity(&buffers, rows));
         let growth = py_result(py, growth)?;
         self.growth(py, growth)
     }

@@ -221,6 +221,16 @@ class Consumer:
         lease = self._lease_for("grow")
         return self.root._apply(self, lambda: lease.grow(budget_bytes))
 
+    def ensure_capacity(self, rows: int, *buffers: GrowableBuffer) -> bool:
+        """Collective: :meth:`GrowableBuffer.ensure_capacity` of several of this consumer's
+        buffers at once (one growth: the receive buffers of a layer grow together)."""
+        for buffer in buffers:
+            if not isinstance(buffer, GrowableBuffer) or buffer.consumer is not self:
+                raise ValueError(f"{buffer!r} is not a growable buffer of {self!r}")
+        lease = self._lease_for("grow")
+        natives = [buffer._native for buffer in buffers]
+        return self.root._apply(self, lambda: lease.ensure_capacity(natives, int(rows)))
+
     def refresh(self, tensor: Any) -> Any:
         """The live tensor of ``tensor``'s allocation: after growths, its replacement (same
         bytes, new heap); otherwise the tensor itself."""
@@ -269,10 +279,7 @@ class GrowableBuffer:
         does not, its rows grow to that times the growth factor (just the need if the budget
         cap allows no more), the heap grows for every consumer, every tensor keeps its data, and
         True is returned."""
-        lease = self.consumer._lease_for("grow")
-        return self.consumer.root._apply(
-            self.consumer, lambda: lease.ensure_capacity(self._native, int(rows))
-        )
+        return self.consumer.ensure_capacity(rows, self)
 
 
 class SharedRoot:

@@ -7,6 +7,7 @@
 //! Fault points (test builds): `grow:<Stage>:<root rank>:<action>` for every stage of
 //! [`Stage::GROW`].
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -65,10 +66,10 @@ pub struct GrowableBuffer {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 struct Need {
     consumer: String,
-    /// Budget bytes needed (a budget growth), or rows of a buffer (a buffer growth).
+    /// Budget bytes needed (a budget growth), or rows of the buffers (a buffer growth).
     amount: u64,
-    /// The buffer's allocation index for a buffer growth.
-    buffer: Option<u64>,
+    /// The buffers' allocation indices for a buffer growth (empty for a budget growth).
+    buffers: Vec<u64>,
 }
 
 impl Lease {
@@ -110,25 +111,37 @@ impl Lease {
     /// every consumer and keeping every allocation's data. `None` when the budget already
     /// covers every rank's need (nothing happens then).
     pub fn grow(&self, need_budget_bytes: u64) -> Result<Option<Growth>> {
-        self.grow_for(need_budget_bytes, None)
+        self.grow_for(need_budget_bytes, &[])
     }
 
-    fn grow_for(&self, amount: u64, buffer: Option<AllocationId>) -> Result<Option<Growth>> {
+    /// Collective: makes every one of `buffers` (growable buffers of this consumer) hold at
+    /// least the largest `rows` of any rank, in one growth; see
+    /// [`GrowableBuffer::ensure_capacity`].
+    pub fn ensure_capacity(
+        &self,
+        buffers: &[&GrowableBuffer],
+        rows: usize,
+    ) -> Result<Option<Growth>> {
+        let origins: Vec<AllocationId> = buffers.iter().map(|b| b.origin).collect();
+        self.grow_for(rows as u64, &origins)
+    }
+
+    fn grow_for(&self, amount: u64, buffers: &[AllocationId]) -> Result<Option<Growth>> {
         const OP: &str = "grow";
         let _collective = self.shared.collective.lock();
         let channel = root_channel(OP)?;
         let started = Instant::now();
-        let (local, buffer) = {
+        let (local, buffers) = {
             let inner = self.shared.inner.lock();
-            let buffer = buffer.map(|id| inner.follow(id));
+            let buffers: Vec<AllocationId> = buffers.iter().map(|id| inner.follow(*id)).collect();
             let local = inner
                 .check_lease(OP, self.consumer, self.generation)
                 .map(|()| Need {
                     consumer: inner.consumers[self.consumer].spec.name.clone(),
                     amount,
-                    buffer: buffer.map(|id| id.index),
+                    buffers: buffers.iter().map(|id| id.index).collect(),
                 });
-            (local, buffer)
+            (local, buffers)
         };
         let values = stage::run(
             channel.as_ref(),
@@ -140,7 +153,7 @@ impl Lease {
         );
         let values = values.map_err(|failure| self.failed(failure))?;
         let plan = self
-            .plan(&values, buffer)
+            .plan(&values, &buffers)
             .map_err(|e| with_hint(e, OP, Recovery::Retryable, Some(Stage::Agree)))?;
         let agree_ms = started.elapsed().as_secs_f64() * 1e3;
         let Some(plan) = plan else {
@@ -225,19 +238,20 @@ impl Lease {
 
     /// The growth every rank computes alike from the agreed needs, or `None` if nothing needs
     /// to grow.
-    fn plan(&self, needs: &[Need], buffer: Option<AllocationId>) -> Result<Option<Plan>> {
+    fn plan(&self, needs: &[Need], buffers: &[AllocationId]) -> Result<Option<Plan>> {
         const OP: &str = "grow";
         let groups = super::hook::group_ranks(needs, |a, b| {
-            a.consumer == b.consumer && a.buffer == b.buffer
+            a.consumer == b.consumer && a.buffers == b.buffers
         });
         if groups.len() > 1 {
             let listing: Vec<String> = groups
                 .iter()
                 .map(|(ranks, first)| {
                     let need = &needs[*first];
-                    let what = need
-                        .buffer
-                        .map_or("its budget".to_string(), |b| format!("buffer {b}"));
+                    let what = match need.buffers.as_slice() {
+                        [] => "its budget".to_string(),
+                        buffers => format!("buffers {buffers:?}"),
+                    };
                     format!(
                         "root_ranks={ranks:?}: consumer {} grows {what}",
                         need.consumer
@@ -261,19 +275,19 @@ impl Lease {
         let name = &entry.spec.name;
         let cap = entry.spec.max_budget_bytes.unwrap_or(u64::MAX);
         let scaled = |amount: u64| ((amount as f64) * factor).ceil() as u64;
-        let mut targets_of: Option<(u64, AllocationSpec)> = None;
-        let budget = match buffer {
-            None => {
-                if largest <= entry.budget {
-                    return Ok(None);
-                }
-                if largest > cap {
-                    return Err(over_cap(name, largest, cap));
-                }
-                largest.max(scaled(entry.budget)).min(cap)
+        let mut grown: BTreeMap<u64, AllocationSpec> = BTreeMap::new();
+        let budget = if buffers.is_empty() {
+            if largest <= entry.budget {
+                return Ok(None);
             }
-            Some(id) => {
-                let owned = entry.owned.get(&id.index).filter(|o| o.record.id == id);
+            if largest > cap {
+                return Err(over_cap(name, largest, cap));
+            }
+            largest.max(scaled(entry.budget)).min(cap)
+        } else {
+            let mut growing = Vec::new();
+            for id in buffers {
+                let owned = entry.owned.get(&id.index).filter(|o| o.record.id == *id);
                 let owned = owned.ok_or_else(|| {
                     Error::new(
                         ErrorKind::InvalidArgument,
@@ -285,27 +299,36 @@ impl Lease {
                         ),
                     )
                 })?;
-                let spec = &owned.record.spec;
-                let rows = spec.shape[0] as u64;
-                if largest <= rows {
-                    return Ok(None);
+                if (owned.record.spec.shape[0] as u64) < largest {
+                    growing.push(owned);
                 }
-                let others = entry.used() - owned.billed;
-                let with_rows = |rows: u64| -> Result<(u64, AllocationSpec)> {
-                    let mut spec = spec.clone();
-                    spec.shape[0] = usize::try_from(rows).unwrap_or(usize::MAX);
-                    Ok((others.saturating_add(allocation_budget(&spec)?), spec))
-                };
-                let (mut need, mut grown) = with_rows(largest.max(scaled(rows)))?;
-                if need > cap {
-                    (need, grown) = with_rows(largest)?;
-                }
-                if need > cap {
-                    return Err(over_cap(name, need, cap));
-                }
-                targets_of = Some((id.index, grown));
-                need.max(entry.budget)
             }
+            if growing.is_empty() {
+                return Ok(None);
+            }
+            let kept = entry.used() - growing.iter().map(|o| o.billed).sum::<u64>();
+            // Each growing buffer to `rows(its rows)`: its budget need and new specs.
+            let resized = |rows: &dyn Fn(u64) -> u64| -> Result<(u64, BTreeMap<u64, AllocationSpec>)> {
+                let mut need = kept;
+                let mut specs = BTreeMap::new();
+                for owned in &growing {
+                    let mut spec = owned.record.spec.clone();
+                    let now = spec.shape[0] as u64;
+                    spec.shape[0] = usize::try_from(rows(now)).unwrap_or(usize::MAX);
+                    need = need.saturating_add(allocation_budget(&spec)?);
+                    specs.insert(owned.record.id.index, spec);
+                }
+                Ok((need, specs))
+            };
+            let (mut need, mut specs) = resized(&|rows| largest.max(scaled(rows)))?;
+            if need > cap {
+                (need, specs) = resized(&|_| largest)?;
+            }
+            if need > cap {
+                return Err(over_cap(name, need, cap));
+            }
+            grown = specs;
+            need.max(entry.budget)
         };
         let others: u64 = inner
             .consumers
@@ -323,10 +346,10 @@ impl Lease {
         let mut targets = Vec::new();
         for (index, consumer) in inner.consumers.iter().enumerate() {
             for owned in consumer.owned.values() {
-                let target = match &targets_of {
-                    Some((buffer, grown)) if *buffer == owned.record.id.index => grown.clone(),
-                    _ => owned.record.spec.clone(),
-                };
+                let target = grown
+                    .get(&owned.record.id.index)
+                    .unwrap_or(&owned.record.spec)
+                    .clone();
                 owners.push((index, owned.clone()));
                 targets.push(target);
             }
@@ -373,6 +396,6 @@ impl GrowableBuffer {
     /// budget allows only the need), the heap grows for every consumer, and every allocation's
     /// data is kept (this buffer's existing rows included). `None` when nothing had to grow.
     pub fn ensure_capacity(&self, lease: &Lease, rows: usize) -> Result<Option<Growth>> {
-        lease.grow_for(rows as u64, Some(self.origin))
+        lease.ensure_capacity(&[self], rows)
     }
 }
