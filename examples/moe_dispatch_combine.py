@@ -48,7 +48,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--experts-per-rank", type=int, default=2)
     parser.add_argument("--steps", type=int, default=20, help="timed steps (after 3 warm-up)")
     parser.add_argument("--spike-step", type=int, default=8, help="the step with more tokens")
-    parser.add_argument("--spike", type=int, default=4, help="token multiplier at the spike")
+    parser.add_argument("--spike", type=int, default=8, help="token multiplier at the spike")
     parser.add_argument(
         "--gloo",
         action="store_true",

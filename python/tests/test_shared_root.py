@@ -92,7 +92,8 @@ def test_budgets_owners_and_bare_calls_are_enforced(three, xp):
         assert billed >= 2 * MIB
         with pytest.raises(
             shmem.InvalidArgumentError,
-            match="consumer moe0: 6 MiB requested, 2 MiB of 4 MiB left",
+            match=r"consumer moe0: 6291519 bytes \(6.0 MiB\) requested, 2097089 bytes \(2.0 MiB\) "
+            r"of 4 MiB left",
         ):
             moe0.empty(6 * MIB, dtype="uint8")
         # Over budget on the last rank only: the same refusal on every rank.

@@ -185,7 +185,7 @@ fn budgets_owners_bare_calls_and_close_order_are_enforced_on_every_rank() {
     for pe in &result.pes {
         let budget = &pe.lines_with("BUDGET ")[0];
         assert!(
-            budget.contains("consumer moe0: 6 MiB requested, 2 MiB of 4 MiB left")
+            budget.contains("consumer moe0: 6291519 bytes (6.0 MiB) requested, 2097089 bytes (2.0 MiB) of 4 MiB left")
                 && budget.contains("root_ranks=[0, 1]"),
             "{budget}"
         );

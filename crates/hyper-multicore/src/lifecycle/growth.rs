@@ -308,18 +308,19 @@ impl Lease {
             }
             let kept = entry.used() - growing.iter().map(|o| o.billed).sum::<u64>();
             // Each growing buffer to `rows(its rows)`: its budget need and new specs.
-            let resized = |rows: &dyn Fn(u64) -> u64| -> Result<(u64, BTreeMap<u64, AllocationSpec>)> {
-                let mut need = kept;
-                let mut specs = BTreeMap::new();
-                for owned in &growing {
-                    let mut spec = owned.record.spec.clone();
-                    let now = spec.shape[0] as u64;
-                    spec.shape[0] = usize::try_from(rows(now)).unwrap_or(usize::MAX);
-                    need = need.saturating_add(allocation_budget(&spec)?);
-                    specs.insert(owned.record.id.index, spec);
-                }
-                Ok((need, specs))
-            };
+            let resized =
+                |rows: &dyn Fn(u64) -> u64| -> Result<(u64, BTreeMap<u64, AllocationSpec>)> {
+                    let mut need = kept;
+                    let mut specs = BTreeMap::new();
+                    for owned in &growing {
+                        let mut spec = owned.record.spec.clone();
+                        let now = spec.shape[0] as u64;
+                        spec.shape[0] = usize::try_from(rows(now)).unwrap_or(usize::MAX);
+                        need = need.saturating_add(allocation_budget(&spec)?);
+                        specs.insert(owned.record.id.index, spec);
+                    }
+                    Ok((need, specs))
+                };
             let (mut need, mut specs) = resized(&|rows| largest.max(scaled(rows)))?;
             if need > cap {
                 (need, specs) = resized(&|_| largest)?;

@@ -111,14 +111,14 @@ pub fn allocation_budget(spec: &AllocationSpec) -> Result<u64> {
     Ok(Allocator::footprint(bytes, alignment.max(MIN_ALIGNMENT)))
 }
 
-/// `bytes` for people: `6 MiB`, `1.5 MiB`, `640 bytes`.
+/// `bytes` for people: `6 MiB`, `640 bytes`, `6291519 bytes (6.0 MiB)`.
 pub(super) fn show_bytes(bytes: u64) -> String {
     const MIB: u64 = 1 << 20;
-    if bytes < MIB {
-        return format!("{bytes} bytes");
+    match bytes {
+        b if b < MIB => format!("{b} bytes"),
+        b if b % MIB == 0 => format!("{} MiB", b / MIB),
+        b => format!("{b} bytes ({:.1} MiB)", b as f64 / MIB as f64),
     }
-    let text = format!("{:.2}", bytes as f64 / MIB as f64);
-    format!("{} MiB", text.trim_end_matches('0').trim_end_matches('.'))
 }
 
 /// Where a shared root is in its life.
