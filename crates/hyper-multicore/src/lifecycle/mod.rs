@@ -71,7 +71,7 @@ use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::Allocator;
 use crate::shmem::converge::LocalFailure;
 use crate::shmem::process;
-use crate::shmem::registry::managed_by;
+use crate::shmem::registry::check_unmanaged;
 use crate::shmem::{
     debug_state_inactive, Allocation, AllocationRecord, AllocationSpec, DebugState, Element,
     Region, Shmem, ShutdownError, MAX_ALIGNMENT,
@@ -154,22 +154,6 @@ static LIFECYCLE: ReentrantMutex<RefCell<Lifecycle>> =
         references: 0,
         root: None,
     }));
-
-/// Refuses a bare lifecycle call while a [`SharedRoot`] holds the runtime.
-fn check_unmanaged(operation: &str) -> Result<()> {
-    match managed_by() {
-        None => Ok(()),
-        Some(root) => Err(Error::new(
-            ErrorKind::InvalidState,
-            operation,
-            format!(
-                "the runtime is held by {root}; while it is active, {operation} is made through \
-                 its consumers (their allocate, free and grow, under their lease), or close the shared \
-                 root first"
-            ),
-        )),
-    }
-}
 
 /// The active root's channel, or an error for `operation` when no reference is active.
 fn root_channel(operation: &str) -> Result<Arc<dyn GroupChannel>> {

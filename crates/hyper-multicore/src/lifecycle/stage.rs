@@ -53,18 +53,15 @@ impl Stage {
     ];
 
     /// Every stage of a heap growth, in order: Agree, then a restart's stages.
-    pub const GROW: [Stage; 10] = [
-        Stage::Agree,
-        Stage::Preflight,
-        Stage::Quiesce,
-        Stage::PreserveData,
-        Stage::ReleaseAllocations,
-        Stage::ValidateShutdown,
-        Stage::Shutdown,
-        Stage::Bootstrap,
-        Stage::Initialize,
-        Stage::RestoreAllocations,
-    ];
+    pub const GROW: [Stage; 10] = {
+        let mut stages = [Stage::Agree; 10];
+        let mut index = 0;
+        while index < Stage::RESTART.len() {
+            stages[index + 1] = Stage::RESTART[index];
+            index += 1;
+        }
+        stages
+    };
 
     /// Whether a failure of this stage leaves everything as it was (retryable, unless the ranks
     /// can no longer agree or the runtime is unusable): the stages before ReleaseAllocations.

@@ -30,7 +30,7 @@ pub(crate) fn set_managed(description: Option<String>) {
 }
 
 /// The description of the shared root managing the heap, if one does.
-pub(crate) fn managed_by() -> Option<String> {
+fn managed_by() -> Option<String> {
     MANAGED_BY.lock().clone()
 }
 
@@ -46,9 +46,10 @@ pub(crate) fn on_behalf_of_consumer<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Refuses a bare allocate or free while a shared root manages the heap (a local check, made on
-/// every rank alike: each has the same shared root).
-fn check_unmanaged(operation: &str) -> Result<()> {
+/// Refuses a bare call (allocate, free, and the lifecycle's acquire, release and restart)
+/// while a shared root manages the heap: a local check, made on every rank alike (each has the
+/// same shared root).
+pub(crate) fn check_unmanaged(operation: &str) -> Result<()> {
     if ON_BEHALF.with(Cell::get) {
         return Ok(());
     }
@@ -58,8 +59,9 @@ fn check_unmanaged(operation: &str) -> Result<()> {
             ErrorKind::InvalidState,
             operation,
             format!(
-                "the heap is managed by {root}; {operation} through one of its consumers \
-                 (their allocate and free, under their lease), or close the shared root first"
+                "{operation} is refused while the heap is managed by {root}: use its consumers \
+                 (their allocate, free and grow, under their lease), or close the shared root \
+                 first"
             ),
         )),
     }
