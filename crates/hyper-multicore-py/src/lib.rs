@@ -696,6 +696,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<shared_root::PyLease>()?;
     m.add_class::<shared_root::PyGrowable>()?;
     m.add_function(wrap_pyfunction!(shared_root::allocation_budget, m)?)?;
+    m.add_function(wrap_pyfunction!(shared_root::warn, m)?)?;
     m.add_function(wrap_pyfunction!(acquire_world, m)?)?;
     m.add_function(wrap_pyfunction!(acquire_ranks, m)?)?;
     m.add_function(wrap_pyfunction!(acquire_channel, m)?)?;

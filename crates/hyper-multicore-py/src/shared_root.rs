@@ -54,6 +54,13 @@ pub(crate) fn allocation_budget(
     )
 }
 
+/// Logs `message` as the runtime's warning (the Python front's warnings, e.g. a consumer's
+/// tensor dropped while its allocation is live).
+#[pyfunction]
+pub(crate) fn warn(message: &str) {
+    tracing::warn!("{message}");
+}
+
 /// A shared root (planning, active, closed or failed).
 #[pyclass(name = "SharedRoot", module = "hyper_multicore._native")]
 pub(crate) struct PySharedRoot {
@@ -207,29 +214,31 @@ impl PyLease {
         py_result(py, self.lease.run(operation, |_| Ok(())))
     }
 
-    #[pyo3(signature = (shape, dtype, alignment=None))]
+    /// Allocates for the consumer; `site` (the Python caller's `file:line`) is logged at debug.
     fn allocate(
         &self,
         py: Python<'_>,
         shape: Vec<usize>,
         dtype: &str,
         alignment: Option<u64>,
+        site: &str,
     ) -> PyResult<Described> {
         let spec = spec(shape, dtype, alignment)?;
-        let record = py_result(py, py.detach(|| self.lease.allocate_spec(&spec)))?;
+        let record = py_result(py, py.detach(|| self.lease.allocate_spec_from(&spec, site)))?;
         self.describe(py, record)
     }
 
-    #[pyo3(signature = (shape, dtype, alignment=None))]
     fn allocate_growable(
         &self,
         py: Python<'_>,
         shape: Vec<usize>,
         dtype: &str,
         alignment: Option<u64>,
+        site: &str,
     ) -> PyResult<(PyGrowable, Described)> {
         let spec = spec(shape, dtype, alignment)?;
-        let buffer = py_result(py, py.detach(|| self.lease.allocate_growable(&spec)))?;
+        let growable = py.detach(|| self.lease.allocate_growable_from(&spec, site));
+        let buffer = py_result(py, growable)?;
         let record = py_result(py, buffer.record(&self.lease))?;
         Ok((PyGrowable { buffer }, self.describe(py, record)?))
     }

@@ -26,6 +26,8 @@ Example (every rank runs it; ``hmrun -n 2 -- python example.py``)::
 from __future__ import annotations
 
 import json
+import sys
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +70,24 @@ def allocation_budget(shape: Sequence[int], dtype: Any, alignment: int | None = 
     rounding and the worst-case alignment padding included)."""
     size = _size_args((shape,))
     return _native.allocation_budget(list(size), _backend.dtype_name(dtype), alignment)
+
+
+def _caller_site() -> str:
+    """``file:line`` of the code that called into this module (for the log)."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def _dropped(allocation: Any, consumer: str, site: str) -> None:
+    """Finalizer of a consumer's tensor: warns if its allocation is still live."""
+    if allocation.live:
+        _native.warn(
+            f"a symmetric tensor of consumer {consumer} (allocation {allocation.index}, "
+            f"allocated at {site}) was dropped while its allocation is live; free it with "
+            "consumer.free() (the heap holds it until then)"
+        )
 
 
 def _state_error(operation: str, message: str) -> ShmemError:
@@ -177,9 +197,10 @@ class Consumer:
         name = _backend.default_dtype_name() if dtype is None else _backend.dtype_name(dtype)
         align = check_alignment(alignment)
         lease = self._lease_for("allocate")
+        site = _caller_site()
         with _lock:
-            exported, _, _ = lease.allocate(list(shape), name, align)
-            return self._own(_register(exported, shape, name))
+            exported, _, _ = lease.allocate(list(shape), name, align, site)
+            return self._own(_register(exported, shape, name), site)
 
     def growable(self, *size: Any, dtype: Any = None, alignment: int | None = None) -> GrowableBuffer:
         """Collective: a :class:`GrowableBuffer` of ``size`` (its first dimension is rows)."""
@@ -187,16 +208,21 @@ class Consumer:
         name = _backend.default_dtype_name() if dtype is None else _backend.dtype_name(dtype)
         align = check_alignment(alignment)
         lease = self._lease_for("allocate")
+        site = _caller_site()
         with _lock:
-            native, (exported, _, _) = lease.allocate_growable(list(shape), name, align)
-            tensor = self._own(_register(exported, shape, name))
+            native, (exported, _, _) = lease.allocate_growable(list(shape), name, align, site)
+            tensor = self._own(_register(exported, shape, name), site)
         return GrowableBuffer(self, native, tensor)
 
-    def _own(self, tensor: Any) -> Any:
+    def _own(self, tensor: Any, site: str) -> Any:
+        """Marks ``tensor``'s allocation as this consumer's and returns the caller's view of
+        it, which warns (through the runtime's log) if it is dropped while still live."""
         allocation = _lookup(tensor)
         assert allocation is not None
         allocation.owner = self
-        return tensor
+        view = tensor[...]
+        weakref.finalize(view, _dropped, allocation, self.name, site).atexit = False
+        return view
 
     def free(self, tensor: Any) -> None:
         """Collective: frees a tensor of this consumer. Another consumer's tensor is refused

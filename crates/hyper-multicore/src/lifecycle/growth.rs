@@ -74,7 +74,19 @@ struct Need {
 
 impl Lease {
     /// Collective: allocates a growable buffer of `spec` (its first dimension is the rows).
+    #[track_caller]
     pub fn allocate_growable(&self, spec: &AllocationSpec) -> Result<GrowableBuffer> {
+        let site = std::panic::Location::caller();
+        self.allocate_growable_from(spec, &format!("{}:{}", site.file(), site.line()))
+    }
+
+    /// [`Lease::allocate_growable`] for a front in another language (see
+    /// [`Lease::allocate_spec_from`]).
+    pub fn allocate_growable_from(
+        &self,
+        spec: &AllocationSpec,
+        site: &str,
+    ) -> Result<GrowableBuffer> {
         if spec.shape.is_empty() {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -82,7 +94,7 @@ impl Lease {
                 "a growable buffer needs a shape with at least one dimension (its rows)",
             ));
         }
-        let record = self.allocate_spec(spec)?;
+        let record = self.allocate_spec_from(spec, site)?;
         Ok(GrowableBuffer { origin: record.id })
     }
 

@@ -833,6 +833,7 @@ impl Lease {
     }
 
     /// Collective: allocates `len` elements of `T`, billed to the consumer.
+    #[track_caller]
     pub fn allocate<T: Element>(
         &self,
         len: usize,
@@ -844,14 +845,34 @@ impl Lease {
 
     /// Collective: allocates by spec, billed to the consumer. Refused on every rank, before
     /// any collective work, when the lease is stale or the budget would be exceeded on any rank.
+    /// At debug log level the allocation is logged with its caller's file and line.
+    #[track_caller]
     pub fn allocate_spec(&self, spec: &AllocationSpec) -> Result<AllocationRecord> {
+        let site = std::panic::Location::caller();
+        self.allocate_spec_from(spec, &format!("{}:{}", site.file(), site.line()))
+    }
+
+    /// [`Lease::allocate_spec`] for a front in another language: `site` (its caller's
+    /// `file:line`) is what the debug log names.
+    pub fn allocate_spec_from(
+        &self,
+        spec: &AllocationSpec,
+        site: &str,
+    ) -> Result<AllocationRecord> {
         const OP: &str = "allocate";
         let _collective = self.shared.collective.lock();
         let local = self.billing_check(OP, spec);
         let billed = self.agree(OP, local)?;
         let record = on_behalf_of_consumer(|| guarded(OP, |shmem| shmem.allocate_spec(spec)))?;
         let mut inner = self.shared.inner.lock();
-        inner.consumers[self.consumer].owned.insert(
+        let entry = &mut inner.consumers[self.consumer];
+        tracing::debug!(
+            "consumer {}: allocation {} ({} bytes, {billed} billed) allocated at {site}",
+            entry.spec.name,
+            record.id.index,
+            record.bytes
+        );
+        entry.owned.insert(
             record.id.index,
             Owned {
                 record: record.clone(),
