@@ -893,7 +893,7 @@ fn check_restart(
     Shmem::plan_heap(shmem.local_pes(), heap_size, &targets)
         .map_err(|e| invalid(e.message().to_string()))?;
     // Preserved data is staged in private memory between the heaps: it must fit now.
-    preserve::check_host(shmem.local_pes(), replacements).map_err(LocalFailure::from)?;
+    preserve::check_host(op, shmem.local_pes(), replacements).map_err(LocalFailure::from)?;
     Ok(PreflightValue {
         hook,
         manifest: Manifest {

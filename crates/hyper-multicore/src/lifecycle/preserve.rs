@@ -21,7 +21,11 @@ fn carried(replacement: &Replacement) -> u64 {
 
 /// Fails unless the PEs of this host (`local_pes`) can stage every preserved byte in the
 /// memory the host has available.
-pub(super) fn check_host(local_pes: usize, replacements: &[Replacement]) -> Result<()> {
+pub(super) fn check_host(
+    operation: &str,
+    local_pes: usize,
+    replacements: &[Replacement],
+) -> Result<()> {
     let staged: u64 = replacements
         .iter()
         .filter(|r| r.preserve)
@@ -34,7 +38,7 @@ pub(super) fn check_host(local_pes: usize, replacements: &[Replacement]) -> Resu
     match available_memory_bytes() {
         Some(available) if wanted > available => Err(Error::new(
             ErrorKind::InvalidArgument,
-            "restart",
+            operation,
             format!(
                 "preserving data stages {staged} bytes per PE in private memory between the \
                  heaps ({local_pes} PEs on this host: {wanted} bytes), but this host has only \
@@ -68,19 +72,23 @@ pub(super) fn copy_out(
                 return Ok(None);
             }
             let bytes = carried(replacement);
-            let mut staged = Vec::new();
-            staged.try_reserve_exact(bytes as usize).map_err(|e| {
-                Error::new(
-                    ErrorKind::InvalidArgument,
-                    operation,
-                    format!(
-                        "cannot stage {bytes} preserved bytes of allocation {} in private \
-                         memory ({e}); preserve less or free memory first",
-                        replacement.current.id.index
-                    ),
-                )
-            })?;
-            staged.resize(bytes as usize, 0);
+            // Probed first, so that memory that cannot be had is an error (retryable: nothing
+            // is torn down yet) rather than an abort; then allocated zeroed, which for a large
+            // copy is fresh zero pages (no zeroing pass: the copy touches each page once).
+            Vec::<u8>::new()
+                .try_reserve_exact(bytes as usize)
+                .map_err(|e| {
+                    Error::new(
+                        ErrorKind::InvalidArgument,
+                        operation,
+                        format!(
+                            "cannot stage {bytes} preserved bytes of allocation {} in private \
+                             memory ({e}); preserve less or free memory first",
+                            replacement.current.id.index
+                        ),
+                    )
+                })?;
+            let mut staged = vec![0u8; bytes as usize];
             let source = Region {
                 bytes,
                 ..replacement.current
