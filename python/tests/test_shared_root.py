@@ -40,9 +40,7 @@ def three():
     from hyper_multicore.shmem._registry import _live  # the suite's backdoor for cleanup only
 
     for consumer in consumers:
-        owned = sorted(
-            (a for a in _live.values() if a.owner is consumer), key=lambda a: a.index
-        )
+        owned = sorted((a for a in _live.values() if a.owner is consumer), key=lambda a: a.index)
         with consumer.lease():
             for allocation in owned:
                 consumer.free(allocation.tensor)

@@ -214,7 +214,8 @@ impl PyLease {
         py_result(py, self.lease.run(operation, |_| Ok(())))
     }
 
-    /// Allocates for the consumer; `site` (the Python caller's `file:line`) is logged at debug.
+    /// Allocates for the consumer, a growable buffer with `growable`; `site` (the Python
+    /// caller's `file:line`) is logged at debug.
     fn allocate(
         &self,
         py: Python<'_>,
@@ -222,25 +223,19 @@ impl PyLease {
         dtype: &str,
         alignment: Option<u64>,
         site: &str,
-    ) -> PyResult<Described> {
+        growable: bool,
+    ) -> PyResult<(Option<PyGrowable>, Described)> {
         let spec = spec(shape, dtype, alignment)?;
-        let record = py_result(py, py.detach(|| self.lease.allocate_spec_from(&spec, site)))?;
-        self.describe(py, record)
-    }
-
-    fn allocate_growable(
-        &self,
-        py: Python<'_>,
-        shape: Vec<usize>,
-        dtype: &str,
-        alignment: Option<u64>,
-        site: &str,
-    ) -> PyResult<(PyGrowable, Described)> {
-        let spec = spec(shape, dtype, alignment)?;
-        let growable = py.detach(|| self.lease.allocate_growable_from(&spec, site));
-        let buffer = py_result(py, growable)?;
-        let record = py_result(py, buffer.record(&self.lease))?;
-        Ok((PyGrowable { buffer }, self.describe(py, record)?))
+        let made = py.detach(|| match growable {
+            false => Ok((None, self.lease.allocate_spec_from(&spec, site)?)),
+            true => {
+                let buffer = self.lease.allocate_growable_from(&spec, site)?;
+                let record = buffer.record(&self.lease)?;
+                Ok((Some(PyGrowable { buffer }), record))
+            }
+        });
+        let (buffer, record) = py_result(py, made)?;
+        Ok((buffer, self.describe(py, record)?))
     }
 
     fn free(&self, py: Python<'_>, index: u64, generation: u64) -> PyResult<()> {

@@ -193,26 +193,26 @@ class Consumer:
         """Collective: a new symmetric tensor billed to this consumer (as
         :func:`~hyper_multicore.shmem.empty`). Refused on every rank, before any collective
         work, when it would exceed the budget on any rank or the lease is not held."""
-        shape = _size_args(size)
-        name = _backend.default_dtype_name() if dtype is None else _backend.dtype_name(dtype)
-        align = check_alignment(alignment)
-        lease = self._lease_for("allocate")
-        site = _caller_site()
-        with _lock:
-            exported, _, _ = lease.allocate(list(shape), name, align, site)
-            return self._own(_register(exported, shape, name), site)
+        return self._allocate(size, dtype, alignment, growable=False)[1]
 
-    def growable(self, *size: Any, dtype: Any = None, alignment: int | None = None) -> GrowableBuffer:
+    def growable(
+        self, *size: Any, dtype: Any = None, alignment: int | None = None
+    ) -> GrowableBuffer:
         """Collective: a :class:`GrowableBuffer` of ``size`` (its first dimension is rows)."""
+        native, tensor = self._allocate(size, dtype, alignment, growable=True)
+        return GrowableBuffer(self, native, tensor)
+
+    def _allocate(
+        self, size: tuple[Any, ...], dtype: Any, alignment: int | None, *, growable: bool
+    ) -> tuple[Any, Any]:
         shape = _size_args(size)
         name = _backend.default_dtype_name() if dtype is None else _backend.dtype_name(dtype)
         align = check_alignment(alignment)
         lease = self._lease_for("allocate")
         site = _caller_site()
         with _lock:
-            native, (exported, _, _) = lease.allocate_growable(list(shape), name, align, site)
-            tensor = self._own(_register(exported, shape, name), site)
-        return GrowableBuffer(self, native, tensor)
+            native, (exported, _, _) = lease.allocate(list(shape), name, align, site, growable)
+            return native, self._own(_register(exported, shape, name), site)
 
     def _own(self, tensor: Any, site: str) -> Any:
         """Marks ``tensor``'s allocation as this consumer's and returns the caller's view of
