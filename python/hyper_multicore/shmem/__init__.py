@@ -11,7 +11,8 @@ collectively), and :func:`restart` resizes the heap and replaces every allocatio
 at once (keeping data with ``preserve=True``). Several modules share one heap through a
 :class:`SharedRoot`: declared consumers with budgets, ownership, execution leases, and heap
 growth that keeps every consumer's data (:class:`GrowableBuffer`). Every rank either succeeds
-at each stage or all fail with the same diagnosis naming the failing ranks, as :class:`RetryableError`, :class:`TerminalError` or :class:`ConvergenceError`.
+at each stage or all fail with the same diagnosis naming the failing ranks, as
+:class:`RetryableError`, :class:`TerminalError` or :class:`ConvergenceError`.
 
 Root groups: with ``torch.distributed`` initialised, a ``ProcessGroup`` (``None`` = WORLD); the
 runtime's unique ID travels over it from group rank 0. Without it, the launcher's environment
