@@ -448,6 +448,19 @@ fn an_injected_failure_at_every_growth_stage_keeps_the_lifecycle_classes() {
             assert_eq!(pe.lines_with("AFTER "), [after], "{fault}");
         }
     }
+    // A rank that grows something else: refused at Agree on every rank, nothing changed.
+    let options = Options::default().env(FAULT_VARIABLE, "grow:Agree:1:differ");
+    let result = Job::launch_with(name, 2, options).wait();
+    result.assert_all_succeeded();
+    for pe in &result.pes {
+        let fault = &pe.lines_with("FAULT ")[0];
+        assert!(
+            fault.contains("the ranks grow different things") && fault.contains("root_ranks=[1]"),
+            "{fault}"
+        );
+        assert_eq!(pe.lines_with("RECOVERY "), ["Some(Retryable)"]);
+        assert_eq!(pe.lines_with("AFTER "), ["unchanged"]);
+    }
 }
 
 /// A growth while the fault kills rank 1: the survivors see a convergence failure, the root
@@ -486,8 +499,9 @@ fn a_rank_killed_at_any_growth_stage_leaves_a_convergence_failure_and_nothing_ma
                 "{fault}\n{}",
                 result.describe()
             );
+            let after = &pe.lines_with("AFTER ")[0];
             assert!(
-                pe.lines_with("AFTER ")[0].contains("restart the process"),
+                after.contains("the shared root failed") && after.contains("restart the process"),
                 "{fault}\n{}",
                 result.describe()
             );

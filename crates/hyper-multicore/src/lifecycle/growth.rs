@@ -141,7 +141,6 @@ impl Lease {
     fn grow_for(&self, amount: u64, buffers: &[AllocationId]) -> Result<Option<Growth>> {
         const OP: &str = "grow";
         let _collective = self.shared.collective.lock();
-        let channel = root_channel(OP)?;
         let started = Instant::now();
         let (local, buffers) = {
             let inner = self.shared.inner.lock();
@@ -155,13 +154,19 @@ impl Lease {
                 });
             (local, buffers)
         };
+        // Without a runtime (the root failed) the local check's own error says why.
+        let channel = match root_channel(OP) {
+            Ok(channel) => channel,
+            Err(error) => return Err(local.err().unwrap_or(error)),
+        };
         let values = stage::run(
             channel.as_ref(),
             OP,
             Stage::Agree,
             false,
             || local.map_err(Into::into),
-            |need| need.amount ^= 1,
+            // The test-only `differ` fault: this rank names another consumer.
+            |need| need.consumer.push('~'),
         );
         let values = values.map_err(|failure| self.failed(failure))?;
         let plan = self

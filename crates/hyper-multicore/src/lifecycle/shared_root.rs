@@ -897,7 +897,7 @@ impl Lease {
     }
 
     /// Exchanges a local check's outcome over the root: the same verdict on every rank.
-    pub(super) fn agree<T>(&self, operation: &str, local: Result<T>) -> Result<T>
+    fn agree<T>(&self, operation: &str, local: Result<T>) -> Result<T>
     where
         T: Serialize + serde::de::DeserializeOwned + std::fmt::Debug + PartialEq + Clone,
     {
