@@ -483,7 +483,7 @@ def restart(
     callable) is reported by Preflight on *every* rank, naming the rank it was found on: a rank
     with a bad argument still takes part, so nobody waits for it.
 
-    Stages (each converged over the root): Preflight, Quiesce, ReleaseAllocations,
+    Stages (each converged over the root): Preflight, Quiesce, PreserveData, ReleaseAllocations,
     ValidateShutdown, Shutdown, Bootstrap, Initialize, RestoreAllocations.
 
     Raises:

@@ -554,7 +554,11 @@ fn preflight_difference(
 /// one (`replacements` must cover each exactly once). Only with exactly one reference; a
 /// collective call over the root. `preflight_hook` takes a snapshot of the caller's own state
 /// that must be equal *as a value* (by [`PreflightHook::same`]) on every rank; a closure
-/// returning bytes is a hook comparing bytes.
+/// returning bytes is a hook comparing bytes. A replacement with `preserve` keeps the first
+/// min(old, new) bytes of its allocation on every PE (staged in private memory between the
+/// heaps; Preflight checks that the host can hold them).
+///
+/// Refused while a [`SharedRoot`] holds the runtime (its growth restarts on its behalf).
 ///
 /// Failures before ReleaseAllocations are retryable (unless the runtime is unusable or the ranks
 /// could not exchange outcomes: then the lifecycle is invalidated); from ReleaseAllocations on
