@@ -54,7 +54,10 @@ def parse() -> argparse.Namespace:
         action="store_true",
         help="initialise torch.distributed (gloo) and use its WORLD as the root",
     )
-    return parser.parse_args()
+    args = parser.parse_args()
+    if not 0 <= args.spike_step < 3 + args.steps - 1:
+        parser.error("--spike-step must be a step before the last one (3 warm-up + --steps)")
+    return args
 
 
 class Model:
@@ -180,7 +183,7 @@ def main() -> None:
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
-    pes = shmem.root_members().__len__()
+    pes = len(shmem.root_members())
     per_rank, tokens, dim = args.experts_per_rank, args.tokens, args.dim
     models = [Model(per_rank * pes, dim, seed) for seed in (1234, 5678)]
 
