@@ -9,6 +9,7 @@ hmrun's SIGTERM (sent when a rank dies) so they can report how *they* failed; hm
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import os
 import signal
@@ -54,10 +55,48 @@ def replacements(tensors):
     return [shmem.AllocationReplacement(t, shmem.AllocationSpec.like(t)) for t in tensors]
 
 
-shmem.acquire(heap_size_bytes=8 << 20)
-tensors = [shmem.empty(64), shmem.empty(8, dtype="int64")]
+def grow_scenario() -> None:
+    """A shared root of three consumers grows while HYPER_MULTICORE_TEST_FAULT kills a rank
+    (or fails a stage); then: is the root usable, and is any heap still mapped?"""
+    root = shmem.SharedRoot()
+    moe0 = root.reserve(shmem.ConsumerSpec("moe0", "moe-dispatch", 4 << 20, "dispatch"))
+    moe1 = root.reserve(shmem.ConsumerSpec("moe1", "moe-dispatch", 4 << 20, "dispatch"))
+    attn = root.reserve(shmem.ConsumerSpec("attn", "workspace", 2 << 20, "scratch"))
+    root.activate()
+    with attn.lease():
+        workspace = attn.empty(1024, dtype="int64")
+        workspace[:] = RANK
+    with moe1.lease():
+        moe1.empty(4096)
+    lease = moe0.claim()
+    buffer = moe0.growable(64, 1024, dtype="uint8")
+    report["grow"] = outcome(lambda: buffer.ensure_capacity(4096))
+    os.environ.pop("HYPER_MULTICORE_TEST_FAULT", None)
+    report["after"] = outcome(lambda: moe0.empty(8))
+    report["state"] = root.debug_state().get("phase")
+    if report["grow"]["error"] == "RetryableError":
+        lease.release()
+        with attn.lease():
+            report["kept"] = int(workspace.sum()) == RANK * 1024
+    else:
+        # The failed root retired every tensor: once this process drops its own, no heap may
+        # stay mapped.
+        del workspace, buffer
+        gc.collect()
+        with open("/proc/self/maps") as maps:
+            report["heap_mappings"] = sum("hyper_multicore-heap" in line for line in maps)
+    report["acquire"] = outcome(lambda: shmem.acquire(heap_size_bytes=8 << 20))
 
-if SCENARIO == "restart":
+
+if SCENARIO == "grow":
+    grow_scenario()
+else:
+    shmem.acquire(heap_size_bytes=8 << 20)
+    tensors = [shmem.empty(64), shmem.empty(8, dtype="int64")]
+
+if SCENARIO == "grow":
+    pass
+elif SCENARIO == "restart":
     # HYPER_MULTICORE_TEST_FAULT makes a stage fail or a rank die.
     report["restart"] = outcome(
         lambda: shmem.restart(heap_size_bytes=16 << 20, replacements=replacements(tensors))

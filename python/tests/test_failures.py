@@ -177,3 +177,40 @@ def test_a_destroyed_process_group_is_a_changed_torch_state(tmp_path):
         assert "torch.distributed state changed" in release["message"]
         assert release["message"].endswith("the runtime remains usable")
         assert report["references"] == 1
+
+
+GROWTH_KILLS = [
+    ("world", stage) for stage in ("Agree", "PreserveData", "Initialize", "RestoreAllocations")
+] + [(channel, "Agree") for channel in CHANNELS if channel != "world"]
+
+
+@needs_faults
+@pytest.mark.parametrize("channel, stage", GROWTH_KILLS)
+def test_a_rank_killed_during_growth_fails_the_survivors_and_leaks_nothing(
+    tmp_path, channel, stage
+):
+    job = run_job(tmp_path, "grow", channel, fault=f"grow:{stage}:1:abort")
+    reports = job["reports"]
+    assert sorted(reports) == [0, 2], job["output"]
+    for report in reports.values():
+        grow = report["grow"]
+        assert grow["error"] == "ConvergenceError", grow
+        assert grow["stage"] == stage, grow
+        assert grow["message"].endswith("restart the process")
+        # The root and its consumers say so; no heap is left mapped.
+        assert report["after"]["error"] is not None
+        assert "restart the process" in report["after"]["message"]
+        assert report["state"].startswith("failed")
+        assert report["heap_mappings"] == 0
+        assert report["acquire"]["error"] == "ConvergenceError"
+
+
+@needs_faults
+def test_an_injected_failure_before_teardown_of_a_growth_keeps_the_data(tmp_path):
+    job = run_job(tmp_path, "grow", "world", fault="grow:PreserveData:1:retryable")
+    reports = job["reports"]
+    assert sorted(reports) == [0, 1, 2], job["output"]
+    for report in reports.values():
+        assert report["grow"]["error"] == "RetryableError", report
+        assert report["grow"]["stage"] == "PreserveData"
+        assert report["kept"] is True

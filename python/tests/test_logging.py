@@ -57,3 +57,39 @@ def test_a_bad_level_fails_the_import_naming_the_variable() -> None:
     run = _run("loud")
     assert run.returncode != 0
     assert "HYPER_MULTICORE_SHMEM_LOG_LEVEL" in run.stderr
+
+
+_CONSUMER_CHILD = """
+import gc
+from hyper_multicore import shmem
+root = shmem.SharedRoot()
+moe = root.reserve(shmem.ConsumerSpec("moe0", "moe-dispatch", 2 << 20, "a"))
+root.activate()
+with moe.lease():
+    kept = moe.empty(4)
+    dropped = moe.empty(8)
+    del dropped
+    gc.collect()
+    moe.free(kept)
+    gc.collect()
+# The dropped tensor's allocation stays live (the heap holds it): the process ends without
+# closing the root.
+"""
+
+
+def test_a_consumer_tensor_logs_where_it_was_allocated_and_warns_when_dropped_live() -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", _CONSUMER_CHILD],
+        env=dict(os.environ, HYPER_MULTICORE_SHMEM_LOG_LEVEL="debug"),
+        capture_output=True,
+        text=True,
+        timeout=4 * TIMEOUT,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    allocated = [line for line in run.stderr.splitlines() if "allocated at <string>:" in line]
+    assert any("<string>:8" in line for line in allocated), run.stderr
+    assert any("<string>:9" in line for line in allocated), run.stderr
+    warnings = [line for line in run.stderr.splitlines() if "was dropped while" in line]
+    # The dropped tensor warns, naming where it was allocated; the freed one does not.
+    assert len(warnings) == 1 and "<string>:9" in warnings[0], run.stderr
+    assert "WARN" in warnings[0]

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use hyper_multicore::lifecycle::{self, Replacement, FAULT_VARIABLE};
+use hyper_multicore::lifecycle::{
+    self, ConsumerSpec, Replacement, RootGroup, SharedRoot, FAULT_VARIABLE,
+};
 use hyper_multicore::shmem::{AllocationSpec, Comparison, Dtype, ReduceOp, Symmetric};
 use hyper_multicore::world::World;
 use hyper_multicore::{Error, Recovery};
@@ -198,6 +200,7 @@ fn lifecycle_point(
                         dtype: Dtype::U32,
                         alignment: None,
                     },
+                    preserve: false,
                 };
                 lifecycle::restart(2 * HEAP, &[replacement], None)
             };
@@ -215,7 +218,76 @@ fn lifecycle_point(
                 Err(error) => settle(&error, || restart().and_then(finish)),
             }
         }
+        Operation::Grow => grow_point(rank)?,
     }
+    Ok(())
+}
+
+/// A shared root of three consumers, each holding data; the first one's growable buffer
+/// grows (the fault strikes a stage of that growth). A retryable failure is retried and must
+/// keep the data; any other leaves the lifecycle refusing a new acquire.
+fn grow_point(rank: usize) -> Result<()> {
+    let root = SharedRoot::new(RootGroup::World, None);
+    let spec = |name: &str, budget| ConsumerSpec::new(name, "chaos", budget, "one buffer");
+    let consumers = [
+        root.reserve(spec("moe0", HEAP))?,
+        root.reserve(spec("moe1", HEAP / 2))?,
+        root.reserve(spec("attn", HEAP / 4))?,
+    ];
+    root.activate().context("activate the shared root")?;
+    let mut kept = Vec::new();
+    for (which, consumer) in consumers.iter().enumerate().skip(1) {
+        let lease = consumer.claim()?;
+        let record = lease.allocate_spec(&AllocationSpec {
+            shape: vec![4096],
+            dtype: Dtype::U8,
+            alignment: None,
+        })?;
+        let bytes = vec![(rank * 8 + which) as u8; 4096];
+        lease.run("fill", |s| s.put_bytes(record.region(), &bytes, rank))?;
+        kept.push((which, record, bytes));
+    }
+    let lease = consumers[0].claim()?;
+    let buffer = lease.allocate_growable(&AllocationSpec {
+        shape: vec![64, 1024],
+        dtype: Dtype::U8,
+        alignment: None,
+    })?;
+    let grow = || buffer.ensure_capacity(&lease, 1024).map(drop);
+    let Err(error) = timed("grow", grow) else {
+        anyhow::bail!("the growth succeeded under a fault");
+    };
+    if error.recovery() != Some(Recovery::Retryable) {
+        let again = acquire();
+        let refused = matches!(&again, Err(e) if e.to_string().contains("restart the process"));
+        after("refused", refused, format!("{again:?}"));
+        return Ok(());
+    }
+    clear_fault();
+    let retried = grow().and_then(|()| {
+        // Every consumer's data survived the failed attempt and the growth.
+        for (which, record, bytes) in &kept {
+            let mut now = vec![0u8; bytes.len()];
+            let record = lease.current(record.id)?;
+            lease.run("check", |s| s.get_bytes(&mut now, record.region(), rank))?;
+            if now != *bytes {
+                return Err(Error::new(
+                    hyper_multicore::ErrorKind::Protocol,
+                    "grow",
+                    format!("consumer {which}'s data changed"),
+                ));
+            }
+        }
+        lease.free(buffer.record(&lease)?.id)?;
+        lease.release()?;
+        for (which, record, _) in &kept {
+            let lease = consumers[*which].claim()?;
+            lease.free(lease.current(record.id)?.id)?;
+        }
+        consumers.iter().try_for_each(|c| c.close())?;
+        root.close()
+    });
+    after("recovered", retried.is_ok(), format!("{retried:?}"));
     Ok(())
 }
 

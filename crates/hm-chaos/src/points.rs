@@ -1,4 +1,5 @@
-//! The fault points: every lifecycle stage × every root rank × {kill, retryable, unavailable},
+//! The fault points: every lifecycle stage (acquire, release, restart, and a shared root's
+//! growth) × every root rank × {kill, retryable, unavailable},
 //! and every blocking data-plane operation × a peer killed, each with what the survivors must
 //! report — and the judge that checks one job's output against it.
 
@@ -69,14 +70,16 @@ pub fn enumerate(selection: Selection) -> Vec<Point> {
             Operation::Restart,
             Stage::RESTART.iter().map(|s| s.name()).collect(),
         ),
+        (
+            Operation::Grow,
+            Stage::GROW.iter().map(|s| s.name()).collect(),
+        ),
     ];
     for (operation, stages) in lifecycle_stages {
-        for (index, stage) in stages.iter().enumerate() {
+        for stage in stages {
             for victim in 0..pes {
                 for action in actions {
-                    if let Some(point) =
-                        lifecycle_point(operation, stage, index, victim, action, pes)
-                    {
+                    if let Some(point) = lifecycle_point(operation, stage, victim, action, pes) {
                         points.push(point);
                     }
                 }
@@ -109,7 +112,6 @@ pub fn enumerate(selection: Selection) -> Vec<Point> {
 fn lifecycle_point(
     operation: Operation,
     stage: &str,
-    stage_index: usize,
     victim: usize,
     action: Action,
     pes: usize,
@@ -127,12 +129,12 @@ fn lifecycle_point(
             action.fault_name()
         )
     });
-    // The classes the lifecycle page documents.
-    let before_teardown = match operation {
-        Operation::Acquire => true,
-        Operation::Release => stage_index < 2, // Preflight, Quiesce
-        Operation::Restart => stage_index < 2, // Preflight, Quiesce (before ReleaseAllocations)
-    };
+    // The classes the lifecycle page documents: acquire's failures, and those of the stages
+    // before ReleaseAllocations (release: Preflight, Quiesce), leave everything as it was.
+    let before_teardown = acquire
+        || Stage::GROW
+            .iter()
+            .any(|s| s.name() == stage && s.before_teardown());
     let (kind, recovery, after) = match action {
         Action::Kill if acquire => ("PeerLost", "Retryable", "retry_refused"),
         Action::Kill => ("PeerLost", "ConvergenceFailure", "refused"),

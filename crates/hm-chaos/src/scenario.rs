@@ -16,6 +16,8 @@ pub enum Operation {
     Release,
     /// A `restart` with one allocation replaced.
     Restart,
+    /// A shared root's heap growth (three consumers, one growable buffer, data preserved).
+    Grow,
 }
 
 impl Operation {
@@ -25,6 +27,7 @@ impl Operation {
             Operation::Acquire => "acquire",
             Operation::Release => "release",
             Operation::Restart => "restart",
+            Operation::Grow => "grow",
         }
     }
 }

@@ -41,6 +41,7 @@ pub fn run_pe(cycles: usize, warmup: usize, sample_every: usize) -> Result<()> {
                 dtype: Dtype::U64,
                 alignment: None,
             },
+            preserve: false,
         };
         let result = lifecycle::restart(heap, &[replacement], None)?;
         lifecycle::guarded("free", |s| {

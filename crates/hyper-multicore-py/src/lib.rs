@@ -31,6 +31,7 @@ mod errors;
 mod heap;
 mod hook;
 mod memory;
+mod shared_root;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -112,7 +113,7 @@ macro_rules! with_reducible {
     };
 }
 
-fn parse_dtype(name: &str) -> PyResult<Dtype> {
+pub(crate) fn parse_dtype(name: &str) -> PyResult<Dtype> {
     Dtype::from_name(name).ok_or_else(|| {
         let known: Vec<&str> = Dtype::ALL.iter().map(|d| d.name()).collect();
         PyTypeError::new_err(format!(
@@ -215,7 +216,8 @@ fn release(py: Python<'_>) -> PyResult<()> {
 }
 
 /// Replaces the runtime with one of `heap_size_bytes`, each `(current region, (shape, dtype,
-/// alignment))` allocation by a new one. Returns the new allocations and the stage timings (ms).
+/// alignment), preserve)` allocation by a new one (keeping its first min(old, new) bytes with
+/// `preserve`). Returns the new allocations and the stage timings (ms).
 ///
 /// `preflight_hook()`'s value is compared across ranks as a value ([`PythonHook`]). `problem`
 /// is this rank's own argument problem, found by the wrapper: the rank still takes part, and
@@ -226,13 +228,19 @@ fn release(py: Python<'_>) -> PyResult<()> {
 fn restart(
     py: Python<'_>,
     heap_size_bytes: u64,
-    replacements: Vec<((u64, u64, u64, u64), (Vec<usize>, String, Option<u64>))>,
+    replacements: Vec<(
+        (u64, u64, u64, u64),
+        (Vec<usize>, String, Option<u64>),
+        bool,
+    )>,
     preflight_hook: Option<Py<PyAny>>,
     problem: Option<String>,
 ) -> PyResult<(Vec<ExportedTuple>, HashMap<&'static str, f64>)> {
     let mut problem = problem;
     let mut requests = Vec::with_capacity(replacements.len());
-    for ((index, generation, heap_offset, bytes), (shape, dtype, alignment)) in replacements {
+    for ((index, generation, heap_offset, bytes), (shape, dtype, alignment), preserve) in
+        replacements
+    {
         let dtype = match parse_dtype(&dtype) {
             Ok(dtype) => dtype,
             Err(error) => {
@@ -252,6 +260,7 @@ fn restart(
                 dtype,
                 alignment,
             },
+            preserve,
         });
     }
     let mut hook = PythonHook::new(preflight_hook, problem);
@@ -270,15 +279,7 @@ fn restart(
         Ok((exported, result.timings))
     });
     let (exported, timings) = py_result(py, outcome)?;
-    let stages = HashMap::from([
-        ("preflight_ms", timings.preflight_ms),
-        ("quiesce_ms", timings.quiesce_ms),
-        ("release_ms", timings.release_ms),
-        ("finalize_ms", timings.finalize_ms),
-        ("bootstrap_ms", timings.bootstrap_ms),
-        ("initialize_ms", timings.initialize_ms),
-        ("restore_ms", timings.restore_ms),
-    ]);
+    let stages = HashMap::from(timings.by_key());
     Ok((
         exported.into_iter().map(Exported::into_tuple).collect(),
         stages,
@@ -690,6 +691,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         Dtype::ALL.iter().map(|d| d.name()).collect::<Vec<_>>(),
     )?;
     m.add_class::<HeapBuffer>()?;
+    m.add_class::<shared_root::PySharedRoot>()?;
+    m.add_class::<shared_root::PyConsumer>()?;
+    m.add_class::<shared_root::PyLease>()?;
+    m.add_class::<shared_root::PyGrowable>()?;
+    m.add_function(wrap_pyfunction!(shared_root::allocation_budget, m)?)?;
+    m.add_function(wrap_pyfunction!(shared_root::warn, m)?)?;
     m.add_function(wrap_pyfunction!(acquire_world, m)?)?;
     m.add_function(wrap_pyfunction!(acquire_ranks, m)?)?;
     m.add_function(wrap_pyfunction!(acquire_channel, m)?)?;

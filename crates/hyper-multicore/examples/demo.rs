@@ -71,6 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 dtype: Dtype::U64,
                 alignment: None,
             },
+            preserve: false,
         },
         Replacement {
             current: arrived.region(),
@@ -79,6 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 dtype: Dtype::U64,
                 alignment: None,
             },
+            preserve: false,
         },
         Replacement {
             current: sums.region(),
@@ -87,6 +89,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 dtype: Dtype::BF16,
                 alignment: Some(4096),
             },
+            preserve: false,
         },
     ];
     let mut snapshot = || Ok(b"demo step 1".to_vec());

@@ -217,14 +217,17 @@ fn restart_replaces_every_allocation_in_request_order() {
             Replacement {
                 current: c.region(),
                 target: restart_targets()[0].clone(),
+                preserve: false,
             },
             Replacement {
                 current: a.region(),
                 target: restart_targets()[1].clone(),
+                preserve: false,
             },
             Replacement {
                 current: b.region(),
                 target: restart_targets()[2].clone(),
+                preserve: false,
             },
         ];
         let mut snapshot = || Ok(b"same everywhere".to_vec());
@@ -296,6 +299,7 @@ fn restart_arguments_are_checked_and_stay_retryable() {
         let whole = |r| Replacement {
             current: r,
             target: spec.clone(),
+            preserve: false,
         };
         let view = a.view(0..32).unwrap().region();
         let foreign = hyper_multicore::shmem::Region {
@@ -330,6 +334,7 @@ fn restart_arguments_are_checked_and_stay_retryable() {
                             dtype: Dtype::U8,
                             alignment: None,
                         },
+                        preserve: false,
                     },
                 ],
                 8 * MIB,
@@ -345,6 +350,7 @@ fn restart_arguments_are_checked_and_stay_retryable() {
                             dtype: Dtype::U8,
                             alignment: None,
                         },
+                        preserve: false,
                     },
                 ],
                 8 * MIB,
@@ -360,6 +366,7 @@ fn restart_arguments_are_checked_and_stay_retryable() {
                             dtype: Dtype::U8,
                             alignment: Some(24),
                         },
+                        preserve: false,
                     },
                 ],
                 8 * MIB,
@@ -389,6 +396,7 @@ fn restart_arguments_are_checked_and_stay_retryable() {
                 Replacement {
                     current: b.region(),
                     target: mine,
+                    preserve: false,
                 },
             ],
             None,
@@ -447,6 +455,7 @@ fn restart_under_fault() {
             dtype: Dtype::U32,
             alignment: None,
         },
+        preserve: false,
     };
     let error = lifecycle::restart(8 * MIB, &[replacement], None).unwrap_err();
     report("ERROR", &error);
@@ -473,13 +482,13 @@ fn an_injected_failure_at_every_restart_stage_is_reported_on_every_rank() {
         return restart_under_fault();
     }
     let name = "an_injected_failure_at_every_restart_stage_is_reported_on_every_rank";
-    for (index, stage) in Stage::RESTART.iter().enumerate() {
+    for stage in Stage::RESTART.iter() {
         for action in ["retryable", "unavailable"] {
             let fault = format!("restart:{}:1:{action}", stage.name());
             let result =
                 Job::launch_with(name, 3, Options::default().env(FAULT_VARIABLE, &fault)).wait();
             result.assert_all_succeeded();
-            let before_release = index < 2;
+            let before_release = stage.before_teardown();
             let expected = match (before_release, action) {
                 (true, "retryable") => "Some(Retryable)",
                 _ => "Some(Terminal)",
@@ -551,6 +560,7 @@ fn lifecycle_while_a_rank_dies() {
                     dtype: Dtype::U8,
                     alignment: None,
                 },
+                preserve: false,
             };
             lifecycle::restart(8 * MIB, &[replacement], None).unwrap_err()
         }
@@ -648,6 +658,7 @@ fn threads_racing_a_restart_never_touch_a_torn_down_heap() {
                         dtype: Dtype::U64,
                         alignment: None,
                     },
+                    preserve: false,
                 };
                 // Another thread may hold a second reference at this moment: then the restart is
                 // refused (retryable) on some rank and every rank says so.
@@ -720,6 +731,7 @@ fn preflight_hook_values_are_compared_as_values_and_described_by_the_hook() {
                 dtype: Dtype::U8,
                 alignment: None,
             },
+            preserve: false,
         };
         // Same set, different order per rank: equal as values.
         let mut hook = SetHook {
@@ -788,6 +800,7 @@ fn restart_checks_everything_it_can_before_teardown() {
                 dtype: Dtype::U8,
                 alignment,
             },
+            preserve: false,
         };
         // An alignment above the heap's maximum (2 MiB) that would fit the footprint check.
         let error = lifecycle::restart(16 * MIB, &[target(Some(4 * MIB))], None).unwrap_err();
@@ -860,6 +873,7 @@ fn guarded_calls_are_excluded_from_the_whole_restart_including_preflight() {
                 dtype: Dtype::U64,
                 alignment: None,
             },
+            preserve: false,
         };
         // The hook runs inside Preflight, after this rank checked nothing yet is racing; another
         // thread's guarded call made now (a collective allocate, say) would otherwise run
@@ -893,6 +907,7 @@ fn guarded_calls_are_excluded_from_the_whole_restart_including_preflight() {
                 dtype: Dtype::U64,
                 alignment: None,
             },
+            preserve: false,
         };
         let result = lifecycle::restart(4 * MIB, &[replacement], Some(&mut hook)).unwrap();
         assert_eq!(

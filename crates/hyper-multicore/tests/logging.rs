@@ -21,6 +21,7 @@ fn debug_logs_name_the_rank_the_stages_and_the_allocation_sites() {
         let replacement = Replacement {
             current: data.region(),
             target,
+            preserve: false,
         };
         let result = lifecycle::restart(8 * MIB, &[replacement], None).unwrap();
         lifecycle::guarded("free", |shmem| shmem.free_id(result.allocations[0].id)).unwrap();

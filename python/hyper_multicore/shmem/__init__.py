@@ -8,8 +8,11 @@ PyTorch CPU tensors (NumPy arrays where torch is not installed) that view the he
 The runtime is process-wide and reference counted: :func:`acquire` starts it collectively over a
 root group (or takes another reference), :func:`release` drops one (the last one shuts it down
 collectively), and :func:`restart` resizes the heap and replaces every allocation on every rank
-at once. Every rank either succeeds at each stage or all fail with the same diagnosis naming the
-failing ranks, as :class:`RetryableError`, :class:`TerminalError` or :class:`ConvergenceError`.
+at once (keeping data with ``preserve=True``). Several modules share one heap through a
+:class:`SharedRoot`: declared consumers with budgets, ownership, execution leases, and heap
+growth that keeps every consumer's data (:class:`GrowableBuffer`). Every rank either succeeds
+at each stage or all fail with the same diagnosis naming the failing ranks, as
+:class:`RetryableError`, :class:`TerminalError` or :class:`ConvergenceError`.
 
 Root groups: with ``torch.distributed`` initialised, a ``ProcessGroup`` (``None`` = WORLD); the
 runtime's unique ID travels over it from group rank 0. Without it, the launcher's environment
@@ -43,7 +46,8 @@ free, barrier and the collectives are collective calls: every PE of the root mak
 same order with the same arguments.
 
 The package's modules: :mod:`._lifecycle` (acquire, release, restart, root groups,
-introspection), :mod:`._allocation` (empty, free), :mod:`._data_plane` (RMA, signals, atomics,
+introspection), :mod:`._shared_root` (SharedRoot and its consumers), :mod:`._allocation`
+(empty, free), :mod:`._data_plane` (RMA, signals, atomics,
 collectives), :mod:`._registry` (the allocations this process holds), :mod:`._backend` (torch or
 NumPy tensors) and :mod:`._errors`; this module only re-exports their public names.
 """
@@ -98,6 +102,14 @@ from ._lifecycle import (
     restart,
     root_members,
 )
+from ._shared_root import (
+    Consumer,
+    ConsumerSpec,
+    GrowableBuffer,
+    Lease,
+    SharedRoot,
+    allocation_budget,
+)
 
 __all__ = [
     # lifecycle
@@ -110,6 +122,13 @@ __all__ = [
     "AllocationReplacement",
     "RestartResult",
     "STAGE_KEYS",
+    # shared root
+    "SharedRoot",
+    "ConsumerSpec",
+    "Consumer",
+    "Lease",
+    "GrowableBuffer",
+    "allocation_budget",
     # allocation
     "empty",
     "free",

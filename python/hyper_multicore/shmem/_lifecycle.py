@@ -260,30 +260,47 @@ def acquire(root_group: Any = None, *, heap_size_bytes: int | None = None) -> No
         _check_torch_state("acquire", dist)
         first = _native.reference_count() == 0
         try:
-            if dist is not None:
-                group = _process_group(dist, root_group)
-                rank = dist.get_rank(group)
-                if rank < 0:
-                    raise _not_a_member()
-                members = list(dist.get_process_group_ranks(group))
-                if first and not _invalidated:
-                    _share_secret(dist, group, members)
-                _native.acquire_channel(
-                    rank,
-                    members,
-                    _all_gather_object_over(dist, group),
-                    _group_alive(dist, group),
-                    heap,
-                )
-            elif root_group is None:
-                _native.acquire_world(heap)
-            else:
-                _native.acquire_ranks(_ranks(root_group), heap)
+            over_root_group(
+                root_group,
+                heap,
+                world=_native.acquire_world,
+                ranks=_native.acquire_ranks,
+                channel=_native.acquire_channel,
+            )
         except HyperMulticoreError as error:
             _note(error)
             raise
         if first:
             _started_with_torch = dist is not None
+
+
+def over_root_group(
+    root_group: Any,
+    heap: int | None,
+    *,
+    world: Callable[..., Any],
+    ranks: Callable[..., Any],
+    channel: Callable[..., Any],
+) -> Any:
+    """Calls the native function for ``root_group``'s kind: ``channel(rank, members,
+    allgather, alive, heap)`` for a torch ProcessGroup (sharing the control plane's secret first
+    when no reference is held yet), ``world(heap)`` for the launcher's world, ``ranks(members,
+    heap)`` for a list of world ranks."""
+    dist = _torch_distributed()
+    if dist is not None:
+        group = _process_group(dist, root_group)
+        rank = dist.get_rank(group)
+        if rank < 0:
+            raise _not_a_member()
+        members = list(dist.get_process_group_ranks(group))
+        if _native.reference_count() == 0 and not _invalidated:
+            _share_secret(dist, group, members)
+        return channel(
+            rank, members, _all_gather_object_over(dist, group), _group_alive(dist, group), heap
+        )
+    if root_group is None:
+        return world(heap)
+    return ranks(_ranks(root_group), heap)
 
 
 def release() -> None:
@@ -354,22 +371,31 @@ class AllocationSpec:
 @dataclass(frozen=True)
 class AllocationReplacement:
     """In a :func:`restart`: a complete active allocation (``current``, a tensor returned by
-    :func:`empty` or an earlier restart -- not a view) and what replaces it (``target``)."""
+    :func:`empty` or an earlier restart -- not a view) and what replaces it (``target``).
+
+    ``preserve=True`` keeps data: the first min(old, new) bytes of ``current`` are in the new
+    tensor after the restart, on every PE (staged in private memory between the heaps;
+    Preflight checks that the host can hold them). Otherwise the new tensor is zero-filled."""
 
     current: Any
     target: AllocationSpec
+    preserve: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, AllocationSpec):
             raise TypeError(f"target must be an AllocationSpec, not {type(self.target).__name__}")
         if not _backend.is_tensor(self.current):
             raise TypeError(f"current must be a tensor, not {type(self.current).__name__}")
+        if not isinstance(self.preserve, bool):
+            raise TypeError(f"preserve must be a bool, not {type(self.preserve).__name__}")
 
 
 #: The keys of :attr:`RestartResult.stages_ms`, in stage order.
 STAGE_KEYS = (
+    "agree_ms",
     "preflight_ms",
     "quiesce_ms",
+    "preserve_ms",
     "release_ms",
     "finalize_ms",
     "bootstrap_ms",
@@ -381,7 +407,8 @@ STAGE_KEYS = (
 @dataclass(frozen=True)
 class RestartResult:
     """What :func:`restart` returns: the new tensors in request order, and how long each stage
-    took in milliseconds (keys ``preflight_ms``, ``quiesce_ms``, ``release_ms``,
+    took in milliseconds (:data:`STAGE_KEYS`: ``agree_ms`` (0 for a restart: a growth's
+    agreement), ``preflight_ms``, ``quiesce_ms``, ``preserve_ms``, ``release_ms``,
     ``finalize_ms``, ``bootstrap_ms``, ``initialize_ms``, ``restore_ms``)."""
 
     tensors: tuple[Any, ...]
@@ -430,7 +457,7 @@ def _restart_requests(
                 problems.append(f"replacements[{i}].current: {error}")
             else:
                 current = (index, generation, allocation.heap_offset + offset, nbytes)
-        requests.append((current, spec))
+        requests.append((current, spec, replacement.preserve))
     return heap, requests, (problems[0] if problems else None)
 
 
@@ -444,8 +471,9 @@ def restart(
     rank at once. A collective call; only with exactly one reference held.
 
     ``replacements`` must cover every active allocation exactly once. The new tensors are
-    zero-filled (contents are not carried over), returned in request order; every old tensor
-    becomes stale. ``preflight_hook`` returns a snapshot of the caller's own state (any
+    zero-filled, except that a replacement with ``preserve=True`` carries the first
+    min(old, new) bytes over; they are returned in request order; every old tensor becomes
+    stale. ``preflight_hook`` returns a snapshot of the caller's own state (any
     picklable value) that must be equal on every rank: values are compared with ``==``, so a
     set or a dict built in another order is the same value; an error about values that differ
     shows each group of ranks' value (its ``repr``, cut short).
@@ -455,7 +483,7 @@ def restart(
     callable) is reported by Preflight on *every* rank, naming the rank it was found on: a rank
     with a bad argument still takes part, so nobody waits for it.
 
-    Stages (each converged over the root): Preflight, Quiesce, ReleaseAllocations,
+    Stages (each converged over the root): Preflight, Quiesce, PreserveData, ReleaseAllocations,
     ValidateShutdown, Shutdown, Bootstrap, Initialize, RestoreAllocations.
 
     Raises:

@@ -37,6 +37,7 @@ class _Allocation:
         "address",
         "live",
         "tensor",
+        "owner",
         "__weakref__",
     )
 
@@ -52,6 +53,9 @@ class _Allocation:
         #: The full tensor, referenced while the allocation is live (so its storage, and the
         #: storage's key, stay unique); dropped when it is freed or released.
         self.tensor: Any = None
+        #: The shared root's consumer that owns it (None outside a shared root): data-plane
+        #: calls on it need that consumer's lease (``owner.check_lease(role)``).
+        self.owner: Any = None
 
 
 _lock = threading.RLock()
@@ -111,6 +115,8 @@ def _region(x: Any, role: str) -> tuple[int, int, int, int]:
         )
     if not allocation.live:
         raise _stale(role, allocation)
+    if allocation.owner is not None:
+        allocation.owner.check_lease(role)
     if not layout.contiguous:
         raise ValueError(f"{role} must be contiguous")
     # torch reports address 0 for a tensor without elements: any offset will do then.

@@ -16,6 +16,7 @@
 //!     &[Replacement {
 //!         current: buffer.region(),
 //!         target: AllocationSpec { shape: vec![4096], dtype: Dtype::BF16, alignment: None },
+//!         preserve: true, // the first 4096 bytes survive, on every PE
 //!     }],
 //!     None,
 //! )?;
@@ -34,9 +35,17 @@
 //! subgroup is formed only for a first reference, after every check, and cached by the world),
 //! or a [`GroupChannel`] of the caller's, whose [`mode`](GroupChannel::mode) is recorded at the
 //! first acquire and must not change while references are held.
+//!
+//! Several consumers of one heap share it through a [`SharedRoot`] (budgets, ownership,
+//! execution leases, and heap growth that keeps every consumer's data): it holds the process's
+//! single reference, and while it is active the bare calls here (acquire, release, restart) and
+//! the runtime's bare allocate/free are refused.
 
 mod fault;
+mod growth;
 mod hook;
+mod preserve;
+mod shared_root;
 mod stage;
 
 use std::cell::RefCell;
@@ -48,7 +57,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use fault::FAULT_VARIABLE;
+pub use growth::{GrowableBuffer, Growth, GrowthRecord, DEFAULT_GROWTH_FACTOR};
 pub use hook::{PreflightHook, DESCRIBE_LIMIT};
+pub use shared_root::{
+    allocation_budget, Consumer, ConsumerSpec, ConsumerState, Lease, SharedRoot, SharedRootState,
+    HEAP_ROUNDING,
+};
 pub use stage::{Stage, StageTimings};
 
 use crate::config::Config;
@@ -57,6 +71,7 @@ use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::Allocator;
 use crate::shmem::converge::LocalFailure;
 use crate::shmem::process;
+use crate::shmem::registry::check_unmanaged;
 use crate::shmem::{
     debug_state_inactive, Allocation, AllocationRecord, AllocationSpec, DebugState, Element,
     Region, Shmem, ShutdownError, MAX_ALIGNMENT,
@@ -75,6 +90,10 @@ pub struct Replacement {
     pub current: Region,
     /// What replaces it.
     pub target: AllocationSpec,
+    /// Keep data: the first min(old, new) bytes of the old allocation are in the new one after
+    /// the restart, on every PE (staged through private memory: see `docs/lifecycle.md`). Else
+    /// the new allocation starts zero-filled.
+    pub preserve: bool,
 }
 
 /// What a [`restart`] returns.
@@ -135,6 +154,23 @@ static LIFECYCLE: ReentrantMutex<RefCell<Lifecycle>> =
         references: 0,
         root: None,
     }));
+
+/// The active root's channel, or an error for `operation` when no reference is active.
+fn root_channel(operation: &str) -> Result<Arc<dyn GroupChannel>> {
+    let guard = LIFECYCLE.lock();
+    let state = guard.borrow();
+    state
+        .root
+        .as_ref()
+        .map(|r| Arc::clone(&r.channel))
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidState,
+                operation,
+                "no reference to the runtime is active; call acquire first",
+            )
+        })
+}
 static RUNTIME: RwLock<Option<Shmem>> = const_rwlock(None);
 
 /// [`acquire_root`] with `None` = [`RootGroup::World`] and `Some(channel)` =
@@ -157,6 +193,12 @@ pub fn acquire(root: Option<Arc<dyn GroupChannel>>, heap_size_bytes: Option<u64>
 ///
 /// `heap_size_bytes`: per-PE heap; `None` = `HYPER_MULTICORE_SHMEM_HEAP_SIZE`, else 1 GiB.
 pub fn acquire_root(root: RootGroup, heap_size_bytes: Option<u64>) -> Result<()> {
+    check_unmanaged("acquire")?;
+    acquire_reference(root, heap_size_bytes)
+}
+
+/// [`acquire_root`] without the shared-root check (the shared root's own activation).
+fn acquire_reference(root: RootGroup, heap_size_bytes: Option<u64>) -> Result<()> {
     const OP: &str = "acquire";
     if heap_size_bytes == Some(0) {
         return Err(Error::new(
@@ -387,6 +429,12 @@ fn distribute_unique_id(
 /// Quiesce, Shutdown). The last release excludes every guarded call from its start (Preflight
 /// included) to its end.
 pub fn release() -> Result<()> {
+    check_unmanaged("release")?;
+    release_reference()
+}
+
+/// [`release`] without the shared-root check (the shared root's own close).
+fn release_reference() -> Result<()> {
     const OP: &str = "release";
     let guard = LIFECYCLE.lock();
     check_valid(OP)?;
@@ -440,8 +488,8 @@ struct PreflightValue {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Manifest {
     heap_size: u64,
-    /// (allocation index, bytes) of each current allocation, in request order.
-    current: Vec<(u64, u64)>,
+    /// (allocation index, bytes, preserve) of each current allocation, in request order.
+    current: Vec<(u64, u64, bool)>,
     target: Vec<AllocationSpec>,
     /// Set by the test-only `differ` fault.
     injected_difference: bool,
@@ -506,7 +554,11 @@ fn preflight_difference(
 /// one (`replacements` must cover each exactly once). Only with exactly one reference; a
 /// collective call over the root. `preflight_hook` takes a snapshot of the caller's own state
 /// that must be equal *as a value* (by [`PreflightHook::same`]) on every rank; a closure
-/// returning bytes is a hook comparing bytes.
+/// returning bytes is a hook comparing bytes. A replacement with `preserve` keeps the first
+/// min(old, new) bytes of its allocation on every PE (staged in private memory between the
+/// heaps; Preflight checks that the host can hold them).
+///
+/// Refused while a [`SharedRoot`] holds the runtime (its growth restarts on its behalf).
 ///
 /// Failures before ReleaseAllocations are retryable (unless the runtime is unusable or the ranks
 /// could not exchange outcomes: then the lifecycle is invalidated); from ReleaseAllocations on
@@ -514,34 +566,45 @@ fn preflight_difference(
 pub fn restart(
     heap_size_bytes: u64,
     replacements: &[Replacement],
+    preflight_hook: Option<&mut dyn PreflightHook>,
+) -> Result<RestartResult> {
+    check_unmanaged("restart")?;
+    restart_as("restart", heap_size_bytes, replacements, preflight_hook)
+}
+
+/// [`restart`]'s stages, reported as `OP` (`restart`, or `grow` for a shared root's growth:
+/// fault points `grow:<Stage>` then).
+fn restart_as(
+    op: &'static str,
+    heap_size_bytes: u64,
+    replacements: &[Replacement],
     mut preflight_hook: Option<&mut dyn PreflightHook>,
 ) -> Result<RestartResult> {
-    const OP: &str = "restart";
     let guard = LIFECYCLE.lock();
-    check_valid(OP)?;
+    check_valid(op)?;
     let (channel, references, mode) = {
         let state = guard.borrow();
         let Some(active) = state.root.as_ref() else {
             return Err(Error::new(
                 ErrorKind::InvalidState,
-                OP,
+                op,
                 "no reference is active; call acquire first",
             ));
         };
         (Arc::clone(&active.channel), state.references, active.mode)
     };
     let channel = channel.as_ref();
-    check_mode(OP, mode, channel)
-        .map_err(|e| with_hint(e, OP, Recovery::Retryable, Some(Stage::Preflight)))?;
+    check_mode(op, mode, channel)
+        .map_err(|e| with_hint(e, op, Recovery::Retryable, Some(Stage::Preflight)))?;
 
     // From here to the end, no guarded call runs: one that slipped in after Preflight's checks
     // (a collective allocate on another thread) would be freed by ReleaseAllocations unseen.
-    let mut steps = Steps::new(channel, OP);
+    let mut steps = Steps::new(channel, op);
     let started = Instant::now();
     let runtime = &*steps.runtime;
     let preflight = stage::run(
         channel,
-        OP,
+        op,
         Stage::Preflight,
         false,
         || {
@@ -550,15 +613,15 @@ pub fn restart(
                 Some(hook) => Some(hook.snapshot().map_err(LocalFailure::from)?),
                 None => None,
             };
-            let shmem = usable(runtime.as_ref(), OP)?;
-            check_restart(references, heap_size_bytes, replacements, hook, shmem)
+            let shmem = usable(runtime.as_ref(), op)?;
+            check_restart(op, references, heap_size_bytes, replacements, hook, shmem)
         },
         |value| value.manifest.injected_difference = true,
     );
     steps.timings.record(Stage::Preflight, started);
     let values = preflight.map_err(|failure| steps.fail(Stage::Preflight, failure, false))?;
     if let Some(message) = preflight_difference(&values, preflight_hook.as_deref()) {
-        let error = Error::new(ErrorKind::InvalidArgument, OP, message).on_rank(channel.rank());
+        let error = Error::new(ErrorKind::InvalidArgument, op, message).on_rank(channel.rank());
         let failure = StageFailure::Failed {
             error,
             unavailable: false,
@@ -567,8 +630,14 @@ pub fn restart(
     }
 
     steps.quiesce()?;
+    let mut staged = Vec::new();
+    steps.step(Stage::PreserveData, false, |runtime| {
+        let shmem = usable(runtime.as_ref(), op)?;
+        staged = preserve::copy_out(shmem, op, replacements)?;
+        Ok(())
+    })?;
     steps.step(Stage::ReleaseAllocations, true, |runtime| {
-        let shmem = usable(runtime.as_ref(), OP)?;
+        let shmem = usable(runtime.as_ref(), op)?;
         for record in shmem.allocations() {
             shmem.free_id(record.id)?;
         }
@@ -576,13 +645,13 @@ pub fn restart(
             0 => Ok(()),
             left => Err(LocalFailure::from(Error::new(
                 ErrorKind::InvalidState,
-                OP,
+                op,
                 format!("{left} allocations are still registered after releasing them all"),
             ))),
         }
     })?;
     steps.step(Stage::ValidateShutdown, true, |runtime| {
-        usable(runtime.as_ref(), OP)?
+        usable(runtime.as_ref(), op)?
             .validate_shutdown()
             .map_err(LocalFailure::from)
     })?;
@@ -609,10 +678,11 @@ pub fn restart(
     })?;
     let mut allocations = Vec::with_capacity(replacements.len());
     steps.step(Stage::RestoreAllocations, true, |runtime| {
-        let shmem = usable(runtime.as_ref(), OP)?;
+        let shmem = usable(runtime.as_ref(), op)?;
         for replacement in replacements {
             allocations.push(shmem.allocate_spec(&replacement.target)?);
         }
+        preserve::copy_in(shmem, &allocations, &staged)?;
         Ok(())
     })?;
     let timings = steps.timings;
@@ -621,7 +691,7 @@ pub fn restart(
         active.heap_size = heap_size_bytes;
     }
     tracing::debug!(
-        "restart to a heap of {heap_size_bytes} bytes with {} allocations done: {timings:?}",
+        "{op} to a heap of {heap_size_bytes} bytes with {} allocations done: {timings:?}",
         replacements.len()
     );
     Ok(RestartResult {
@@ -737,19 +807,19 @@ impl Drop for Steps<'_> {
 
 /// Preflight's local checks; returns the value every rank must agree on.
 fn check_restart(
+    op: &str,
     references: usize,
     heap_size: u64,
     replacements: &[Replacement],
     hook: Option<Vec<u8>>,
     shmem: &Shmem,
 ) -> std::result::Result<PreflightValue, LocalFailure> {
-    const OP: &str = "restart";
     let invalid =
-        |message: String| LocalFailure::from(Error::new(ErrorKind::InvalidArgument, OP, message));
+        |message: String| LocalFailure::from(Error::new(ErrorKind::InvalidArgument, op, message));
     if references != 1 {
         return Err(LocalFailure::from(Error::new(
             ErrorKind::InvalidState,
-            OP,
+            op,
             format!("restart needs exactly one reference, but {references} are held; release the others first"),
         )));
     }
@@ -826,13 +896,15 @@ fn check_restart(
     let targets: Vec<AllocationSpec> = replacements.iter().map(|r| r.target.clone()).collect();
     Shmem::plan_heap(shmem.local_pes(), heap_size, &targets)
         .map_err(|e| invalid(e.message().to_string()))?;
+    // Preserved data is staged in private memory between the heaps: it must fit now.
+    preserve::check_host(op, shmem.local_pes(), replacements).map_err(LocalFailure::from)?;
     Ok(PreflightValue {
         hook,
         manifest: Manifest {
             heap_size,
             current: replacements
                 .iter()
-                .map(|r| (r.current.id.index, r.current.bytes))
+                .map(|r| (r.current.id.index, r.current.bytes, r.preserve))
                 .collect(),
             target: replacements.iter().map(|r| r.target.clone()).collect(),
             injected_difference: false,

@@ -17,6 +17,9 @@ pub enum Stage {
     Preflight,
     /// Every outstanding operation completes; every PE arrives.
     Quiesce,
+    /// The first min(old, new) bytes of each preserved allocation are copied out of the heap
+    /// into this process's private memory (nothing when no replacement preserves data).
+    PreserveData,
     /// Every allocation is freed.
     ReleaseAllocations,
     /// The runtime is ready to shut down.
@@ -27,15 +30,20 @@ pub enum Stage {
     Bootstrap,
     /// The new runtime initializes.
     Initialize,
-    /// The replacement allocations are made, in request order.
+    /// The replacement allocations are made, in request order, and preserved data is copied
+    /// into them.
     RestoreAllocations,
+    /// A growth only, before the restart's stages: the ranks agree on the largest need and on
+    /// the new heap (every check of the growth is done here).
+    Agree,
 }
 
 impl Stage {
     /// Every stage of a restart, in order.
-    pub const RESTART: [Stage; 8] = [
+    pub const RESTART: [Stage; 9] = [
         Stage::Preflight,
         Stage::Quiesce,
+        Stage::PreserveData,
         Stage::ReleaseAllocations,
         Stage::ValidateShutdown,
         Stage::Shutdown,
@@ -43,6 +51,26 @@ impl Stage {
         Stage::Initialize,
         Stage::RestoreAllocations,
     ];
+
+    /// Every stage of a heap growth, in order: Agree, then a restart's stages.
+    pub const GROW: [Stage; 10] = {
+        let mut stages = [Stage::Agree; 10];
+        let mut index = 0;
+        while index < Stage::RESTART.len() {
+            stages[index + 1] = Stage::RESTART[index];
+            index += 1;
+        }
+        stages
+    };
+
+    /// Whether a failure of this stage leaves everything as it was (retryable, unless the ranks
+    /// can no longer agree or the runtime is unusable): the stages before ReleaseAllocations.
+    pub fn before_teardown(self) -> bool {
+        matches!(
+            self,
+            Stage::Agree | Stage::Preflight | Stage::Quiesce | Stage::PreserveData
+        )
+    }
 
     /// Every stage of the last release, in order.
     pub const RELEASE: [Stage; 3] = [Stage::Preflight, Stage::Quiesce, Stage::Shutdown];
@@ -52,23 +80,29 @@ impl Stage {
         match self {
             Stage::Preflight => "Preflight",
             Stage::Quiesce => "Quiesce",
+            Stage::PreserveData => "PreserveData",
             Stage::ReleaseAllocations => "ReleaseAllocations",
             Stage::ValidateShutdown => "ValidateShutdown",
             Stage::Shutdown => "Shutdown",
             Stage::Bootstrap => "Bootstrap",
             Stage::Initialize => "Initialize",
             Stage::RestoreAllocations => "RestoreAllocations",
+            Stage::Agree => "Agree",
         }
     }
 }
 
-/// How long each stage of a restart took, in milliseconds.
+/// How long each stage of a restart (or growth) took, in milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StageTimings {
+    /// Agree (a growth only; 0 for a restart).
+    pub agree_ms: f64,
     /// Preflight.
     pub preflight_ms: f64,
     /// Quiesce.
     pub quiesce_ms: f64,
+    /// PreserveData (copying preserved bytes out of the old heap).
+    pub preserve_ms: f64,
     /// ReleaseAllocations.
     pub release_ms: f64,
     /// ValidateShutdown and Shutdown.
@@ -77,7 +111,7 @@ pub struct StageTimings {
     pub bootstrap_ms: f64,
     /// Initialize.
     pub initialize_ms: f64,
-    /// RestoreAllocations.
+    /// RestoreAllocations (copying preserved bytes into the new heap included).
     pub restore_ms: f64,
 }
 
@@ -87,6 +121,8 @@ impl StageTimings {
         let slot = match stage {
             Stage::Preflight => &mut self.preflight_ms,
             Stage::Quiesce => &mut self.quiesce_ms,
+            Stage::PreserveData => &mut self.preserve_ms,
+            Stage::Agree => &mut self.agree_ms,
             Stage::ReleaseAllocations => &mut self.release_ms,
             Stage::ValidateShutdown | Stage::Shutdown => &mut self.finalize_ms,
             Stage::Bootstrap => &mut self.bootstrap_ms,
@@ -94,6 +130,34 @@ impl StageTimings {
             Stage::RestoreAllocations => &mut self.restore_ms,
         };
         *slot += ms;
+    }
+
+    /// The sum of every stage.
+    pub fn total_ms(&self) -> f64 {
+        self.agree_ms
+            + self.preflight_ms
+            + self.quiesce_ms
+            + self.preserve_ms
+            + self.release_ms
+            + self.finalize_ms
+            + self.bootstrap_ms
+            + self.initialize_ms
+            + self.restore_ms
+    }
+
+    /// Every stage's time by its key (`agree_ms`, `preflight_ms`, …), in stage order.
+    pub fn by_key(&self) -> [(&'static str, f64); 9] {
+        [
+            ("agree_ms", self.agree_ms),
+            ("preflight_ms", self.preflight_ms),
+            ("quiesce_ms", self.quiesce_ms),
+            ("preserve_ms", self.preserve_ms),
+            ("release_ms", self.release_ms),
+            ("finalize_ms", self.finalize_ms),
+            ("bootstrap_ms", self.bootstrap_ms),
+            ("initialize_ms", self.initialize_ms),
+            ("restore_ms", self.restore_ms),
+        ]
     }
 }
 

@@ -15,7 +15,23 @@ impl Shmem {
             usage.allocated_bytes + usage.free_bytes,
             heap.allocator.capacity()
         );
+        let allocations: Vec<AllocationSummary> = heap
+            .records
+            .values()
+            .map(|r| AllocationSummary {
+                id: r.id.index,
+                base_address: self
+                    .transport
+                    .local_ptr(self.rank, r.offset as usize)
+                    .map_or(0, |p| p.as_ptr() as usize),
+                bytes: r.bytes,
+            })
+            .collect();
         DebugState {
+            allocated_bytes: usage.allocated_bytes,
+            remaining_bytes: usage.free_bytes,
+            max_allocated_bytes: usage.peak_allocated_bytes,
+            active_allocations: allocations.iter().map(SeedAllocation::from).collect(),
             state: RuntimeState::Ready,
             root_rank: Some(self.rank),
             root_size: Some(self.size),
@@ -28,18 +44,7 @@ impl Shmem {
                 peak_allocated_bytes: usage.peak_allocated_bytes,
                 allocation_count: usage.allocation_count,
             }),
-            allocations: heap
-                .records
-                .values()
-                .map(|r| AllocationSummary {
-                    id: r.id.index,
-                    base_address: self
-                        .transport
-                        .local_ptr(self.rank, r.offset as usize)
-                        .map_or(0, |p| p.as_ptr() as usize),
-                    bytes: r.bytes,
-                })
-                .collect(),
+            allocations,
             latest_failure: process::latest_failure(),
             transport: Some(self.transport.state()),
         }
@@ -57,6 +62,10 @@ pub struct EffectiveConfig {
     pub bootstrap_endpoint: String,
     /// Log level.
     pub log_level: String,
+    /// The original runtime's name of `heap_size`.
+    pub heap_size_bytes: u64,
+    /// The original runtime's name of `timeout_sec`.
+    pub timeout_seconds: f64,
 }
 
 impl EffectiveConfig {
@@ -68,6 +77,8 @@ impl EffectiveConfig {
                 .bootstrap_endpoint
                 .map_or_else(|| "default".to_string(), |e| format!("tcp://{e}")),
             log_level: config.log_level.clone(),
+            heap_size_bytes: heap_size,
+            timeout_seconds: config.timeout.as_secs_f64(),
         }
     }
 }
@@ -96,7 +107,31 @@ pub struct AllocationSummary {
     pub bytes: u64,
 }
 
-/// A snapshot of the runtime, safe to take in any state.
+/// One live allocation under the original runtime's key names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeedAllocation {
+    /// Its id.
+    pub allocation_id: u64,
+    /// Its address in this process.
+    pub allocation_base: usize,
+    /// Its size in bytes.
+    pub allocation_bytes: u64,
+}
+
+impl From<&AllocationSummary> for SeedAllocation {
+    fn from(a: &AllocationSummary) -> Self {
+        SeedAllocation {
+            allocation_id: a.id,
+            allocation_base: a.base_address,
+            allocation_bytes: a.bytes,
+        }
+    }
+}
+
+/// A snapshot of the runtime, safe to take in any state. Besides its own fields it offers the
+/// original runtime's keys (`allocated_bytes`, `remaining_bytes`, `max_allocated_bytes`,
+/// `active_allocations`, `config.heap_size_bytes`, `config.timeout_seconds`), so tools written
+/// for it keep working.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DebugState {
     /// The state.
@@ -119,6 +154,14 @@ pub struct DebugState {
     pub latest_failure: Option<FailureRecord>,
     /// The transport mode and each peer's route (None when not initialized).
     pub transport: Option<super::TransportState>,
+    /// Bytes held by live allocations (0 when not initialized; the original runtime's key).
+    pub allocated_bytes: u64,
+    /// Bytes still free (the original runtime's key).
+    pub remaining_bytes: u64,
+    /// Most bytes ever allocated at once in this lifetime (the original runtime's key).
+    pub max_allocated_bytes: u64,
+    /// Live allocations sorted by id, under the original runtime's key names.
+    pub active_allocations: Vec<SeedAllocation>,
 }
 
 /// A snapshot when no runtime is active (state, configuration and the latest failure).
@@ -135,5 +178,9 @@ pub fn debug_state_inactive() -> DebugState {
         allocations: Vec::new(),
         latest_failure: process::latest_failure(),
         transport: None,
+        allocated_bytes: 0,
+        remaining_bytes: 0,
+        max_allocated_bytes: 0,
+        active_allocations: Vec::new(),
     }
 }

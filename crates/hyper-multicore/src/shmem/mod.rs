@@ -44,7 +44,7 @@ mod handoff;
 mod initialize;
 mod liveness;
 pub(crate) mod process;
-mod registry;
+pub(crate) mod registry;
 mod runtime;
 mod segment;
 pub(crate) mod sync;
@@ -75,6 +75,8 @@ pub fn overlaps_shared_memory(address: usize, len: usize) -> bool {
     crate::sys::mapping::overlaps_any(address, len)
 }
 
-pub use debug::{debug_state_inactive, AllocationSummary, DebugState, EffectiveConfig, HeapUsage};
+pub use debug::{
+    debug_state_inactive, AllocationSummary, DebugState, EffectiveConfig, HeapUsage, SeedAllocation,
+};
 pub use runtime::{Shmem, ShutdownError, DEFAULT_ALIGNMENT};
 pub use transport::{TransportState, TEST_HOST_VARIABLE};

@@ -1,5 +1,11 @@
 //! The registry of live allocations: collective allocate and free (after the cross-rank
 //! argument check), resolve, and the data plane's region check against the liveness table.
+//!
+//! While a shared root (`lifecycle::SharedRoot`) manages the heap, a bare allocate or free is
+//! refused before any collective work; the shared root's consumers make theirs
+//! [`on_behalf_of_consumer`].
+
+use std::cell::Cell;
 
 use super::allocation::{
     Allocation, AllocationId, AllocationRecord, AllocationSpec, Element, Region,
@@ -9,6 +15,57 @@ use super::process;
 use super::runtime::{Shmem, DEFAULT_ALIGNMENT};
 use super::segment::MAX_ALIGNMENT;
 use crate::error::{Error, ErrorKind, Result};
+
+/// What manages the heap (a description naming the shared root), if anything does.
+static MANAGED_BY: parking_lot::Mutex<Option<String>> = parking_lot::const_mutex(None);
+
+thread_local! {
+    /// True while this thread allocates or frees on behalf of a shared root's consumer.
+    static ON_BEHALF: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Records that `description` (a shared root) manages the heap, or that nothing does (`None`).
+pub(crate) fn set_managed(description: Option<String>) {
+    *MANAGED_BY.lock() = description;
+}
+
+/// The description of the shared root managing the heap, if one does.
+fn managed_by() -> Option<String> {
+    MANAGED_BY.lock().clone()
+}
+
+/// Runs `f` with this thread's allocate and free made on behalf of a shared root's consumer.
+pub(crate) fn on_behalf_of_consumer<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            ON_BEHALF.with(|flag| flag.set(self.0));
+        }
+    }
+    let _reset = Reset(ON_BEHALF.with(|flag| flag.replace(true)));
+    f()
+}
+
+/// Refuses a bare call (allocate, free, and the lifecycle's acquire, release and restart)
+/// while a shared root manages the heap: a local check, made on every rank alike (each has the
+/// same shared root).
+pub(crate) fn check_unmanaged(operation: &str) -> Result<()> {
+    if ON_BEHALF.with(Cell::get) {
+        return Ok(());
+    }
+    match managed_by() {
+        None => Ok(()),
+        Some(root) => Err(Error::new(
+            ErrorKind::InvalidState,
+            operation,
+            format!(
+                "{operation} is refused while the heap is managed by {root}: use its consumers \
+                 (their allocate, free and grow, under their lease), or close the shared root \
+                 first"
+            ),
+        )),
+    }
+}
 
 impl Shmem {
     /// Collective: allocates `len` elements of `T` (alignment `None` = 64 bytes). Every rank
@@ -28,6 +85,7 @@ impl Shmem {
     pub fn allocate_spec(&self, spec: &AllocationSpec) -> Result<AllocationRecord> {
         const OP: &str = "allocate";
         let site = std::panic::Location::caller();
+        check_unmanaged(OP)?;
         let mut heap = self.heap.lock();
         let bytes = spec.bytes();
         let alignment = spec.alignment.unwrap_or(DEFAULT_ALIGNMENT);
@@ -98,6 +156,7 @@ impl Shmem {
     /// an error on every rank.
     pub fn free_id(&self, id: AllocationId) -> Result<()> {
         const OP: &str = "free";
+        check_unmanaged(OP)?;
         let mut heap = self.heap.lock();
         self.check_same_call(&mut heap, OP, HeapCall::Free(id))
             .inspect_err(|e| process::record_failure(e, "argument check"))?;
