@@ -289,6 +289,7 @@ fn operations_and_restart_across_hosts() {
     let replacement = Replacement {
         current: kept.region(),
         target: AllocationSpec::of::<u64>(2 * size, None),
+        preserve: false,
     };
     let result = lifecycle::restart(HEAP_AFTER, &[replacement], None).unwrap();
     let replaced = result.allocation::<u64>(0).unwrap();
