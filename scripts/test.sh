@@ -9,6 +9,9 @@ scripts/install_system_packages.sh # libucx-dev, libclang-dev when missing
 # among them, see [workspace.lints] in Cargo.toml).
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# libhmshmem.so/.a land next to hmcc only in a build (a test run leaves them in deps/): the C
+# API's tests compile their programs with target/debug/hmcc against them.
+cargo build --workspace
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 # The data-plane, runtime and lifecycle suites again with every pair of PEs on the UCX route
