@@ -303,6 +303,11 @@ fn shmem_malloc_sizes_that_differ_fail_every_pe() {
 }
 
 #[test]
+fn reductions_every_operator_and_type_on_teams_and_active_sets() {
+    passes_on_1_2_4_pes("reductions");
+}
+
+#[test]
 fn teams_split_and_their_collectives() {
     passes_on_1_2_4_pes("teams");
 }
@@ -318,6 +323,7 @@ fn every_family_on_the_ucx_route() {
         "sync_types",
         "static_data",
         "collectives",
+        "reductions",
         "locks",
     ] {
         passes(name, &[2], &ucx);
