@@ -35,7 +35,7 @@ pub(crate) fn active_set(call: &str, start: c_int, log_stride: c_int, size: c_in
             call,
             format!(
                 "the active set (PE_start {start}, logPE_stride {log_stride}, PE_size {size}) \
-                 does not pick PEs of the job's {n}: PE_start and PE_size must be positive, \
+                 does not pick PEs of the job's {n}: PE_start must be at least 0, PE_size at least 1, \
                  logPE_stride within 0..31 and the last PE below {n}"
             ),
         );
