@@ -370,19 +370,16 @@ int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdif
 HMSHMEM_RMA_TYPES(HMSHMEM_DECLARE_COLLECTIVES, _)
 
 /* Reductions: and/or/xor, min/max and sum/prod, each over the types the standard lists for it
- * (long double is not reduced: docs/c-api.md). */
+ * (long double is not reduced: docs/c-api.md). DECLARE(T, N, OP) declares one call; the class
+ * macros apply it to their operators, for the team form here and the legacy form below. */
+#define HMSHMEM_BITWISE_OPS(T, N, DECLARE) DECLARE(T, N, and) DECLARE(T, N, or) DECLARE(T, N, xor)
+#define HMSHMEM_MINMAX_OPS(T, N, DECLARE) DECLARE(T, N, min) DECLARE(T, N, max)
+#define HMSHMEM_ARITH_OPS(T, N, DECLARE) DECLARE(T, N, sum) DECLARE(T, N, prod)
 #define HMSHMEM_DECLARE_REDUCE(T, N, OP)                                                      \
     int shmem_##N##_##OP##_reduce(shmem_team_t team, T *dest, const T *source, size_t nreduce);
-#define HMSHMEM_DECLARE_REDUCE_BITWISE(T, N, A)                                               \
-    HMSHMEM_DECLARE_REDUCE(T, N, and) HMSHMEM_DECLARE_REDUCE(T, N, or)                        \
-    HMSHMEM_DECLARE_REDUCE(T, N, xor)
-#define HMSHMEM_DECLARE_REDUCE_MINMAX(T, N, A)                                                \
-    HMSHMEM_DECLARE_REDUCE(T, N, min) HMSHMEM_DECLARE_REDUCE(T, N, max)
-#define HMSHMEM_DECLARE_REDUCE_ARITH(T, N, A)                                                 \
-    HMSHMEM_DECLARE_REDUCE(T, N, sum) HMSHMEM_DECLARE_REDUCE(T, N, prod)
-HMSHMEM_REDUCE_BITWISE_TYPES(HMSHMEM_DECLARE_REDUCE_BITWISE, _)
-HMSHMEM_REDUCE_MINMAX_TYPES(HMSHMEM_DECLARE_REDUCE_MINMAX, _)
-HMSHMEM_REDUCE_ARITH_TYPES(HMSHMEM_DECLARE_REDUCE_ARITH, _)
+HMSHMEM_REDUCE_BITWISE_TYPES(HMSHMEM_BITWISE_OPS, HMSHMEM_DECLARE_REDUCE)
+HMSHMEM_REDUCE_MINMAX_TYPES(HMSHMEM_MINMAX_OPS, HMSHMEM_DECLARE_REDUCE)
+HMSHMEM_REDUCE_ARITH_TYPES(HMSHMEM_ARITH_OPS, HMSHMEM_DECLARE_REDUCE)
 
 /* Legacy active-set forms: PE_start, PE_start + 2^logPE_stride, ... (PE_size PEs), the calling
  * PE among them; pSync and pWrk are accepted and not needed. */
@@ -405,16 +402,9 @@ HMSHMEM_DECLARE_LEGACY_SIZED(64)
 #define HMSHMEM_DECLARE_TO_ALL(T, N, OP)                                                      \
     void shmem_##N##_##OP##_to_all(T *dest, const T *source, int nreduce, int PE_start,       \
                                    int logPE_stride, int PE_size, T *pWrk, long *pSync);
-#define HMSHMEM_DECLARE_TO_ALL_BITWISE(T, N, A)                                               \
-    HMSHMEM_DECLARE_TO_ALL(T, N, and) HMSHMEM_DECLARE_TO_ALL(T, N, or)                        \
-    HMSHMEM_DECLARE_TO_ALL(T, N, xor)
-#define HMSHMEM_DECLARE_TO_ALL_MINMAX(T, N, A)                                                \
-    HMSHMEM_DECLARE_TO_ALL(T, N, min) HMSHMEM_DECLARE_TO_ALL(T, N, max)
-#define HMSHMEM_DECLARE_TO_ALL_ARITH(T, N, A)                                                 \
-    HMSHMEM_DECLARE_TO_ALL(T, N, sum) HMSHMEM_DECLARE_TO_ALL(T, N, prod)
-HMSHMEM_TO_ALL_BITWISE_TYPES(HMSHMEM_DECLARE_TO_ALL_BITWISE, _)
-HMSHMEM_TO_ALL_MINMAX_TYPES(HMSHMEM_DECLARE_TO_ALL_MINMAX, _)
-HMSHMEM_TO_ALL_ARITH_TYPES(HMSHMEM_DECLARE_TO_ALL_ARITH, _)
+HMSHMEM_TO_ALL_BITWISE_TYPES(HMSHMEM_BITWISE_OPS, HMSHMEM_DECLARE_TO_ALL)
+HMSHMEM_TO_ALL_MINMAX_TYPES(HMSHMEM_MINMAX_OPS, HMSHMEM_DECLARE_TO_ALL)
+HMSHMEM_TO_ALL_ARITH_TYPES(HMSHMEM_ARITH_OPS, HMSHMEM_DECLARE_TO_ALL)
 
 /* Distributed locks: a symmetric long, zero before its first use. */
 void shmem_set_lock(long *lock);

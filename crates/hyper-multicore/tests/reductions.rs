@@ -100,18 +100,11 @@ fn check_type<T: Sample>(shmem: &Shmem, members: &[usize], group: Option<&Group>
 
 /// Every type on `members` (the whole root when `group` is `None`).
 fn check_all_types(shmem: &Shmem, members: &[usize], group: Option<&Group>) {
-    check_type::<i8>(shmem, members, group);
-    check_type::<u8>(shmem, members, group);
-    check_type::<i16>(shmem, members, group);
-    check_type::<u16>(shmem, members, group);
-    check_type::<i32>(shmem, members, group);
-    check_type::<u32>(shmem, members, group);
-    check_type::<i64>(shmem, members, group);
-    check_type::<u64>(shmem, members, group);
-    check_type::<f32>(shmem, members, group);
-    check_type::<f64>(shmem, members, group);
-    check_complex::<f32>(shmem, members, group);
-    check_complex::<f64>(shmem, members, group);
+    macro_rules! each {
+        ($check:ident: $($ty:ty),*) => {$($check::<$ty>(shmem, members, group);)*};
+    }
+    each!(check_type: i8, u8, i16, u16, i32, u32, i64, u64, f32, f64);
+    each!(check_complex: f32, f64);
 }
 
 /// PE `pe`'s complex number at index `i`, as `(re, im)`.
