@@ -468,12 +468,14 @@ fn sync_calls(out: &mut String, t: &StandardType) {
     }
 }
 
-/// The typed team collectives of one type: broadcast, fcollect, alltoall, and the reductions
-/// the runtime has (sum, min, max) with their legacy active-set forms.
+/// The typed team collectives of one type: broadcast, fcollect, alltoall (RMA types), and the
+/// reductions the standard lists for it with their legacy active-set forms.
 fn collective_calls(out: &mut String, t: &StandardType) {
     let (n, r) = (t.name, t.rust);
-    let size = format!("std::mem::size_of::<{r}>()");
-    team_moves(out, &|op| format!("shmem_{n}_{op}"), r, &size);
+    if t.families & RMA != 0 {
+        let size = format!("std::mem::size_of::<{r}>()");
+        team_moves(out, &|op| format!("shmem_{n}_{op}"), r, &size);
+    }
     reductions(out, t);
 }
 
@@ -526,7 +528,7 @@ fn team_moves(out: &mut String, name: &dyn Fn(&str) -> String, r: &str, size: &s
                     "source",
                     &format!("rma::bytes(CALL, {elements}, {size})"),
                 ) + &format!(
-                    "    collectives::{op}(CALL, team, dest as usize, source{argument});\n    0\n"
+                    "    collectives::{op}(CALL, &teams::team(CALL, team), dest as usize, source{argument});\n    0\n"
                 ),
             },
         );
@@ -545,41 +547,52 @@ fn team_moves(out: &mut String, name: &dyn Fn(&str) -> String, r: &str, size: &s
                 "source",
                 &format!("rma::strided_bytes(CALL, nelems * collectives::team_size(CALL, team), sst, {size})"),
             ) + &format!(
-                "    collectives::alltoalls(CALL, team, dest as usize, source, [dst, sst], {size}, nelems);\n    0\n"
+                "    collectives::alltoalls(CALL, &teams::team(CALL, team), dest as usize, source, [dst, sst], {size}, nelems);\n    0\n"
             ),
         },
     );
 }
 
-/// The sum/min/max reductions of one type, and their legacy forms.
+/// The reduction operators: name, `ReduceOp` variant, the family of the types with its team
+/// form, the family of those with its legacy active-set form.
+const REDUCTIONS: [(&str, &str, u32, u32); 7] = [
+    ("and", "And", REDUCE_BITWISE, TO_ALL_BITWISE),
+    ("or", "Or", REDUCE_BITWISE, TO_ALL_BITWISE),
+    ("xor", "Xor", REDUCE_BITWISE, TO_ALL_BITWISE),
+    ("min", "Min", REDUCE_MINMAX, TO_ALL_MINMAX),
+    ("max", "Max", REDUCE_MINMAX, TO_ALL_MINMAX),
+    ("sum", "Sum", REDUCE_ARITH, TO_ALL_ARITH),
+    ("prod", "Prod", REDUCE_ARITH, TO_ALL_ARITH),
+];
+
+/// The reductions of one type (team and legacy forms, as its families list them).
 fn reductions(out: &mut String, t: &StandardType) {
     let (n, r) = (t.name, t.rust);
-    if t.families & REDUCE == 0 {
-        return;
-    }
-    for (op, variant) in [("sum", "Sum"), ("min", "Min"), ("max", "Max")] {
-        emit(out, Call {
-            name: format!("shmem_{n}_{op}_reduce"),
-            doc: "collective: every PE's `nreduce` elements of `source`, combined element-wise, into every PE's `dest`.",
-            params: format!("team: usize, dest: *mut {r}, source: *const {r}, nreduce: usize"),
-            returns: "c_int",
-            body: format!(
-                "    collectives::reduce::<{r}>(CALL, team, dest as usize, source as usize, nreduce, ReduceOp::{variant});\n    0\n"
-            ),
-        });
-        if t.families & LEGACY != 0 {
+    for (op, variant, team_family, legacy_family) in REDUCTIONS {
+        if t.families & team_family != 0 {
+            emit(out, Call {
+                name: format!("shmem_{n}_{op}_reduce"),
+                doc: "collective: every team PE's `nreduce` elements of `source`, combined element-wise, into every team PE's `dest`.",
+                params: format!("team: usize, dest: *mut {r}, source: *const {r}, nreduce: usize"),
+                returns: "c_int",
+                body: format!(
+                    "    collectives::reduce::<{r}>(CALL, &teams::team(CALL, team), dest as usize, source as usize, nreduce, ReduceOp::{variant});\n    0\n"
+                ),
+            });
+        }
+        if t.families & legacy_family != 0 {
             emit(out, Call {
                 name: format!("shmem_{n}_{op}_to_all"),
-                doc: "legacy reduction over an active set (every PE only); `pWrk` and `pSync` are not needed.",
+                doc: "legacy reduction over an active set; `pWrk` and `pSync` are not needed.",
                 params: format!(
                     "dest: *mut {r}, source: *const {r}, nreduce: c_int, start: c_int, log_stride: c_int, \
                      size: c_int, _p_wrk: *mut {r}, _p_sync: *mut std::ffi::c_long"
                 ),
                 returns: "",
                 body: format!(
-                    "    collectives::check_active_set(CALL, start, log_stride, size);\n    \
+                    "    let active = collectives::active_set(CALL, start, log_stride, size);\n    \
                      let nreduce = usize::try_from(nreduce).unwrap_or_else(|_| crate::failure::fail(CALL, \"nreduce must not be negative\"));\n    \
-                     collectives::reduce::<{r}>(CALL, teams::TEAM_WORLD, dest as usize, source as usize, nreduce, ReduceOp::{variant});\n"
+                     collectives::reduce::<{r}>(CALL, &active, dest as usize, source as usize, nreduce, ReduceOp::{variant});\n"
                 ),
             });
         }
@@ -588,31 +601,32 @@ fn reductions(out: &mut String, t: &StandardType) {
 
 /// The legacy sized active-set collectives (`shmem_broadcast32`, `shmem_fcollect64`, …).
 fn legacy_sized_calls(out: &mut String, bits: u32, bytes: usize) {
-    let active = "start: c_int, log_stride: c_int, size: c_int, _p_sync: *mut std::ffi::c_long";
+    let params = "start: c_int, log_stride: c_int, size: c_int, _p_sync: *mut std::ffi::c_long";
+    let active = "    let active = collectives::active_set(CALL, start, log_stride, size);\n";
     // (name, documentation, extra parameter, elements in `source`, the collectives:: call)
     let calls = [
-        ("broadcast", "legacy broadcast over an active set (every PE only): the root's `dest` is not written.", " root: c_int,", "nelems", "broadcast_keeping_root(CALL, dest as usize, source, root)"),
-        ("fcollect", "legacy fcollect over an active set (every PE only).", "", "nelems", "fcollect(CALL, teams::TEAM_WORLD, dest as usize, source)"),
-        ("collect", "legacy collect over an active set (every PE only).", "", "nelems", "collect(CALL, teams::TEAM_WORLD, dest as usize, source)"),
-        ("alltoall", "legacy alltoall over an active set (every PE only).", "", "nelems * job::n_pes(CALL)", "alltoall(CALL, teams::TEAM_WORLD, dest as usize, source)"),
+        ("broadcast", "legacy broadcast over an active set (`root` counts in it): the root's `dest` is not written.", " root: c_int,", "nelems", "broadcast_keeping_root(CALL, &active, dest as usize, source, root)"),
+        ("fcollect", "legacy fcollect over an active set.", "", "nelems", "fcollect(CALL, &active, dest as usize, source)"),
+        ("collect", "legacy collect over an active set.", "", "nelems", "collect(CALL, &active, dest as usize, source)"),
+        ("alltoall", "legacy alltoall over an active set.", "", "nelems * active.pes(CALL).len()", "alltoall(CALL, &active, dest as usize, source)"),
     ];
     emit(
         out,
         Call {
             name: format!("shmem_alltoalls{bits}"),
-            doc: "legacy strided alltoall over an active set (every PE only).",
+            doc: "legacy strided alltoall over an active set.",
             params: format!(
-                "dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, {active}"
+                "dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, {params}"
             ),
             returns: "",
-            body: String::from("    collectives::check_active_set(CALL, start, log_stride, size);\n")
+            body: String::from(active)
                 + &buffer(
                     "source",
                     "source",
-                    &format!("rma::strided_bytes(CALL, nelems * job::n_pes(CALL), sst, {bytes})"),
+                    &format!("rma::strided_bytes(CALL, nelems * active.pes(CALL).len(), sst, {bytes})"),
                 )
                 + &format!(
-                    "    collectives::alltoalls(CALL, teams::TEAM_WORLD, dest as usize, source, [dst, sst], {bytes}, nelems);\n"
+                    "    collectives::alltoalls(CALL, &active, dest as usize, source, [dst, sst], {bytes}, nelems);\n"
                 ),
         },
     );
@@ -623,16 +637,16 @@ fn legacy_sized_calls(out: &mut String, bits: u32, bytes: usize) {
                 name: format!("shmem_{op}{bits}"),
                 doc,
                 params: format!(
-                    "dest: *mut c_void, source: *const c_void, nelems: usize,{extra} {active}"
+                    "dest: *mut c_void, source: *const c_void, nelems: usize,{extra} {params}"
                 ),
                 returns: "",
-                body: String::from(
-                    "    collectives::check_active_set(CALL, start, log_stride, size);\n",
-                ) + &buffer(
-                    "source",
-                    "source",
-                    &format!("rma::bytes(CALL, {elements}, {bytes})"),
-                ) + &format!("    collectives::{call};\n"),
+                body: String::from(active)
+                    + &buffer(
+                        "source",
+                        "source",
+                        &format!("rma::bytes(CALL, {elements}, {bytes})"),
+                    )
+                    + &format!("    collectives::{call};\n"),
             },
         );
     }
@@ -643,14 +657,16 @@ fn rust_calls() -> String {
     for t in STANDARD_TYPES {
         let typed = |op: &str, suffix: &str| format!("shmem_{}_{op}{suffix}", t.name);
         let size = format!("std::mem::size_of::<{}>()", t.rust);
-        rma_calls(
-            &mut out,
-            &typed,
-            t.rust,
-            &size,
-            t.families & VALUE != 0,
-            true,
-        );
+        if t.families & RMA != 0 {
+            rma_calls(
+                &mut out,
+                &typed,
+                t.rust,
+                &size,
+                t.families & VALUE != 0,
+                true,
+            );
+        }
         amo_calls(&mut out, t);
         if t.families & SYNC != 0 {
             sync_calls(&mut out, t);
@@ -712,8 +728,12 @@ fn c_header() -> String {
     x_macro(&mut out, "HMSHMEM_AMO_STANDARD_TYPES", AMO_STANDARD);
     x_macro(&mut out, "HMSHMEM_AMO_BITWISE_TYPES", AMO_BITWISE);
     x_macro(&mut out, "HMSHMEM_SYNC_TYPES", SYNC);
-    x_macro(&mut out, "HMSHMEM_REDUCE_TYPES", REDUCE);
-    x_macro(&mut out, "HMSHMEM_LEGACY_REDUCE_TYPES", LEGACY | REDUCE);
+    x_macro(&mut out, "HMSHMEM_REDUCE_BITWISE_TYPES", REDUCE_BITWISE);
+    x_macro(&mut out, "HMSHMEM_REDUCE_MINMAX_TYPES", REDUCE_MINMAX);
+    x_macro(&mut out, "HMSHMEM_REDUCE_ARITH_TYPES", REDUCE_ARITH);
+    x_macro(&mut out, "HMSHMEM_TO_ALL_BITWISE_TYPES", TO_ALL_BITWISE);
+    x_macro(&mut out, "HMSHMEM_TO_ALL_MINMAX_TYPES", TO_ALL_MINMAX);
+    x_macro(&mut out, "HMSHMEM_TO_ALL_ARITH_TYPES", TO_ALL_ARITH);
     x_macro(
         &mut out,
         "HMSHMEM_DEPRECATED_AMO_EXTENDED_TYPES",
@@ -746,6 +766,17 @@ fn c_header() -> String {
     generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_AMO_STANDARD", AMO_STANDARD);
     generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_AMO_BITWISE", AMO_BITWISE);
     generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_SYNC", SYNC);
+    generic_cases(
+        &mut out,
+        "HMSHMEM_GENERIC_CASES_REDUCE_BITWISE",
+        REDUCE_BITWISE,
+    );
+    generic_cases(
+        &mut out,
+        "HMSHMEM_GENERIC_CASES_REDUCE_MINMAX",
+        REDUCE_MINMAX,
+    );
+    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_REDUCE_ARITH", REDUCE_ARITH);
     out.push_str("#define HMSHMEM_SIZES(X, A)");
     for &(bits, _) in SIZED {
         write!(out, " X({bits}, A)").unwrap();

@@ -369,14 +369,20 @@ int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdif
                               ptrdiff_t sst, size_t nelems);
 HMSHMEM_RMA_TYPES(HMSHMEM_DECLARE_COLLECTIVES, _)
 
-#define HMSHMEM_DECLARE_REDUCE(T, N, A)                                                       \
-    int shmem_##N##_sum_reduce(shmem_team_t team, T *dest, const T *source, size_t nreduce);  \
-    int shmem_##N##_min_reduce(shmem_team_t team, T *dest, const T *source, size_t nreduce);  \
-    int shmem_##N##_max_reduce(shmem_team_t team, T *dest, const T *source, size_t nreduce);
-HMSHMEM_REDUCE_TYPES(HMSHMEM_DECLARE_REDUCE, _)
+/* Reductions: and/or/xor, min/max and sum/prod, each over the types the standard lists for it
+ * (long double is not reduced: docs/c-api.md). DECLARE(T, N, OP) declares one call; the class
+ * macros apply it to their operators, for the team form here and the legacy form below. */
+#define HMSHMEM_BITWISE_OPS(T, N, DECLARE) DECLARE(T, N, and) DECLARE(T, N, or) DECLARE(T, N, xor)
+#define HMSHMEM_MINMAX_OPS(T, N, DECLARE) DECLARE(T, N, min) DECLARE(T, N, max)
+#define HMSHMEM_ARITH_OPS(T, N, DECLARE) DECLARE(T, N, sum) DECLARE(T, N, prod)
+#define HMSHMEM_DECLARE_REDUCE(T, N, OP)                                                      \
+    int shmem_##N##_##OP##_reduce(shmem_team_t team, T *dest, const T *source, size_t nreduce);
+HMSHMEM_REDUCE_BITWISE_TYPES(HMSHMEM_BITWISE_OPS, HMSHMEM_DECLARE_REDUCE)
+HMSHMEM_REDUCE_MINMAX_TYPES(HMSHMEM_MINMAX_OPS, HMSHMEM_DECLARE_REDUCE)
+HMSHMEM_REDUCE_ARITH_TYPES(HMSHMEM_ARITH_OPS, HMSHMEM_DECLARE_REDUCE)
 
-/* Legacy active-set forms: the active set must be every PE (PE_start 0, PE_size n_pes);
- * pSync and pWrk are accepted and not needed. */
+/* Legacy active-set forms: PE_start, PE_start + 2^logPE_stride, ... (PE_size PEs), the calling
+ * PE among them; pSync and pWrk are accepted and not needed. */
 void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync);
 #define HMSHMEM_DECLARE_LEGACY_SIZED(BITS)                                                    \
     void shmem_broadcast##BITS(void *dest, const void *source, size_t nelems, int PE_root,     \
@@ -393,14 +399,12 @@ void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync);
 HMSHMEM_DECLARE_LEGACY_SIZED(32)
 HMSHMEM_DECLARE_LEGACY_SIZED(64)
 
-#define HMSHMEM_DECLARE_TO_ALL(T, N, A)                                                       \
-    void shmem_##N##_sum_to_all(T *dest, const T *source, int nreduce, int PE_start,          \
-                                int logPE_stride, int PE_size, T *pWrk, long *pSync);          \
-    void shmem_##N##_min_to_all(T *dest, const T *source, int nreduce, int PE_start,          \
-                                int logPE_stride, int PE_size, T *pWrk, long *pSync);          \
-    void shmem_##N##_max_to_all(T *dest, const T *source, int nreduce, int PE_start,          \
-                                int logPE_stride, int PE_size, T *pWrk, long *pSync);
-HMSHMEM_LEGACY_REDUCE_TYPES(HMSHMEM_DECLARE_TO_ALL, _)
+#define HMSHMEM_DECLARE_TO_ALL(T, N, OP)                                                      \
+    void shmem_##N##_##OP##_to_all(T *dest, const T *source, int nreduce, int PE_start,       \
+                                   int logPE_stride, int PE_size, T *pWrk, long *pSync);
+HMSHMEM_TO_ALL_BITWISE_TYPES(HMSHMEM_BITWISE_OPS, HMSHMEM_DECLARE_TO_ALL)
+HMSHMEM_TO_ALL_MINMAX_TYPES(HMSHMEM_MINMAX_OPS, HMSHMEM_DECLARE_TO_ALL)
+HMSHMEM_TO_ALL_ARITH_TYPES(HMSHMEM_ARITH_OPS, HMSHMEM_DECLARE_TO_ALL)
 
 /* Distributed locks: a symmetric long, zero before its first use. */
 void shmem_set_lock(long *lock);
@@ -456,6 +460,14 @@ struct hmshmem_never_selected;
 #define shmem_atomic_fetch_and_nbi(fetch, ...) HMSHMEM_GENERIC(AMO_BITWISE, atomic_fetch_and_nbi, *(fetch))(fetch, __VA_ARGS__)
 #define shmem_atomic_fetch_or_nbi(fetch, ...) HMSHMEM_GENERIC(AMO_BITWISE, atomic_fetch_or_nbi, *(fetch))(fetch, __VA_ARGS__)
 #define shmem_atomic_fetch_xor_nbi(fetch, ...) HMSHMEM_GENERIC(AMO_BITWISE, atomic_fetch_xor_nbi, *(fetch))(fetch, __VA_ARGS__)
+
+#define shmem_and_reduce(team, dest, ...) HMSHMEM_GENERIC(REDUCE_BITWISE, and_reduce, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_or_reduce(team, dest, ...) HMSHMEM_GENERIC(REDUCE_BITWISE, or_reduce, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_xor_reduce(team, dest, ...) HMSHMEM_GENERIC(REDUCE_BITWISE, xor_reduce, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_min_reduce(team, dest, ...) HMSHMEM_GENERIC(REDUCE_MINMAX, min_reduce, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_max_reduce(team, dest, ...) HMSHMEM_GENERIC(REDUCE_MINMAX, max_reduce, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_sum_reduce(team, dest, ...) HMSHMEM_GENERIC(REDUCE_ARITH, sum_reduce, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_prod_reduce(team, dest, ...) HMSHMEM_GENERIC(REDUCE_ARITH, prod_reduce, *(dest))(team, dest, __VA_ARGS__)
 
 #define shmem_wait_until(ivar, ...) HMSHMEM_GENERIC(SYNC, wait_until, *(ivar))(ivar, __VA_ARGS__)
 #define shmem_wait_until_all(ivars, ...) HMSHMEM_GENERIC(SYNC, wait_until_all, *(ivars))(ivars, __VA_ARGS__)

@@ -1,35 +1,58 @@
-//! Collectives: barrier and sync, broadcast, collect, fcollect, alltoall(s) and the sum/min/max
-//! reductions, in the team forms and the legacy active-set forms (`pSync`/`pWrk`, when the active
-//! set is every PE).
+//! Collectives: barrier and sync, broadcast, collect, fcollect, alltoall(s) and the reductions,
+//! in the team forms and the legacy active-set forms (`pSync`/`pWrk`, not needed).
 //!
 //! On every PE (`SHMEM_TEAM_WORLD`) each is the runtime's own collective (collect and alltoalls,
-//! which the runtime lacks, are its puts and barrier). On a split team each is the runtime's puts
-//! into the members' copies followed by the team's barrier (`teams.rs`); reductions on split
-//! teams, and active sets of some PEs, are refused with an error naming what is missing.
+//! which the runtime lacks, are its puts and barrier). On a split team, and on a legacy active
+//! set of some PEs (a team of its own: [`active_set`]), each is the runtime's puts into the
+//! members' copies followed by the team's barrier (`teams.rs`); reductions are the runtime's
+//! `Shmem::reduce` over the whole root or over the team's subgroup.
 
 use std::ffi::{c_int, c_long};
 
-use hyper_multicore::shmem::{ReduceOp, Reducible};
+use hyper_multicore::shmem::{ReduceOp, ReduceSet, Reducible};
 
 use crate::failure::fail;
 use crate::job::{self, At};
 use crate::sys::caller_memory::CallerBuffer;
-use crate::teams::{self, Team, TEAM_WORLD};
+use crate::teams::{self, Team};
 
-/// Checks that a legacy active set (`PE_start`, `logPE_stride`, `PE_size`) is every PE.
-pub(crate) fn check_active_set(call: &str, start: c_int, log_stride: c_int, size: c_int) {
+/// The team of a legacy active set (`PE_start`, `logPE_stride`, `PE_size`): PEs `PE_start`,
+/// `PE_start + 2^logPE_stride`, … (`PE_size` of them); this PE must be one. Every PE in order
+/// is `SHMEM_TEAM_WORLD`; any other set is the world's subgroup of those PEs (formed on first
+/// use by them, reused afterwards).
+pub(crate) fn active_set(call: &str, start: c_int, log_stride: c_int, size: c_int) -> Team {
     let n = job::n_pes(call);
-    let every_pe = start == 0 && usize::try_from(size).is_ok_and(|s| s == n);
-    if !every_pe || !(0..31).contains(&log_stride) {
+    let picked: Option<Vec<usize>> = (|| {
+        let start = usize::try_from(start).ok()?;
+        let stride = 1usize.checked_shl(u32::try_from(log_stride).ok().filter(|&l| l < 31)?)?;
+        let size = usize::try_from(size).ok().filter(|&s| s > 0)?;
+        (0..size)
+            .map(|i| Some(start + i * stride).filter(|&pe| pe < n))
+            .collect()
+    })();
+    let Some(pes) = picked else {
         fail(
             call,
             format!(
-                "the active set (PE_start {start}, logPE_stride {log_stride}, PE_size {size}) is \
-                 not every PE (0, any stride, {n}); active sets of some PEs are not supported yet \
-                 (docs/c-api.md)"
+                "the active set (PE_start {start}, logPE_stride {log_stride}, PE_size {size}) \
+                 does not pick PEs of the job's {n}: PE_start must be at least 0, PE_size at least 1, \
+                 logPE_stride within 0..31 and the last PE below {n}"
+            ),
+        );
+    };
+    if !pes.contains(&job::my_pe(call)) {
+        fail(
+            call,
+            format!(
+                "this PE is not in the active set (PE_start {start}, logPE_stride {log_stride}, \
+                 PE_size {size}); only its PEs call the collective"
             ),
         );
     }
+    if pes.len() == n {
+        return Team::World;
+    }
+    Team::Some(teams::members(call, pes))
 }
 
 /// This PE's block `bytes` at `target` (a region of its own `dest`) into the same place of every
@@ -44,7 +67,7 @@ fn put_to_all(call: &str, team: &Team, target: usize, bytes: &[u8]) {
     team.barrier(call);
 }
 
-/// The number of PEs of team `team`.
+/// The number of PEs of the team behind handle `team`.
 pub(crate) fn team_size(call: &str, team: usize) -> usize {
     teams::team(call, team).pes(call).len()
 }
@@ -56,21 +79,14 @@ fn member(call: &str, team: &Team) -> usize {
 }
 
 /// Copies `source` (on the team's PE `root`) into every team PE's `dest`.
-pub(crate) fn broadcast(call: &str, team: usize, dest: usize, source: CallerBuffer, root: c_int) {
-    let team = teams::team(call, team);
-    let pes = team.pes(call);
-    let Some(&root) = usize::try_from(root).ok().and_then(|r| pes.get(r)) else {
-        fail(
-            call,
-            format!("root {root} is not a PE of the team's {}", pes.len()),
-        );
-    };
-    source.with_source(|bytes| match &team {
+pub(crate) fn broadcast(call: &str, team: &Team, dest: usize, source: CallerBuffer, root: c_int) {
+    let root = root_pe(call, team, root);
+    source.with_source(|bytes| match team {
         Team::World => {
             let target = At(job::region(call, dest, bytes.len()));
             job::run(call, |shmem| shmem.broadcast::<u8>(&target, bytes, root));
         }
-        Team::Some(_) if job::my_pe(call) == root => put_to_all(call, &team, dest, bytes),
+        Team::Some(_) if job::my_pe(call) == root => put_to_all(call, team, dest, bytes),
         Team::Some(_) => {
             job::region(call, dest, bytes.len());
             team.barrier(call);
@@ -78,10 +94,28 @@ pub(crate) fn broadcast(call: &str, team: usize, dest: usize, source: CallerBuff
     });
 }
 
-/// The legacy broadcast (every PE): as [`broadcast`], but the root's `dest` keeps its contents
-/// (the active-set form never writes it).
-pub(crate) fn broadcast_keeping_root(call: &str, dest: usize, source: CallerBuffer, root: c_int) {
-    let root_pe = job::target_pe(call, root);
+/// The world PE of the team's PE `root` (fails if there is none).
+fn root_pe(call: &str, team: &Team, root: c_int) -> usize {
+    let pes = team.pes(call);
+    match usize::try_from(root).ok().and_then(|r| pes.get(r)) {
+        Some(&pe) => pe,
+        None => fail(
+            call,
+            format!("root {root} is not a PE of the team's {}", pes.len()),
+        ),
+    }
+}
+
+/// The legacy broadcast: as [`broadcast`], but the root's `dest` keeps its contents (the
+/// active-set form never writes it).
+pub(crate) fn broadcast_keeping_root(
+    call: &str,
+    team: &Team,
+    dest: usize,
+    source: CallerBuffer,
+    root: c_int,
+) {
+    let root_pe = root_pe(call, team, root);
     let me = job::my_pe(call);
     let kept = (me == root_pe).then(|| {
         let mut bytes = Vec::new();
@@ -90,7 +124,7 @@ pub(crate) fn broadcast_keeping_root(call: &str, dest: usize, source: CallerBuff
         job::run(call, |shmem| shmem.get_bytes(&mut bytes, region, me));
         (region, bytes)
     });
-    broadcast(call, TEAM_WORLD, dest, source, root);
+    broadcast(call, team, dest, source, root);
     if let Some((region, bytes)) = kept {
         job::run(call, |shmem| shmem.put_bytes(region, &bytes, me));
     }
@@ -98,17 +132,16 @@ pub(crate) fn broadcast_keeping_root(call: &str, dest: usize, source: CallerBuff
 
 /// Gathers every team PE's `source` (the same length on each) into every team PE's `dest`, in
 /// team order.
-pub(crate) fn fcollect(call: &str, team: usize, dest: usize, source: CallerBuffer) {
-    let team = teams::team(call, team);
-    source.with_source(|bytes| match &team {
+pub(crate) fn fcollect(call: &str, team: &Team, dest: usize, source: CallerBuffer) {
+    source.with_source(|bytes| match team {
         Team::World => {
             let size = job::n_pes(call);
             let target = At(job::region(call, dest, bytes.len() * size));
             job::run(call, |shmem| shmem.all_gather::<u8>(&target, bytes));
         }
         Team::Some(_) => {
-            let at = dest + member(call, &team) * bytes.len();
-            put_to_all(call, &team, at, bytes);
+            let at = dest + member(call, team) * bytes.len();
+            put_to_all(call, team, at, bytes);
         }
     });
 }
@@ -116,11 +149,10 @@ pub(crate) fn fcollect(call: &str, team: usize, dest: usize, source: CallerBuffe
 /// Gathers every team PE's `source` (its own length on each PE) into every team PE's `dest`, in
 /// team order: the lengths go round the control plane (the world's or the team's), then each PE
 /// puts its block at its place in every team PE's `dest` and all meet at the team's barrier.
-pub(crate) fn collect(call: &str, team: usize, dest: usize, source: CallerBuffer) {
-    let team = teams::team(call, team);
+pub(crate) fn collect(call: &str, team: &Team, dest: usize, source: CallerBuffer) {
     source.with_source(|bytes| {
         let length = (bytes.len() as u64).to_le_bytes();
-        let parts = match &team {
+        let parts = match team {
             Team::World => job::run(call, |shmem| shmem.control().allgather(&length)),
             Team::Some(members) => job::run(call, |_| members.group.control().allgather(&length)),
         };
@@ -128,9 +160,9 @@ pub(crate) fn collect(call: &str, team: usize, dest: usize, source: CallerBuffer
             .iter()
             .map(|part| u64::from_le_bytes(part.as_slice().try_into().unwrap_or_default()) as usize)
             .collect();
-        let before: usize = lengths[..member(call, &team)].iter().sum();
+        let before: usize = lengths[..member(call, team)].iter().sum();
         job::region(call, dest, lengths.iter().sum());
-        put_to_all(call, &team, dest + before, bytes);
+        put_to_all(call, team, dest + before, bytes);
     });
 }
 
@@ -138,15 +170,14 @@ pub(crate) fn collect(call: &str, team: usize, dest: usize, source: CallerBuffer
 /// of `source` (`sst` elements apart) go to block `my_pe` of PE `j`'s `dest` (`dst` apart).
 pub(crate) fn alltoalls(
     call: &str,
-    team: usize,
+    team: &Team,
     dest: usize,
     source: CallerBuffer,
     [dst, sst]: [isize; 2],
     size: usize,
     nelems: usize,
 ) {
-    let team = teams::team(call, team);
-    let me = member(call, &team);
+    let me = member(call, team);
     let block = crate::rma::strided_bytes(call, nelems, sst, size);
     for (j, pe) in team.pes(call).into_iter().enumerate() {
         let part = source.part(j * nelems * sst as usize * size, block);
@@ -157,9 +188,8 @@ pub(crate) fn alltoalls(
 }
 
 /// Sends block `j` of `source` to team PE `j`, which stores it as block `my_pe` of its `dest`.
-pub(crate) fn alltoall(call: &str, team: usize, dest: usize, source: CallerBuffer) {
-    let team = teams::team(call, team);
-    match &team {
+pub(crate) fn alltoall(call: &str, team: &Team, dest: usize, source: CallerBuffer) {
+    match team {
         Team::World => source.with_source(|bytes| {
             let target = At(job::region(call, dest, bytes.len()));
             job::run(call, |shmem| shmem.all_to_all::<u8>(&target, bytes));
@@ -167,7 +197,7 @@ pub(crate) fn alltoall(call: &str, team: usize, dest: usize, source: CallerBuffe
         Team::Some(members) => {
             let n = members.pes.len();
             let block = source.len() / n.max(1);
-            let at = dest + member(call, &team) * block;
+            let at = dest + member(call, team) * block;
             let region = job::region(call, at, block);
             for (j, &pe) in members.pes.iter().enumerate() {
                 source.part(j * block, block).with_source(|bytes| {
@@ -179,27 +209,24 @@ pub(crate) fn alltoall(call: &str, team: usize, dest: usize, source: CallerBuffe
     }
 }
 
-/// Combines every PE's `nreduce` elements at `source` with `op` into every PE's `dest` (every
-/// PE only: the runtime's all-reduce spans the job).
+/// Combines every team PE's `nreduce` elements at `source` with `op` into every team PE's
+/// `dest`: the runtime's reduction over the whole root or over the team's subgroup.
 pub(crate) fn reduce<T: Reducible>(
     call: &str,
-    team: usize,
+    team: &Team,
     dest: usize,
     source: usize,
     nreduce: usize,
     op: ReduceOp,
 ) {
-    if let Team::Some(_) = teams::team(call, team) {
-        fail(
-            call,
-            "reductions on split teams are not supported yet (docs/c-api.md); reduce on \
-             SHMEM_TEAM_WORLD",
-        );
-    }
     let bytes = crate::rma::bytes(call, nreduce, std::mem::size_of::<T>());
-    let target = At(job::region(call, dest, bytes));
-    let source = At(job::region(call, source, bytes));
-    job::run(call, |shmem| shmem.all_reduce::<T>(&target, &source, op));
+    let target = job::region(call, dest, bytes);
+    let source = job::region(call, source, bytes);
+    let set = match team {
+        Team::World => ReduceSet::Root,
+        Team::Some(members) => ReduceSet::Group(&members.group),
+    };
+    job::run(call, |shmem| shmem.reduce::<T>(set, target, source, op));
 }
 
 /// Collective: completes this PE's outstanding operations and waits for every PE.
@@ -215,7 +242,8 @@ pub extern "C" fn shmem_sync_all() {
     crate::job::run("shmem_sync_all", |shmem| shmem.barrier());
 }
 
-/// Legacy barrier over an active set (every PE only); `pSync` is not needed.
+/// Legacy barrier over an active set: completes this PE's operations and waits for the set's
+/// PEs; `pSync` is not needed.
 #[no_mangle]
 pub extern "C" fn shmem_barrier(
     start: c_int,
@@ -224,6 +252,5 @@ pub extern "C" fn shmem_barrier(
     _p_sync: *mut c_long,
 ) {
     const CALL: &str = "shmem_barrier";
-    check_active_set(CALL, start, log_stride, size);
-    job::run(CALL, |shmem| shmem.barrier());
+    active_set(CALL, start, log_stride, size).barrier(CALL);
 }

@@ -14,15 +14,17 @@ use crate::failure::record;
 use crate::job;
 
 /// Collective: `size` bytes aligned to `alignment` (`None`: the runtime's default, 64), or null
-/// for size 0 or when the heap cannot hold it.
+/// for size 0 or when the heap cannot hold it. The block is whole aligned 32-bit words (size
+/// rounded up, alignment at least 4), so a 16-bit value waited on lies in a symmetric word
+/// (`wait.rs`).
 fn allocate(call: &str, size: usize, alignment: Option<u64>) -> *mut c_void {
     if size == 0 {
         return std::ptr::null_mut();
     }
     let spec = AllocationSpec {
-        shape: vec![size],
+        shape: vec![size.next_multiple_of(4)],
         dtype: Dtype::U8,
-        alignment,
+        alignment: alignment.map(|a| if a.is_power_of_two() { a.max(4) } else { a }),
     };
     let outcome = job::run(call, |shmem| {
         let outcome = shmem.allocate_spec(&spec);

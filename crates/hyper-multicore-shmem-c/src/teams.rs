@@ -103,15 +103,19 @@ impl Team {
     }
 }
 
+/// The team of world PEs `pes` (this PE among them) with their subgroup: formed on first use
+/// (collective over them), then the world's cached one.
+pub(crate) fn members(call: &str, pes: Vec<usize>) -> Arc<Members> {
+    let world = check(call, World::global());
+    let group = check(call, world.subgroup(&pes));
+    Arc::new(Members { pes, group })
+}
+
 /// Makes the team of world PEs `pes` (this PE among them): forms their subgroup (collective over
 /// them) and returns its handle.
 fn make_team(call: &str, pes: Vec<usize>) -> usize {
-    let world = check(call, World::global());
-    let group = check(call, world.subgroup(&pes));
     let handle = NEXT.fetch_add(1, Ordering::Relaxed);
-    TEAMS
-        .lock()
-        .insert(handle, Arc::new(Members { pes, group }));
+    TEAMS.lock().insert(handle, members(call, pes));
     handle
 }
 

@@ -4,6 +4,11 @@
 //! the runtime's [`wait_words`](hyper_multicore::shmem::Shmem::wait_words): it sleeps between
 //! updates, and ends with an error (this PE exits naming the call) when a peer is lost or the
 //! configured timeout passes.
+//!
+//! The runtime waits on 32- and 64-bit words; a 16-bit value (`short`, `unsigned short`) is
+//! read from the naturally aligned 32-bit word containing it ([`SyncValue`]). Its writers'
+//! atomics ring the same doorbell, so such a wait wakes like any other; `shmem_malloc` rounds
+//! blocks to whole 32-bit words so the containing word is always symmetric.
 
 use std::ffi::c_int;
 
@@ -11,6 +16,44 @@ use hyper_multicore::shmem::{AtomicWord, Region};
 
 use crate::failure::fail;
 use crate::job;
+
+/// A value the C API waits on: a 32- or 64-bit word itself, or a 16-bit half of the naturally
+/// aligned 32-bit word containing it.
+pub(crate) trait SyncValue: Copy + PartialOrd {
+    /// The runtime word read to see the value.
+    type Word: AtomicWord;
+
+    /// The value at address `at`, out of `word`, the word containing it.
+    fn from_word(word: Self::Word, at: usize) -> Self;
+}
+
+macro_rules! whole_words {
+    ($($ty:ty),*) => {$(
+        impl SyncValue for $ty {
+            type Word = $ty;
+
+            fn from_word(word: $ty, _: usize) -> $ty {
+                word
+            }
+        }
+    )*};
+}
+whole_words!(i32, u32, i64, u64);
+
+macro_rules! half_words {
+    ($($ty:ty),*) => {$(
+        impl SyncValue for $ty {
+            type Word = u32;
+
+            fn from_word(word: u32, at: usize) -> $ty {
+                let byte = at % 4;
+                let shift = if cfg!(target_endian = "little") { 8 * byte } else { 8 * (2 - byte) };
+                (word >> shift) as u16 as $ty
+            }
+        }
+    )*};
+}
+half_words!(i16, u16);
 
 /// `SHMEM_CMP_EQ` and the other comparison codes, in `shmem.h`'s order.
 const COMPARISONS: [&str; 6] = ["EQ", "NE", "GT", "GE", "LT", "LE"];
@@ -63,7 +106,7 @@ pub(crate) struct Words<W> {
 
 /// Waits (`block`) or tests once whether the words satisfy `quantifier`; returns the indices of
 /// the satisfying active words (empty when a test fails, or when no word is active).
-pub(crate) fn wait_words<W: AtomicWord>(
+pub(crate) fn wait_words<W: SyncValue>(
     call: &str,
     words: &Words<W>,
     quantifier: Quantifier,
@@ -77,21 +120,27 @@ pub(crate) fn wait_words<W: AtomicWord>(
     if active.is_empty() {
         return Vec::new();
     }
-    let regions: Vec<Region> = active
+    // The word containing each value: the value's own address for a whole word (misaligned,
+    // the runtime refuses it), the aligned word around a 16-bit value.
+    let word_size = std::mem::size_of::<W::Word>();
+    let addresses: Vec<usize> = active.iter().map(|&i| words.ivars + i * size).collect();
+    let regions: Vec<Region> = addresses
         .iter()
-        .map(|&i| job::region(call, words.ivars + i * size, size))
+        .map(|&at| job::region(call, at & !(word_size - size), word_size))
         .collect();
     let mut satisfied = Vec::new();
     let mut ready = false;
     job::run(call, |shmem| {
-        shmem.wait_words::<W>(
+        shmem.wait_words::<W::Word>(
             call,
             &regions,
             |values| {
                 satisfied = active
                     .iter()
-                    .zip(values)
-                    .filter(|&(&i, &value)| holds(words.cmp, value, words.targets[i]))
+                    .zip(values.iter().zip(&addresses))
+                    .filter(|&(&i, (&word, &at))| {
+                        holds(words.cmp, W::from_word(word, at), words.targets[i])
+                    })
                     .map(|(&i, _)| i)
                     .collect();
                 ready = match quantifier {
@@ -110,7 +159,7 @@ pub(crate) fn wait_words<W: AtomicWord>(
 }
 
 /// The one word `ivar`, compared `cmp` to `value`.
-fn single<W: AtomicWord>(ivar: usize, cmp: c_int, value: W) -> Words<W> {
+fn single<W: SyncValue>(ivar: usize, cmp: c_int, value: W) -> Words<W> {
     Words {
         ivars: ivar,
         nelems: 1,
@@ -121,12 +170,12 @@ fn single<W: AtomicWord>(ivar: usize, cmp: c_int, value: W) -> Words<W> {
 }
 
 /// Waits until this PE's `ivar` compares `cmp` to `value`.
-pub(crate) fn wait_until<W: AtomicWord>(call: &str, ivar: usize, cmp: c_int, value: W) {
+pub(crate) fn wait_until<W: SyncValue>(call: &str, ivar: usize, cmp: c_int, value: W) {
     wait_words(call, &single(ivar, cmp, value), Quantifier::All, true);
 }
 
 /// 1 if this PE's `ivar` compares `cmp` to `value` now, else 0.
-pub(crate) fn test<W: AtomicWord>(call: &str, ivar: usize, cmp: c_int, value: W) -> c_int {
+pub(crate) fn test<W: SyncValue>(call: &str, ivar: usize, cmp: c_int, value: W) -> c_int {
     let met = wait_words(call, &single(ivar, cmp, value), Quantifier::All, false);
     c_int::from(!met.is_empty())
 }

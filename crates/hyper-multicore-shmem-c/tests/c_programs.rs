@@ -303,6 +303,30 @@ fn shmem_malloc_sizes_that_differ_fail_every_pe() {
 }
 
 #[test]
+fn an_active_set_past_the_last_pe_fails_every_pe() {
+    // PE_start 0, logPE_stride 1, PE_size n reaches PE 2(n-1): past the last PE from 2 PEs on.
+    fails_fast(
+        "active_set",
+        2,
+        |code| code == 1,
+        &[
+            "PE 0: shmem_barrier: the active set (PE_start 0, logPE_stride 1, PE_size 2)",
+            "PE 1: shmem_barrier: the active set (PE_start 0, logPE_stride 1, PE_size 2)",
+        ],
+    );
+}
+
+#[test]
+fn reductions_every_operator_and_type_on_teams_and_active_sets() {
+    passes_on_1_2_4_pes("reductions");
+}
+
+#[test]
+fn legacy_collectives_on_active_sets_of_some_pes() {
+    passes_on_1_2_4_pes("active_sets");
+}
+
+#[test]
 fn teams_split_and_their_collectives() {
     passes_on_1_2_4_pes("teams");
 }
@@ -318,6 +342,7 @@ fn every_family_on_the_ucx_route() {
         "sync_types",
         "static_data",
         "collectives",
+        "reductions",
         "locks",
     ] {
         passes(name, &[2], &ucx);

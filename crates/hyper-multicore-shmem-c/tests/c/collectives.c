@@ -1,6 +1,7 @@
 /* Collectives over every PE: team queries and sync, broadcast, fcollect, alltoall (mem and
- * typed forms, on heap and on static data), sum/min/max reductions for every reducible type,
- * and the legacy active-set forms with one pSync reused by every call. */
+ * typed forms, on heap and on static data), and the legacy active-set forms over every PE
+ * with one pSync reused by every call (reductions: reductions.c; active sets of some PEs:
+ * active_sets.c). */
 #include <shmem.h>
 #include <string.h>
 
@@ -10,42 +11,8 @@
 #define MAX_PES 8
 
 static long pSync[SHMEM_REDUCE_SYNC_SIZE];
-static long pWrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE + LEN];
 static int static_source[LEN];
 static int static_dest[LEN * MAX_PES];
-
-
-#define DEFINE_REDUCE_TEST(T, N, A)                                                            \
-    static void reduce_##N(void) {                                                             \
-        T *source = shmem_malloc(LEN * sizeof(T));                                             \
-        T *dest = shmem_malloc(LEN * sizeof(T));                                               \
-        for (int i = 0; i < LEN; i++) source[i] = (T)(me + i);                                 \
-        shmem_barrier_all();                                                                   \
-        CHECK(shmem_##N##_sum_reduce(SHMEM_TEAM_WORLD, dest, source, LEN) == 0);               \
-        for (int i = 0; i < LEN; i++) CHECK(dest[i] == (T)(n * (n - 1) / 2 + n * i));          \
-        CHECK(shmem_##N##_max_reduce(SHMEM_TEAM_WORLD, dest, source, LEN) == 0);               \
-        for (int i = 0; i < LEN; i++) CHECK(dest[i] == (T)(n - 1 + i));                        \
-        CHECK(shmem_##N##_min_reduce(SHMEM_TEAM_WORLD, source, source, LEN) == 0); /* in place */ \
-        for (int i = 0; i < LEN; i++) CHECK(source[i] == (T)i);                                \
-        shmem_barrier_all();                                                                   \
-        shmem_free(dest);                                                                      \
-        shmem_free(source);                                                                    \
-    }
-HMSHMEM_REDUCE_TYPES(DEFINE_REDUCE_TEST, _)
-
-#define DEFINE_TO_ALL_TEST(T, N, A)                                                            \
-    static void to_all_##N(void) {                                                             \
-        static T source[LEN], dest[LEN], work[LEN];                                            \
-        for (int i = 0; i < LEN; i++) source[i] = (T)(me * i);                                 \
-        shmem_barrier_all();                                                                   \
-        shmem_##N##_sum_to_all(dest, source, LEN, 0, 0, n, work, pSync);                      \
-        for (int i = 0; i < LEN; i++) CHECK(dest[i] == (T)(i * n * (n - 1) / 2));              \
-        shmem_##N##_max_to_all(dest, source, LEN, 0, 0, n, work, pSync);                      \
-        for (int i = 0; i < LEN; i++) CHECK(dest[i] == (T)((n - 1) * i));                      \
-        shmem_##N##_min_to_all(dest, source, LEN, 0, 0, n, work, pSync);                      \
-        for (int i = 0; i < LEN; i++) CHECK(dest[i] == (T)0);                                  \
-    }
-HMSHMEM_LEGACY_REDUCE_TYPES(DEFINE_TO_ALL_TEST, _)
 
 int main(void) {
     start();
@@ -137,11 +104,6 @@ int main(void) {
     shmem_alltoall64(recvbuf, sendbuf, 2, 0, 0, n, pSync);
     CHECK(recvbuf[2 * (n - 1)] == (n - 1) * 1000 + me);
     shmem_alltoall32(static_dest, static_source, 1, 0, 0, n, pSync);
-#define RUN_REDUCE(T, N, A) reduce_##N();
-    HMSHMEM_REDUCE_TYPES(RUN_REDUCE, _)
-#define RUN_TO_ALL(T, N, A) to_all_##N();
-    HMSHMEM_LEGACY_REDUCE_TYPES(RUN_TO_ALL, _)
-    (void)pWrk;
     shmem_barrier_all();
     PASS("collectives");
     shmem_finalize();

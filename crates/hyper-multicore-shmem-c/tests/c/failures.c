@@ -2,7 +2,8 @@
  *   global_exit    the last PE calls shmem_global_exit(7) while the others wait in a barrier;
  *   kill           the last PE is killed (SIGKILL) while PE 0 waits in shmem_int_wait_until;
  *   not_symmetric  PE 0 puts to a stack address;
- *   malloc_sizes   every PE asks shmem_malloc for a different size.
+ *   malloc_sizes   every PE asks shmem_malloc for a different size;
+ *   active_set     every PE calls shmem_barrier on an active set reaching past the last PE.
  * Every PE first prints its process id, so the harness can check none is left behind. */
 #include <shmem.h>
 #include <signal.h>
@@ -32,6 +33,9 @@ int main(int argc, char **argv) {
         shmem_barrier_all();
     } else if (strcmp(argv[1], "malloc_sizes") == 0) {
         shmem_malloc((size_t)(me + 1) * 64);
+    } else if (strcmp(argv[1], "active_set") == 0) {
+        static long pSync[SHMEM_BARRIER_SYNC_SIZE];
+        shmem_barrier(0, 1, n, pSync);
     }
     printf("PE %d reached the end, which it must not\n", me);
     return 0;

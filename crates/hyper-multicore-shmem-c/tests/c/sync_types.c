@@ -1,7 +1,8 @@
 /* Point-to-point synchronisation for every standard sync type (the X-macro lists of
  * hmshmem_types.h): wait_until with every comparison, the legacy wait, test, the _all/_any/_some
  * forms with and without a status mask, their _vector forms, and the C11 generic forms. Peers
- * wake the waiter with p and with atomics. */
+ * wake the waiter with p (16-bit types included: neighbouring flags share a 32-bit word, and a
+ * lone one is a 2-byte allocation). */
 #include <shmem.h>
 
 #include "check.h"
@@ -29,7 +30,7 @@
         CHECK(shmem_##N##_test(one, SHMEM_CMP_EQ, (T)(prev + 5)) == 1);                        \
         shmem_barrier_all();                                                                   \
         /* Everyone raises its flag on every PE; the flags are awaited with all, any, some. */ \
-        for (int pe = 0; pe < n; pe++) shmem_##N##_atomic_set(&flags[me], (T)(me + 1), pe);    \
+        for (int pe = 0; pe < n; pe++) shmem_##N##_p(&flags[me], (T)(me + 1), pe);              \
         shmem_##N##_wait_until_all(flags, (size_t)n, NULL, SHMEM_CMP_NE, (T)0);                \
         CHECK(shmem_##N##_test_all(flags, (size_t)n, NULL, SHMEM_CMP_GT, (T)0) == 1);          \
         size_t any = shmem_##N##_wait_until_any(flags, (size_t)n, NULL, SHMEM_CMP_GT, (T)0);   \
@@ -70,7 +71,7 @@ HMSHMEM_SYNC_TYPES(DEFINE_SYNC_TEST, _)
 #define DEFINE_GENERIC_TEST(T, N, A)                                                           \
     static void generic_##N(void) {                                                            \
         T *flag = shmem_calloc(1, sizeof(T));                                                  \
-        shmem_atomic_set(flag, (T)3, next);                                                    \
+        shmem_p(flag, (T)3, next);                                                             \
         shmem_wait_until(flag, SHMEM_CMP_EQ, (T)3);                                            \
         CHECK(shmem_test(flag, SHMEM_CMP_GE, (T)3) == 1);                                      \
         CHECK(shmem_test_all(flag, 1, NULL, SHMEM_CMP_EQ, (T)3) == 1);                         \

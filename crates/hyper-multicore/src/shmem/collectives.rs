@@ -6,56 +6,10 @@
 use std::time::Instant;
 
 use super::allocation::{Element, Symmetric};
+use super::reduce::{ReduceOp, ReduceSet, Reducible};
 use super::runtime::Shmem;
 use super::sync::{self, WaitPolicy};
 use crate::error::{ErrorKind, Result};
-
-/// Reduction operators.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReduceOp {
-    /// Sum (wrapping for integers).
-    Sum,
-    /// Minimum.
-    Min,
-    /// Maximum.
-    Max,
-}
-
-/// Element types that all-reduce supports.
-pub trait Reducible: Element + PartialOrd {
-    /// Combines two values.
-    fn combine(self, other: Self, op: ReduceOp) -> Self;
-}
-
-macro_rules! reducible_integers {
-    ($($ty:ty),*) => {$(
-        impl Reducible for $ty {
-            fn combine(self, other: Self, op: ReduceOp) -> Self {
-                match op {
-                    ReduceOp::Sum => self.wrapping_add(other),
-                    ReduceOp::Min => self.min(other),
-                    ReduceOp::Max => self.max(other),
-                }
-            }
-        }
-    )*};
-}
-reducible_integers!(i32, i64, u32, u64);
-
-macro_rules! reducible_floats {
-    ($($ty:ty),*) => {$(
-        impl Reducible for $ty {
-            fn combine(self, other: Self, op: ReduceOp) -> Self {
-                match op {
-                    ReduceOp::Sum => self + other,
-                    ReduceOp::Min => self.min(other),
-                    ReduceOp::Max => self.max(other),
-                }
-            }
-        }
-    )*};
-}
-reducible_floats!(f32, f64);
 
 impl Shmem {
     /// Waits until every PE of the root has called `barrier`; every put made before it is
@@ -176,42 +130,15 @@ impl Shmem {
     }
 
     /// Combines every PE's `source` element-wise with `op` into every PE's `target` (same
-    /// length). `target` and `source` may be the same allocation.
-    pub fn all_reduce<T: Reducible>(
+    /// length). `target` and `source` may be the same allocation. The whole-root, typed form of
+    /// [`Shmem::reduce`] (`reduce.rs`).
+    pub fn all_reduce<T: Reducible + Element>(
         &self,
         target: &impl Symmetric<T>,
         source: &impl Symmetric<T>,
         op: ReduceOp,
     ) -> Result<()> {
-        const OP: &str = "all_reduce";
-        if source.len() != target.len() {
-            return Err(self.error(
-                ErrorKind::InvalidArgument,
-                OP,
-                format!(
-                    "source ({}) and target ({}) lengths differ",
-                    source.len(),
-                    target.len()
-                ),
-            ));
-        }
-        let mut result = vec![T::zeroed(); source.len()];
-        let mut peer = vec![T::zeroed(); source.len()];
-        self.data_barrier(OP)?;
-        self.get(&mut result, source, 0)?;
-        for pe in 1..self.size {
-            self.get(&mut peer, source, pe)?;
-            for (r, p) in result.iter_mut().zip(&peer) {
-                *r = r.combine(*p, op);
-            }
-        }
-        let in_place = source.region().id == target.region().id;
-        if in_place {
-            // Peers may still be reading this PE's source.
-            self.data_barrier(OP)?;
-        }
-        self.put(target, &result, self.rank)?;
-        self.data_barrier(OP)
+        self.reduce::<T>(ReduceSet::Root, target.region(), source.region(), op)
     }
 
     /// Block `index` of `block` elements of `target`, as a view.

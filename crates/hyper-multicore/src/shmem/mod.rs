@@ -44,6 +44,7 @@ mod handoff;
 mod initialize;
 mod liveness;
 pub(crate) mod process;
+mod reduce;
 pub(crate) mod registry;
 mod runtime;
 mod segment;
@@ -54,9 +55,9 @@ pub use allocation::{
     Allocation, AllocationId, AllocationRecord, AllocationSpec, Dtype, Element, Region, Symmetric,
     View,
 };
-pub use collectives::{ReduceOp, Reducible};
 pub use data::{AtomicWord, Comparison, SignalOp};
 pub use process::{latest_failure, runtime_state, FailureRecord, RuntimeState};
+pub use reduce::{ReduceOp, ReduceSet, Reducible};
 pub use segment::MAX_ALIGNMENT;
 /// True if the byte range `address..address + len` of this process overlaps any symmetric heap
 /// mapping alive in this process: a running runtime's (every PE's heap and the control block),
