@@ -242,6 +242,18 @@ struct Block {
     offset: u64,
 }
 
+impl Block {
+    /// The `bytes` bytes at `address` (inside this block) as a runtime region.
+    #[inline]
+    fn region(&self, address: usize, bytes: usize) -> Region {
+        Region {
+            id: self.id,
+            heap_offset: self.offset + (address - self.start) as u64,
+            bytes: bytes as u64,
+        }
+    }
+}
+
 /// Bumped whenever the tables change (an allocation made or freed, init, finalize): a cached
 /// [`Block`] of an older epoch is looked up again.
 static TABLE_EPOCH: AtomicU64 = AtomicU64::new(0);
@@ -258,19 +270,28 @@ fn tables_changed() {
 
 /// Where the symmetric `bytes` bytes at `address` are: the runtime region of the live
 /// allocation holding them, or `Err` with the reason.
+#[inline]
 pub(crate) fn locate(address: usize, bytes: usize) -> Result<Region, String> {
     let epoch = TABLE_EPOCH.load(Ordering::Acquire);
-    let cached = LAST_BLOCK
-        .with(Cell::get)
-        .filter(|&(seen, block)| seen == epoch && block.start <= address && address < block.end);
-    let block = match cached {
-        Some((_, block)) => block,
-        None => {
-            let block = find_block(address, bytes)?;
-            LAST_BLOCK.with(|last| last.set(Some((epoch, block))));
-            block
+    if let Some((seen, block)) = LAST_BLOCK.with(Cell::get) {
+        if seen == epoch
+            && block.start <= address
+            && address < block.end
+            && address.saturating_add(bytes) <= block.end
+        {
+            return Ok(block.region(address, bytes));
         }
-    };
+    }
+    locate_in_tables(address, bytes, epoch)
+}
+
+/// [`locate`] past the thread's cached block: looks the block up in the tables (under the
+/// job's lock) and caches it, or explains why the bytes are not symmetric.
+#[cold]
+#[inline(never)]
+fn locate_in_tables(address: usize, bytes: usize, epoch: u64) -> Result<Region, String> {
+    let block = find_block(address, bytes)?;
+    LAST_BLOCK.with(|last| last.set(Some((epoch, block))));
     if address.saturating_add(bytes) > block.end {
         return Err(format!(
             "bytes {address:#x}..{:#x} run past the end of the symmetric block they start in \
@@ -280,11 +301,7 @@ pub(crate) fn locate(address: usize, bytes: usize) -> Result<Region, String> {
             block.end
         ));
     }
-    Ok(Region {
-        id: block.id,
-        heap_offset: block.offset + (address - block.start) as u64,
-        bytes: bytes as u64,
-    })
+    Ok(block.region(address, bytes))
 }
 
 /// The block holding `address` (`bytes` long: an address just past a block's end is in it only

@@ -62,6 +62,11 @@ fn shared(address: usize, len: usize) -> bool {
     shared
 }
 
+/// Buffers up to this many bytes always travel through a private copy on the stack: copying
+/// them costs less than finding out whether they lie in shared memory (a lookup that, cached
+/// per thread, still costs a thread-local access in a shared library).
+const SMALL: usize = 64;
+
 /// `len` bytes of the C caller's memory at `address`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct CallerBuffer {
@@ -99,11 +104,25 @@ impl CallerBuffer {
         }
     }
 
-    /// Calls `f` with the buffer's bytes: the buffer itself when it is private memory of this
-    /// process, else a private copy of it.
+    /// Calls `f` with the buffer's bytes: the buffer itself when it is large private memory of
+    /// this process, else a private copy of it.
     pub(crate) fn with_source<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         if self.len == 0 {
             return f(&[]);
+        }
+        if self.len <= SMALL {
+            let mut copy = [0u8; SMALL];
+            // SAFETY: readable for `len` bytes (constructor contract); the copy is private, at
+            // least `len` long and does not overlap it; shared bytes are plain data (module
+            // contract).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.address as *const u8,
+                    copy.as_mut_ptr(),
+                    self.len,
+                );
+            }
+            return f(&copy[..self.len]);
         }
         if shared(self.address, self.len) {
             let mut copy = vec![0u8; self.len];
@@ -124,10 +143,21 @@ impl CallerBuffer {
     }
 
     /// Calls `f` with a mutable view of the buffer's bytes (writes through it land in the
-    /// buffer): the buffer itself when it is private, else a private copy written back after.
+    /// buffer): the buffer itself when it is large and private, else a private copy written
+    /// back after.
     pub(crate) fn with_target<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         if self.len == 0 {
             return f(&mut []);
+        }
+        if self.len <= SMALL {
+            let mut copy = [0u8; SMALL];
+            let result = f(&mut copy[..self.len]);
+            // SAFETY: writable for `len` bytes (constructor contract); the copy is private, at
+            // least `len` long and does not overlap it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(copy.as_ptr(), self.address as *mut u8, self.len);
+            }
+            return result;
         }
         if shared(self.address, self.len) {
             let mut copy = vec![0u8; self.len];
