@@ -12,9 +12,8 @@
 //! access — on every route, since it is the heap. The heap is enlarged by the data's size, so
 //! `SHMEM_SYMMETRIC_SIZE` stays available to `shmem_malloc`.
 
-use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 
 use hyper_multicore::lifecycle;
 use hyper_multicore::shmem::{
@@ -258,10 +257,59 @@ impl Block {
 /// [`Block`] of an older epoch is looked up again.
 static TABLE_EPOCH: AtomicU64 = AtomicU64::new(0);
 
-thread_local! {
-    /// The block this thread located last, with the table epoch it was found in: consecutive
-    /// calls on the same buffer (the common case) skip the lock and the table.
-    static LAST_BLOCK: Cell<Option<(u64, Block)>> = const { Cell::new(None) };
+/// The block located last (by any thread), readable without a lock: a seqlock over its words
+/// — start, end, allocation index, generation, heap offset, and the table epoch it was found
+/// in. [`CACHE_VERSION`] is odd while a thread rewrites them. Consecutive calls on the same
+/// buffer (the common case) skip the job's lock and the table, and, unlike a thread-local
+/// cache, pay no thread-local lookup (a call into the dynamic loader in a shared library).
+static CACHE: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static CACHE_VERSION: AtomicU64 = AtomicU64::new(0);
+
+/// The cached block and the table epoch it was found in, if no thread is rewriting it.
+#[inline]
+fn cached_block() -> Option<(u64, Block)> {
+    let version = CACHE_VERSION.load(Ordering::Acquire);
+    if version & 1 == 1 {
+        return None;
+    }
+    let [start, end, index, generation, offset, epoch] =
+        std::array::from_fn(|i| CACHE[i].load(Ordering::Relaxed));
+    fence(Ordering::Acquire);
+    if CACHE_VERSION.load(Ordering::Relaxed) != version {
+        return None;
+    }
+    let block = Block {
+        start: start as usize,
+        end: end as usize,
+        id: AllocationId { index, generation },
+        offset,
+    };
+    Some((epoch, block))
+}
+
+/// Caches `block`, found in table epoch `epoch` (skipped while another thread rewrites it).
+fn cache_block(epoch: u64, block: Block) {
+    let version = CACHE_VERSION.load(Ordering::Relaxed);
+    if version & 1 == 1
+        || CACHE_VERSION
+            .compare_exchange(version, version + 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    fence(Ordering::Release);
+    let words = [
+        block.start as u64,
+        block.end as u64,
+        block.id.index,
+        block.id.generation,
+        block.offset,
+        epoch,
+    ];
+    for (cached, word) in CACHE.iter().zip(words) {
+        cached.store(word, Ordering::Relaxed);
+    }
+    CACHE_VERSION.store(version + 2, Ordering::Release);
 }
 
 fn tables_changed() {
@@ -273,7 +321,7 @@ fn tables_changed() {
 #[inline]
 pub(crate) fn locate(address: usize, bytes: usize) -> Result<Region, String> {
     let epoch = TABLE_EPOCH.load(Ordering::Acquire);
-    if let Some((seen, block)) = LAST_BLOCK.with(Cell::get) {
+    if let Some((seen, block)) = cached_block() {
         if seen == epoch
             && block.start <= address
             && address < block.end
@@ -285,13 +333,13 @@ pub(crate) fn locate(address: usize, bytes: usize) -> Result<Region, String> {
     locate_in_tables(address, bytes, epoch)
 }
 
-/// [`locate`] past the thread's cached block: looks the block up in the tables (under the
+/// [`locate`] past the cached block: looks the block up in the tables (under the
 /// job's lock) and caches it, or explains why the bytes are not symmetric.
 #[cold]
 #[inline(never)]
 fn locate_in_tables(address: usize, bytes: usize, epoch: u64) -> Result<Region, String> {
     let block = find_block(address, bytes)?;
-    LAST_BLOCK.with(|last| last.set(Some((epoch, block))));
+    cache_block(epoch, block);
     if address.saturating_add(bytes) > block.end {
         return Err(format!(
             "bytes {address:#x}..{:#x} run past the end of the symmetric block they start in \
