@@ -469,6 +469,12 @@ struct hmshmem_never_selected;
 #define shmem_sum_reduce(team, dest, ...) HMSHMEM_GENERIC(REDUCE_ARITH, sum_reduce, *(dest))(team, dest, __VA_ARGS__)
 #define shmem_prod_reduce(team, dest, ...) HMSHMEM_GENERIC(REDUCE_ARITH, prod_reduce, *(dest))(team, dest, __VA_ARGS__)
 
+#define shmem_broadcast(team, dest, ...) HMSHMEM_GENERIC(RMA, broadcast, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_collect(team, dest, ...) HMSHMEM_GENERIC(RMA, collect, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_fcollect(team, dest, ...) HMSHMEM_GENERIC(RMA, fcollect, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_alltoall(team, dest, ...) HMSHMEM_GENERIC(RMA, alltoall, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_alltoalls(team, dest, ...) HMSHMEM_GENERIC(RMA, alltoalls, *(dest))(team, dest, __VA_ARGS__)
+
 #define shmem_wait_until(ivar, ...) HMSHMEM_GENERIC(SYNC, wait_until, *(ivar))(ivar, __VA_ARGS__)
 #define shmem_wait_until_all(ivars, ...) HMSHMEM_GENERIC(SYNC, wait_until_all, *(ivars))(ivars, __VA_ARGS__)
 #define shmem_wait_until_any(ivars, ...) HMSHMEM_GENERIC(SYNC, wait_until_any, *(ivars))(ivars, __VA_ARGS__)

@@ -87,6 +87,24 @@ int main(void) {
     shmem_alltoalls32(strided_dest, strided_source, 2, 3, 2, 0, 0, n, pSync);
     CHECK(strided_dest[2] == me * 10 + 2 || n == 1);
 
+    /* The type-generic forms pick the typed call from the destination's type. */
+    for (int i = 0; i < LEN * MAX_PES; i++) static_dest[i] = -1;
+    shmem_barrier_all();
+    CHECK(shmem_broadcast(SHMEM_TEAM_WORLD, static_dest, static_source, LEN, n - 1) == 0);
+    for (int i = 0; i < LEN; i++) CHECK(static_dest[i] == (n - 1) * 10 + i);
+    shmem_barrier_all(); /* every PE has read static_dest before the next call writes it */
+    CHECK(shmem_fcollect(SHMEM_TEAM_WORLD, static_dest, static_source, 2) == 0);
+    for (int pe = 0; pe < n; pe++) CHECK(static_dest[pe * 2 + 1] == pe * 10 + 1);
+    CHECK(shmem_collect(SHMEM_TEAM_WORLD, gathered, varying, (size_t)me + 1) == 0);
+    CHECK(gathered[n * (n + 1) / 2 - 1] == 100 * (n - 1) + n - 1);
+    CHECK(shmem_alltoall(SHMEM_TEAM_WORLD, recvbuf, sendbuf, 2) == 0);
+    for (int pe = 0; pe < n; pe++) CHECK(recvbuf[2 * pe + 1] == -(pe * 1000 + me));
+    memset(strided_dest, 0, (size_t)n * 2 * 2 * sizeof(int));
+    shmem_barrier_all();
+    CHECK(shmem_alltoalls(SHMEM_TEAM_WORLD, strided_dest, strided_source, 2, 3, 2) == 0);
+    for (int pe = 0; pe < n; pe++) CHECK(strided_dest[(pe * 2 + 1) * 2] == pe * 100 + me * 10 + 2);
+    shmem_barrier_all();
+
     /* Legacy forms, one pSync reused by every call. */
     shmem_barrier(0, 0, n, pSync);
     for (int i = 0; i < LEN; i++) copy[i] = -1;
