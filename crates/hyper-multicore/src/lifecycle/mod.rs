@@ -39,7 +39,8 @@
 //! Several consumers of one heap share it through a [`SharedRoot`] (budgets, ownership,
 //! execution leases, and heap growth that keeps every consumer's data): it holds the process's
 //! single reference, and while it is active the bare calls here (acquire, release, restart) and
-//! the runtime's bare allocate/free are refused.
+//! the runtime's bare allocate/free are refused, and so is a [`guarded`] call outside the lease
+//! held ([`Lease::run`]).
 
 mod fault;
 mod growth;
@@ -71,7 +72,7 @@ use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::Allocator;
 use crate::shmem::converge::LocalFailure;
 use crate::shmem::process;
-use crate::shmem::registry::check_unmanaged;
+use crate::shmem::registry::{check_leased, check_unmanaged};
 use crate::shmem::{
     debug_state_inactive, Allocation, AllocationRecord, AllocationSpec, DebugState, Element,
     Region, Shmem, ShutdownError, MAX_ALIGNMENT,
@@ -1012,10 +1013,15 @@ fn invalidated_error(operation: &str) -> Error {
 /// new runtime, or the refusal); the release or restart excludes every guarded call from its
 /// first stage (Preflight) to its last. Called from the thread running the release or restart
 /// (its preflight hook), it is refused instead of deadlocking.
+///
+/// While a [`SharedRoot`] is active, a call is admitted only on a thread acting under the
+/// lease held now ([`Lease::run`], [`Lease::bind_thread`]); any other is refused naming the
+/// shared root (but `my_pe` and `n_pes`, which touch neither the heap nor a peer).
 pub fn guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Result<R> {
     if process::is_invalidated() {
         return Err(invalidated_error(operation));
     }
+    check_leased(operation)?;
     let runtime = match RUNTIME.try_read_recursive() {
         Some(runtime) => runtime,
         None => {
@@ -1039,6 +1045,7 @@ pub fn try_guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> R
     if process::is_invalidated() {
         return Err(invalidated_error(operation));
     }
+    check_leased(operation)?;
     let Some(runtime) = RUNTIME.try_read_recursive() else {
         return Err(in_progress(operation, "on another thread"));
     };
