@@ -127,7 +127,11 @@ fn data_plane_calls_outside_the_lease_are_refused() {
         // root; the rank query is not a data-plane call.
         let error = lifecycle::guarded("barrier", |s| s.barrier()).unwrap_err();
         report("NOLEASE", &error);
-        let error = lifecycle::try_guarded("quiet", |s| Ok(s.quiet())).unwrap_err();
+        let error = lifecycle::try_guarded("quiet", |s| {
+            s.quiet();
+            Ok(())
+        })
+        .unwrap_err();
         assert!(error.to_string().contains("shared root"), "{error}");
         assert_eq!(lifecycle::guarded("my_pe", |s| Ok(s.rank())).unwrap(), me);
         let lease = moe0.claim().unwrap();

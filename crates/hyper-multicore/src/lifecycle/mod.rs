@@ -631,10 +631,10 @@ fn restart_as(
     }
 
     steps.quiesce()?;
-    let mut staged = Vec::new();
+    let mut kept = Vec::new();
     steps.step(Stage::PreserveData, false, |runtime| {
         let shmem = usable(runtime.as_ref(), op)?;
-        staged = preserve::copy_out(shmem, op, replacements)?;
+        kept = preserve::keep(shmem, op, replacements)?;
         Ok(())
     })?;
     steps.step(Stage::ReleaseAllocations, true, |runtime| {
@@ -683,7 +683,7 @@ fn restart_as(
         for replacement in replacements {
             allocations.push(shmem.allocate_spec(&replacement.target)?);
         }
-        preserve::copy_in(shmem, &allocations, &staged)?;
+        preserve::copy_in(shmem, op, &allocations, std::mem::take(&mut kept))?;
         Ok(())
     })?;
     let timings = steps.timings;

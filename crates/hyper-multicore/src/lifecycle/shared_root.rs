@@ -45,7 +45,9 @@ use crate::control::GroupChannel;
 use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::{Allocator, MIN_ALIGNMENT};
 use crate::shmem::converge::converge;
-use crate::shmem::registry::{bind_lease, on_behalf_of_consumer, set_lease, set_managed, under_lease};
+use crate::shmem::registry::{
+    bind_lease, on_behalf_of_consumer, set_lease, set_managed, under_lease,
+};
 use crate::shmem::{
     Allocation, AllocationId, AllocationRecord, AllocationSpec, DebugState, Element, Shmem,
     DEFAULT_ALIGNMENT,

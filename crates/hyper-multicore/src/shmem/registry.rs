@@ -17,6 +17,7 @@ use super::process;
 use super::runtime::{Shmem, DEFAULT_ALIGNMENT};
 use super::segment::MAX_ALIGNMENT;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::mapping::SharedMapping;
 
 /// What manages the heap (a description naming the shared root), if anything does.
 static MANAGED_BY: parking_lot::Mutex<Option<String>> = parking_lot::const_mutex(None);
@@ -102,7 +103,9 @@ fn unleased(operation: &str, word: u64) -> Result<()> {
     let root = managed_by().unwrap_or_else(|| "a shared root".into());
     let held = match word & !MANAGED {
         0 => "no consumer holds the lease".to_string(),
-        generation => format!("this call is not made under the lease held (generation {generation})"),
+        generation => {
+            format!("this call is not made under the lease held (generation {generation})")
+        }
     };
     Err(Error::new(
         ErrorKind::InvalidState,
@@ -287,6 +290,38 @@ impl Shmem {
     /// Every live allocation, by id.
     pub fn allocations(&self) -> Vec<AllocationRecord> {
         self.heap.lock().records.values().cloned().collect()
+    }
+
+    /// Where this PE's copy of `region` lies in its heap segment: the mapping (the `Arc` keeps
+    /// it mapped, also past this runtime's shutdown) and the byte offset in it. For copies
+    /// from one runtime's heap into the next (a restart's preserved data).
+    pub(crate) fn own_bytes(
+        &self,
+        operation: &str,
+        region: Region,
+    ) -> Result<(std::sync::Arc<SharedMapping>, usize)> {
+        self.check_region(operation, region)?;
+        let mapping = std::sync::Arc::clone(self.segment.mapping());
+        let pointer = self
+            .transport
+            .local_ptr(self.rank, region.heap_offset as usize)
+            .ok_or_else(|| {
+                self.error(
+                    ErrorKind::Protocol,
+                    operation,
+                    "this PE's own heap is not mapped in this process",
+                )
+            })?;
+        let offset = (pointer.as_ptr() as usize)
+            .checked_sub(mapping.address(0) as usize)
+            .ok_or_else(|| {
+                self.error(
+                    ErrorKind::Protocol,
+                    operation,
+                    "this PE's own heap lies outside its heap segment",
+                )
+            })?;
+        Ok((mapping, offset))
     }
 
     /// The data plane's check of every region it is given: of this lifetime, its allocation
