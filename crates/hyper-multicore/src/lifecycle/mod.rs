@@ -92,7 +92,8 @@ pub struct Replacement {
     /// What replaces it.
     pub target: AllocationSpec,
     /// Keep data: the first min(old, new) bytes of the old allocation are in the new one after
-    /// the restart, on every PE (staged through private memory: see `docs/lifecycle.md`). Else
+    /// the restart, on every PE (copied from the old heap into the new one: see
+    /// `docs/lifecycle.md`). Else
     /// the new allocation starts zero-filled.
     pub preserve: bool,
 }
@@ -556,8 +557,8 @@ fn preflight_difference(
 /// collective call over the root. `preflight_hook` takes a snapshot of the caller's own state
 /// that must be equal *as a value* (by [`PreflightHook::same`]) on every rank; a closure
 /// returning bytes is a hook comparing bytes. A replacement with `preserve` keeps the first
-/// min(old, new) bytes of its allocation on every PE (staged in private memory between the
-/// heaps; Preflight checks that the host can hold them).
+/// min(old, new) bytes of its allocation on every PE (copied straight from the old heap, kept
+/// mapped until then, into the new one; Preflight checks that the host can hold them).
 ///
 /// Refused while a [`SharedRoot`] holds the runtime (its growth restarts on its behalf).
 ///
@@ -897,7 +898,8 @@ fn check_restart(
     let targets: Vec<AllocationSpec> = replacements.iter().map(|r| r.target.clone()).collect();
     Shmem::plan_heap(shmem.local_pes(), heap_size, &targets)
         .map_err(|e| invalid(e.message().to_string()))?;
-    // Preserved data is staged in private memory between the heaps: it must fit now.
+    // Preserved data is copied into the new heap while the old one is still mapped: it must
+    // fit now.
     preserve::check_host(op, shmem.local_pes(), replacements).map_err(LocalFailure::from)?;
     Ok(PreflightValue {
         hook,
