@@ -36,6 +36,14 @@ fn three_consumers(root: &SharedRoot) -> [Consumer; 3] {
     ]
 }
 
+/// Closes every consumer, then the root.
+fn close_all(root: &SharedRoot, consumers: &[&Consumer]) {
+    for consumer in consumers {
+        consumer.close().unwrap();
+    }
+    root.close().unwrap();
+}
+
 /// The pattern allocation `which` holds on `rank`.
 fn pattern(rank: usize, which: usize, len: usize) -> Vec<u8> {
     (0..len)
@@ -161,10 +169,7 @@ fn data_plane_calls_outside_the_lease_are_refused() {
         let lease = moe0.claim().unwrap();
         lease.free(buffer.id).unwrap();
         lease.release().unwrap();
-        for consumer in [&moe0, &moe1, &attn] {
-            consumer.close().unwrap();
-        }
-        root.close().unwrap();
+        close_all(&root, &[&moe0, &moe1, &attn]);
         // Nothing manages the heap any more: bare guarded calls work again.
         lifecycle::acquire(None, Some(4 * MIB)).unwrap();
         lifecycle::guarded("barrier", |s| s.barrier()).unwrap();
@@ -245,10 +250,7 @@ fn budgets_owners_bare_calls_and_close_order_are_enforced_on_every_rank() {
         let error = moe0.close().unwrap_err();
         assert!(error.to_string().contains("holds the lease"), "{error}");
         lease.release().unwrap();
-        for consumer in [&moe0, &moe1, &attn] {
-            consumer.close().unwrap();
-        }
-        root.close().unwrap();
+        close_all(&root, &[&moe0, &moe1, &attn]);
         root.close().unwrap();
         assert_eq!(lifecycle::reference_count(), 0);
         // Nothing manages the heap any more: bare calls work again.
@@ -318,10 +320,7 @@ fn the_lease_is_held_by_one_consumer_at_a_time_and_stale_generations_are_refused
         // A dropped lease is released.
         drop(attn.claim().unwrap());
         assert_eq!(root.debug_state().lease_holder, None);
-        for consumer in [&moe0, &moe1, &attn] {
-            consumer.close().unwrap();
-        }
-        root.close().unwrap();
+        close_all(&root, &[&moe0, &moe1, &attn]);
         println!("LEASES OK");
         return;
     }
@@ -410,10 +409,7 @@ fn growth_keeps_data() {
     let lease = attn.claim().unwrap();
     lease.free(workspace.id).unwrap();
     lease.release().unwrap();
-    for consumer in [&moe0, &moe1, &attn] {
-        consumer.close().unwrap();
-    }
-    root.close().unwrap();
+    close_all(&root, &[&moe0, &moe1, &attn]);
     println!("GROWTH OK {:?}", growth.record.timings);
 }
 
