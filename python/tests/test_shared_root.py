@@ -5,11 +5,13 @@ cannot happen). Runs in one process and on every rank of hmrun jobs of 2 and 4 P
 
 from __future__ import annotations
 
+import gc
+import sys
 import threading
 
 import pytest
 from conftest import RANK, TORCH, WORLD, multi_rank
-from hyper_multicore import shmem
+from hyper_multicore import _native, shmem
 from hyper_multicore.shmem import AllocationReplacement, AllocationSpec, ConsumerSpec
 
 MIB = 1 << 20
@@ -257,3 +259,26 @@ def test_allocation_budget_includes_alignment_padding():
     plain = shmem.allocation_budget((1024,), "bfloat16")
     aligned = shmem.allocation_budget((1024,), "bfloat16", 4096)
     assert plain >= 2048 and aligned > plain
+
+
+def test_a_refreshed_tensor_dropped_while_live_warns_where_it_was_allocated(three, xp, monkeypatch):
+    warned: list[str] = []
+    monkeypatch.setattr(_native, "warn", warned.append)
+    root, (moe0, moe1, attn) = three
+    with attn.lease():
+        workspace = attn.empty(MIB, dtype="uint8")
+        site = f"test_shared_root.py:{sys._getframe().f_lineno - 1}"
+    with moe0.lease():
+        assert moe0.grow(5 * MIB)
+    with attn.lease():
+        fresh = attn.refresh(workspace)
+        assert attn.refresh(workspace) is fresh  # one tensor per replacement while held
+        gc.collect()
+        assert warned == []  # the original's allocation was replaced: it does not warn
+        del fresh
+        gc.collect()
+        assert len(warned) == 1, warned
+        assert "consumer attn" in warned[0] and site in warned[0], warned
+        attn.free(attn.refresh(workspace))
+        gc.collect()
+    assert len(warned) == 1, warned  # a freed replacement does not warn

@@ -152,14 +152,18 @@ pub(crate) struct PyConsumer {
 
 #[pymethods]
 impl PyConsumer {
-    /// Claims the lease: waiting (up to the runtime's timeout) with `wait`, else at once.
+    /// Claims the lease: waiting (up to the runtime's timeout) with `wait`, else at once. The
+    /// claiming thread acts under it: the data plane's native calls (bare guarded calls) from
+    /// this thread are admitted while it is held, any other thread's are refused.
     #[pyo3(signature = (wait=true))]
     fn claim(&self, py: Python<'_>, wait: bool) -> PyResult<PyLease> {
         let lease = py.detach(|| match wait {
             true => self.consumer.claim(),
             false => self.consumer.try_claim(),
         });
-        py_result(py, lease).map(|lease| PyLease { lease })
+        let lease = py_result(py, lease)?;
+        lease.bind_thread();
+        Ok(PyLease { lease })
     }
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {

@@ -36,6 +36,14 @@ fn three_consumers(root: &SharedRoot) -> [Consumer; 3] {
     ]
 }
 
+/// Closes every consumer, then the root.
+fn close_all(root: &SharedRoot, consumers: &[&Consumer]) {
+    for consumer in consumers {
+        consumer.close().unwrap();
+    }
+    root.close().unwrap();
+}
+
 /// The pattern allocation `which` holds on `rank`.
 fn pattern(rank: usize, which: usize, len: usize) -> Vec<u8> {
     (0..len)
@@ -117,6 +125,83 @@ fn declarations_that_differ_fail_on_every_rank_naming_the_consumer_and_the_ranks
 }
 
 #[test]
+fn data_plane_calls_outside_the_lease_are_refused() {
+    if is_pe() {
+        let root = SharedRoot::new(RootGroup::World, None);
+        let [moe0, moe1, attn] = three_consumers(&root);
+        root.activate().unwrap();
+        let me = rank();
+        // No lease held: a bare data-plane or collective call is refused, naming the shared
+        // root; the rank query is not a data-plane call.
+        let error = lifecycle::guarded("barrier", |s| s.barrier()).unwrap_err();
+        report("NOLEASE", &error);
+        let error = lifecycle::try_guarded("quiet", |s| {
+            s.quiet();
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(error.to_string().contains("shared root"), "{error}");
+        assert_eq!(lifecycle::guarded("my_pe", |s| Ok(s.rank())).unwrap(), me);
+        let lease = moe0.claim().unwrap();
+        let buffer = lease.allocate_spec(&u8_spec(vec![8])).unwrap();
+        // moe0 holds the lease: a bare call is still refused, on this thread and on another
+        // (a consumer's calls go through its lease).
+        let put = |s: &hyper_multicore::shmem::Shmem| s.put_bytes(buffer.region(), &[7; 8], me);
+        report("BARE", &lifecycle::guarded("put", put).unwrap_err());
+        std::thread::scope(|scope| {
+            let error = scope
+                .spawn(|| lifecycle::guarded("put", put).unwrap_err())
+                .join()
+                .unwrap();
+            report("OTHER", &error);
+        });
+        lease.run("put", put).unwrap();
+        lease.run("barrier", |s| s.barrier()).unwrap();
+        // A thread bound to the lease (the Python front's claim) is admitted while it is held.
+        lease.bind_thread();
+        lifecycle::guarded("barrier", |s| s.barrier()).unwrap();
+        lease.release().unwrap();
+        report("RELEASED", &lifecycle::guarded("put", put).unwrap_err());
+        // Another consumer's lease does not admit a thread bound to an earlier one.
+        let other = moe1.claim().unwrap();
+        report("STALE", &lifecycle::guarded("put", put).unwrap_err());
+        other.release().unwrap();
+        let lease = moe0.claim().unwrap();
+        lease.free(buffer.id).unwrap();
+        lease.release().unwrap();
+        close_all(&root, &[&moe0, &moe1, &attn]);
+        // Nothing manages the heap any more: bare guarded calls work again.
+        lifecycle::acquire(None, Some(4 * MIB)).unwrap();
+        lifecycle::guarded("barrier", |s| s.barrier()).unwrap();
+        lifecycle::release().unwrap();
+        return;
+    }
+    let result = Job::launch("data_plane_calls_outside_the_lease_are_refused", 2).wait();
+    result.assert_all_succeeded();
+    for pe in &result.pes {
+        let no_lease = &pe.lines_with("NOLEASE ")[0];
+        assert!(
+            no_lease.contains("barrier is refused while the heap is managed by the shared root")
+                && no_lease.contains("no consumer holds the lease"),
+            "{no_lease}"
+        );
+        for (label, why) in [
+            ("BARE ", "not made under the lease held (generation 1)"),
+            ("OTHER ", "not made under the lease held (generation 1)"),
+            ("RELEASED ", "no consumer holds the lease"),
+            ("STALE ", "not made under the lease held (generation 2)"),
+        ] {
+            let line = &pe.lines_with(label)[0];
+            assert!(
+                line.contains("put is refused while the heap is managed by the shared root")
+                    && line.contains(why),
+                "{line}"
+            );
+        }
+    }
+}
+
+#[test]
 fn budgets_owners_bare_calls_and_close_order_are_enforced_on_every_rank() {
     if is_pe() {
         let root = SharedRoot::new(RootGroup::World, None);
@@ -165,10 +250,7 @@ fn budgets_owners_bare_calls_and_close_order_are_enforced_on_every_rank() {
         let error = moe0.close().unwrap_err();
         assert!(error.to_string().contains("holds the lease"), "{error}");
         lease.release().unwrap();
-        for consumer in [&moe0, &moe1, &attn] {
-            consumer.close().unwrap();
-        }
-        root.close().unwrap();
+        close_all(&root, &[&moe0, &moe1, &attn]);
         root.close().unwrap();
         assert_eq!(lifecycle::reference_count(), 0);
         // Nothing manages the heap any more: bare calls work again.
@@ -238,10 +320,7 @@ fn the_lease_is_held_by_one_consumer_at_a_time_and_stale_generations_are_refused
         // A dropped lease is released.
         drop(attn.claim().unwrap());
         assert_eq!(root.debug_state().lease_holder, None);
-        for consumer in [&moe0, &moe1, &attn] {
-            consumer.close().unwrap();
-        }
-        root.close().unwrap();
+        close_all(&root, &[&moe0, &moe1, &attn]);
         println!("LEASES OK");
         return;
     }
@@ -330,10 +409,7 @@ fn growth_keeps_data() {
     let lease = attn.claim().unwrap();
     lease.free(workspace.id).unwrap();
     lease.release().unwrap();
-    for consumer in [&moe0, &moe1, &attn] {
-        consumer.close().unwrap();
-    }
-    root.close().unwrap();
+    close_all(&root, &[&moe0, &moe1, &attn]);
     println!("GROWTH OK {:?}", growth.record.timings);
 }
 

@@ -90,6 +90,14 @@ def _dropped(allocation: Any, consumer: str, site: str) -> None:
         )
 
 
+def _watched(allocation: Any, tensor: Any, consumer: str, site: str) -> Any:
+    """A view of ``tensor`` (``allocation``'s full tensor) that warns if it is dropped while
+    the allocation is live."""
+    view = tensor[...]
+    weakref.finalize(view, _dropped, allocation, consumer, site).atexit = False
+    return view
+
+
 def _state_error(operation: str, message: str) -> ShmemError:
     return native_style(ShmemError, operation, "invalid state", message)
 
@@ -220,9 +228,8 @@ class Consumer:
         allocation = _lookup(tensor)
         assert allocation is not None
         allocation.owner = self
-        view = tensor[...]
-        weakref.finalize(view, _dropped, allocation, self.name, site).atexit = False
-        return view
+        self.root._sites[(allocation.index, allocation.generation)] = site
+        return _watched(allocation, tensor, self.name, site)
 
     def free(self, tensor: Any) -> None:
         """Collective: frees a tensor of this consumer. Another consumer's tensor is refused
@@ -238,6 +245,7 @@ class Consumer:
             lease.free(*key)
             if allocation is not None:
                 _retire(allocation)
+                self.root._sites.pop(key, None)
 
     def grow(self, budget_bytes: int) -> bool:
         """Collective: makes this consumer's budget at least the largest ``budget_bytes`` of
@@ -259,7 +267,9 @@ class Consumer:
 
     def refresh(self, tensor: Any) -> Any:
         """The live tensor of ``tensor``'s allocation: after growths, its replacement (same
-        bytes, new heap); otherwise the tensor itself."""
+        bytes, new heap); otherwise the tensor itself. A replacement is one tensor per
+        allocation while any reference to it is held; dropped while its allocation is live, it
+        warns (as the tensors of :meth:`empty` do) naming where the allocation was made."""
         allocation = _lookup(tensor)
         if allocation is None:
             raise ValueError("refresh() takes a tensor made by a consumer")
@@ -268,11 +278,18 @@ class Consumer:
             while key in self.root._moved:
                 key = self.root._moved[key]
             current = _live.get(key)
-        if current is None:
-            raise native_style(
-                ShmemError, "refresh", "invalid state", f"allocation {key[0]} was freed"
-            )
-        return current.tensor
+            if current is None:
+                raise native_style(
+                    ShmemError, "refresh", "invalid state", f"allocation {key[0]} was freed"
+                )
+            if current is allocation:
+                return tensor
+            view = self.root._refreshed.get(key)
+            if view is None:
+                site = self.root._sites.get(key, "an earlier heap")
+                view = _watched(current, current.tensor, self.name, site)
+                self.root._refreshed[key] = view
+            return view
 
     def close(self) -> None:
         """Closes this consumer (refused while it owns tensors or holds the lease)."""
@@ -289,11 +306,13 @@ class GrowableBuffer:
         self.consumer = consumer
         self._native = native
         self._origin = tensor
+        self._current = tensor
 
     @property
     def tensor(self) -> Any:
-        """The buffer's live tensor (a new one after each growth)."""
-        return self.consumer.refresh(self._origin)
+        """The buffer's live tensor (a new one after each growth), held by the buffer."""
+        self._current = self.consumer.refresh(self._origin)
+        return self._current
 
     @property
     def capacity(self) -> int:
@@ -334,6 +353,13 @@ class SharedRoot:
         self._native: Any = None
         #: (index, generation) of an allocation replaced by a growth -> its replacement's.
         self._moved: dict[tuple[int, int], tuple[int, int]] = {}
+        #: Where each live allocation of a consumer was made (``file:line``), by (index,
+        #: generation); a growth's replacement keeps its original's.
+        self._sites: dict[tuple[int, int], str] = {}
+        #: The tensor :meth:`Consumer.refresh` hands out for a replacement, while referenced.
+        self._refreshed: weakref.WeakValueDictionary[tuple[int, int], Any] = (
+            weakref.WeakValueDictionary()
+        )
 
     def reserve(self, spec: ConsumerSpec) -> Consumer:
         """Declares a consumer (before :meth:`activate` only; names are unique)."""
@@ -453,4 +479,7 @@ class SharedRoot:
                 assert new is not None
                 new.owner = owner
                 self._moved[(index, generation)] = (new.index, new.generation)
+                site = self._sites.pop((index, generation), None)
+                if site is not None:
+                    self._sites[(new.index, new.generation)] = site
         return True

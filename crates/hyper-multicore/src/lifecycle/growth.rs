@@ -193,7 +193,7 @@ impl Lease {
         let result = on_behalf_of_consumer(|| restart_as(OP, plan.heap, &replacements, None));
         let mut result = result.inspect_err(|error| {
             if error.recovery() != Some(Recovery::Retryable) {
-                set_managed(None);
+                set_managed(None, None);
                 self.shared.inner.lock().phase = Phase::Failed(error.to_string());
             }
         })?;
@@ -247,7 +247,7 @@ impl Lease {
     fn failed(&self, failure: StageFailure) -> Error {
         let error = classify("grow", Stage::Agree, failure, false);
         if error.recovery() != Some(Recovery::Retryable) {
-            set_managed(None);
+            set_managed(None, None);
             self.shared.inner.lock().phase = Phase::Failed(error.to_string());
         }
         error

@@ -39,7 +39,8 @@
 //! Several consumers of one heap share it through a [`SharedRoot`] (budgets, ownership,
 //! execution leases, and heap growth that keeps every consumer's data): it holds the process's
 //! single reference, and while it is active the bare calls here (acquire, release, restart) and
-//! the runtime's bare allocate/free are refused.
+//! the runtime's bare allocate/free are refused, and so is a [`guarded`] call outside the lease
+//! held ([`Lease::run`]).
 
 mod fault;
 mod growth;
@@ -71,7 +72,7 @@ use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::Allocator;
 use crate::shmem::converge::LocalFailure;
 use crate::shmem::process;
-use crate::shmem::registry::check_unmanaged;
+use crate::shmem::registry::{check_leased, check_unmanaged};
 use crate::shmem::{
     debug_state_inactive, Allocation, AllocationRecord, AllocationSpec, DebugState, Element,
     Region, Shmem, ShutdownError, MAX_ALIGNMENT,
@@ -91,7 +92,8 @@ pub struct Replacement {
     /// What replaces it.
     pub target: AllocationSpec,
     /// Keep data: the first min(old, new) bytes of the old allocation are in the new one after
-    /// the restart, on every PE (staged through private memory: see `docs/lifecycle.md`). Else
+    /// the restart, on every PE (copied from the old heap into the new one: see
+    /// `docs/lifecycle.md`). Else
     /// the new allocation starts zero-filled.
     pub preserve: bool,
 }
@@ -555,8 +557,8 @@ fn preflight_difference(
 /// collective call over the root. `preflight_hook` takes a snapshot of the caller's own state
 /// that must be equal *as a value* (by [`PreflightHook::same`]) on every rank; a closure
 /// returning bytes is a hook comparing bytes. A replacement with `preserve` keeps the first
-/// min(old, new) bytes of its allocation on every PE (staged in private memory between the
-/// heaps; Preflight checks that the host can hold them).
+/// min(old, new) bytes of its allocation on every PE (copied straight from the old heap, kept
+/// mapped until then, into the new one; Preflight checks that the host can hold them).
 ///
 /// Refused while a [`SharedRoot`] holds the runtime (its growth restarts on its behalf).
 ///
@@ -630,10 +632,10 @@ fn restart_as(
     }
 
     steps.quiesce()?;
-    let mut staged = Vec::new();
+    let mut kept = Vec::new();
     steps.step(Stage::PreserveData, false, |runtime| {
         let shmem = usable(runtime.as_ref(), op)?;
-        staged = preserve::copy_out(shmem, op, replacements)?;
+        kept = preserve::keep(shmem, op, replacements)?;
         Ok(())
     })?;
     steps.step(Stage::ReleaseAllocations, true, |runtime| {
@@ -682,7 +684,7 @@ fn restart_as(
         for replacement in replacements {
             allocations.push(shmem.allocate_spec(&replacement.target)?);
         }
-        preserve::copy_in(shmem, &allocations, &staged)?;
+        preserve::copy_in(shmem, op, &allocations, std::mem::take(&mut kept))?;
         Ok(())
     })?;
     let timings = steps.timings;
@@ -896,7 +898,8 @@ fn check_restart(
     let targets: Vec<AllocationSpec> = replacements.iter().map(|r| r.target.clone()).collect();
     Shmem::plan_heap(shmem.local_pes(), heap_size, &targets)
         .map_err(|e| invalid(e.message().to_string()))?;
-    // Preserved data is staged in private memory between the heaps: it must fit now.
+    // Preserved data is copied into the new heap while the old one is still mapped: it must
+    // fit now.
     preserve::check_host(op, shmem.local_pes(), replacements).map_err(LocalFailure::from)?;
     Ok(PreflightValue {
         hook,
@@ -1012,10 +1015,15 @@ fn invalidated_error(operation: &str) -> Error {
 /// new runtime, or the refusal); the release or restart excludes every guarded call from its
 /// first stage (Preflight) to its last. Called from the thread running the release or restart
 /// (its preflight hook), it is refused instead of deadlocking.
+///
+/// While a [`SharedRoot`] is active, a call is admitted only on a thread acting under the
+/// lease held now ([`Lease::run`], [`Lease::bind_thread`]); any other is refused naming the
+/// shared root (but `my_pe` and `n_pes`, which touch neither the heap nor a peer).
 pub fn guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Result<R> {
     if process::is_invalidated() {
         return Err(invalidated_error(operation));
     }
+    check_leased(operation)?;
     let runtime = match RUNTIME.try_read_recursive() {
         Some(runtime) => runtime,
         None => {
@@ -1039,6 +1047,7 @@ pub fn try_guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> R
     if process::is_invalidated() {
         return Err(invalidated_error(operation));
     }
+    check_leased(operation)?;
     let Some(runtime) = RUNTIME.try_read_recursive() else {
         return Err(in_progress(operation, "on another thread"));
     };

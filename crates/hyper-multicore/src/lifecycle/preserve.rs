@@ -1,17 +1,24 @@
 //! Keeping data across a restart (`Replacement::preserve`): the first min(old, new) bytes of a
-//! preserved allocation are copied out of the old heap into this process's private memory at
-//! PreserveData (after Quiesce: every outstanding operation has completed), and into the new
-//! allocation at RestoreAllocations, on every PE.
+//! preserved allocation are copied straight from the old heap into the new allocation at
+//! RestoreAllocations, on every PE. PreserveData (after Quiesce: every outstanding operation
+//! has completed) keeps this PE's mapping of the old heap segment alive past Shutdown, and
+//! notes where each preserved prefix lies in it; RestoreAllocations makes the destination
+//! pages present in one call each (`MADV_POPULATE_WRITE`, instead of a page fault per 4 KiB),
+//! copies, and then lets the old heap go.
 //!
-//! Memory cost: the old heap is unmapped before the new one is mapped, so the peak is one heap
-//! plus the staged bytes (the sum of min(old, new) over the preserved allocations) per PE.
-//! Preflight checks that the PEs of this host can stage them in the memory the host has
-//! available (`MemAvailable`), so a restart that cannot hold them fails before teardown,
+//! Memory cost: the old heap's pages stay until the copy is done, so while the new heap is
+//! filled the host holds both: the old heaps' pages plus the preserved bytes of every PE in the
+//! new ones (a staging copy would cost the same: the preserved bytes, on top of one heap).
+//! Preflight checks that the PEs of this host can hold the preserved bytes again in the memory
+//! the host has available (`MemAvailable`), so a restart that cannot fails before teardown,
 //! retryable, with nothing changed.
+
+use std::sync::Arc;
 
 use super::Replacement;
 use crate::error::{Error, ErrorKind, Result};
 use crate::shmem::{AllocationRecord, Region, Shmem};
+use crate::sys::mapping::SharedMapping;
 
 /// The bytes a preserved replacement carries over: min(old, new).
 fn carried(replacement: &Replacement) -> u64 {
@@ -19,31 +26,32 @@ fn carried(replacement: &Replacement) -> u64 {
     replacement.current.bytes.min(target)
 }
 
-/// Fails unless the PEs of this host (`local_pes`) can stage every preserved byte in the
-/// memory the host has available.
+/// Fails unless the PEs of this host (`local_pes`) can hold every preserved byte a second time
+/// in the memory the host has available.
 pub(super) fn check_host(
     operation: &str,
     local_pes: usize,
     replacements: &[Replacement],
 ) -> Result<()> {
-    let staged: u64 = replacements
+    let copied: u64 = replacements
         .iter()
         .filter(|r| r.preserve)
         .map(carried)
         .sum();
-    if staged == 0 {
+    if copied == 0 {
         return Ok(());
     }
-    let wanted = staged.saturating_mul(local_pes as u64);
+    let wanted = copied.saturating_mul(local_pes as u64);
     match available_memory_bytes() {
         Some(available) if wanted > available => Err(Error::new(
             ErrorKind::InvalidArgument,
             operation,
             format!(
-                "preserving data stages {staged} bytes per PE in private memory between the \
-                 heaps ({local_pes} PEs on this host: {wanted} bytes), but this host has only \
-                 {available} bytes available; preserve less (preserve=false for buffers whose \
-                 contents need not survive) or free memory first"
+                "preserving data copies {copied} bytes per PE into the new heap while the old \
+                 one is still mapped ({local_pes} PEs on this host: {wanted} bytes more), but \
+                 this host has only {available} bytes available; preserve less \
+                 (preserve=false for buffers whose contents need not survive) or free memory \
+                 first"
             ),
         )),
         _ => Ok(()),
@@ -57,14 +65,21 @@ fn available_memory_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// PreserveData: this PE's copy of the first min(old, new) bytes of each preserved allocation,
-/// in request order (`None` for one not preserved). Fails (retryable: nothing is torn down
-/// yet) if the private memory cannot be had.
-pub(super) fn copy_out(
+/// A preserved prefix of the old heap: its mapping (kept alive) and where the prefix lies.
+pub(super) struct Kept {
+    mapping: Arc<SharedMapping>,
+    offset: usize,
+    bytes: usize,
+}
+
+/// PreserveData: where this PE's first min(old, new) bytes of each preserved allocation lie in
+/// the old heap, in request order (`None` for one not preserved); holding them keeps the old
+/// heap mapped.
+pub(super) fn keep(
     shmem: &Shmem,
     operation: &str,
     replacements: &[Replacement],
-) -> Result<Vec<Option<Vec<u8>>>> {
+) -> Result<Vec<Option<Kept>>> {
     replacements
         .iter()
         .map(|replacement| {
@@ -72,47 +87,39 @@ pub(super) fn copy_out(
                 return Ok(None);
             }
             let bytes = carried(replacement);
-            // Probed first, so that memory that cannot be had is an error (retryable: nothing
-            // is torn down yet) rather than an abort; then allocated zeroed, which for a large
-            // copy is fresh zero pages (no zeroing pass: the copy touches each page once).
-            Vec::<u8>::new()
-                .try_reserve_exact(bytes as usize)
-                .map_err(|e| {
-                    Error::new(
-                        ErrorKind::InvalidArgument,
-                        operation,
-                        format!(
-                            "cannot stage {bytes} preserved bytes of allocation {} in private \
-                             memory ({e}); preserve less or free memory first",
-                            replacement.current.id.index
-                        ),
-                    )
-                })?;
-            let mut staged = vec![0u8; bytes as usize];
             let source = Region {
                 bytes,
                 ..replacement.current
             };
-            shmem.get_bytes(&mut staged, source, shmem.rank())?;
-            Ok(Some(staged))
+            let (mapping, offset) = shmem.own_bytes(operation, source)?;
+            Ok(Some(Kept {
+                mapping,
+                offset,
+                bytes: bytes as usize,
+            }))
         })
         .collect()
 }
 
-/// RestoreAllocations: copies each staged prefix into its new allocation on this PE.
+/// RestoreAllocations: copies each kept prefix into its new allocation on this PE (its pages
+/// made present first), then lets the old heap go.
 pub(super) fn copy_in(
     shmem: &Shmem,
+    operation: &str,
     allocations: &[AllocationRecord],
-    staged: &[Option<Vec<u8>>],
+    kept: Vec<Option<Kept>>,
 ) -> Result<()> {
-    for (record, staged) in allocations.iter().zip(staged) {
-        if let Some(bytes) = staged {
-            let target = Region {
-                bytes: bytes.len() as u64,
-                ..record.region()
-            };
-            shmem.put_bytes(target, bytes, shmem.rank())?;
-        }
+    for (record, kept) in allocations.iter().zip(kept) {
+        let Some(kept) = kept else { continue };
+        let target = Region {
+            bytes: kept.bytes as u64,
+            ..record.region()
+        };
+        let (mapping, offset) = shmem.own_bytes(operation, target)?;
+        // Best effort: without it the copy faults the pages in one by one.
+        let _ = mapping.populate_write(offset, kept.bytes);
+        kept.mapping
+            .copy_to(kept.offset, &mapping, offset, kept.bytes);
     }
     Ok(())
 }

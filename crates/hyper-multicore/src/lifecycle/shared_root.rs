@@ -45,7 +45,9 @@ use crate::control::GroupChannel;
 use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::{Allocator, MIN_ALIGNMENT};
 use crate::shmem::converge::converge;
-use crate::shmem::registry::{on_behalf_of_consumer, set_managed};
+use crate::shmem::registry::{
+    bind_lease, on_behalf_of_consumer, set_lease, set_managed, under_lease,
+};
 use crate::shmem::{
     Allocation, AllocationId, AllocationRecord, AllocationSpec, DebugState, Element, Shmem,
     DEFAULT_ALIGNMENT,
@@ -447,7 +449,7 @@ impl SharedRoot {
         let mut inner = self.shared.inner.lock();
         inner.heap_size = heap;
         inner.phase = Phase::Active;
-        set_managed(Some(inner.describe()));
+        set_managed(Some(inner.describe()), None);
         Ok(())
     }
 
@@ -473,13 +475,13 @@ impl SharedRoot {
         let channel = root_channel(OP)?;
         let rank = channel.rank();
         converge(channel.as_ref(), OP, local.map_err(|e| e.on_rank(rank)))?;
-        set_managed(None);
+        set_managed(None, None);
         let outcome = release_reference();
         let mut inner = self.shared.inner.lock();
         match &outcome {
             Ok(()) => inner.phase = Phase::Closed,
             Err(e) if e.recovery() == Some(Recovery::Retryable) => {
-                set_managed(Some(inner.describe()));
+                set_managed(Some(inner.describe()), inner.lease.map(|(_, g)| g));
             }
             Err(e) => inner.phase = Phase::Failed(e.to_string()),
         }
@@ -741,6 +743,7 @@ impl Consumer {
         inner.generations += 1;
         let generation = inner.generations;
         inner.lease = Some((self.index, generation));
+        set_lease(Some(generation));
         Ok(Lease {
             shared: Arc::clone(&self.shared),
             consumer: self.index,
@@ -818,18 +821,29 @@ impl Lease {
         let mut inner = self.shared.inner.lock();
         inner.check_lease("release lease", self.consumer, self.generation)?;
         inner.lease = None;
+        set_lease(None);
         self.shared.lease_freed.notify_all();
         Ok(())
     }
 
     /// Runs `f` on the runtime for this consumer (a data-plane or collective call), if the
-    /// lease is current.
+    /// lease is current. While a shared root is active this is the way to the runtime: a bare
+    /// [`guarded`] call is refused unless its thread acts under the lease held (here, or
+    /// [`Lease::bind_thread`]).
     pub fn run<R>(&self, operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Result<R> {
         self.shared
             .inner
             .lock()
             .check_lease(operation, self.consumer, self.generation)?;
-        guarded(operation, f)
+        under_lease(self.generation, || guarded(operation, f))
+    }
+
+    /// Makes the calling thread act under this lease for its bare [`guarded`] calls, until the
+    /// lease is released (a later lease is not inherited): for a front in another language
+    /// whose data-plane calls reach the runtime through [`guarded`] and are checked against the
+    /// lease there (the Python front binds the thread that claims).
+    pub fn bind_thread(&self) {
+        bind_lease(self.generation);
     }
 
     /// Collective: allocates `len` elements of `T`, billed to the consumer.
@@ -863,7 +877,7 @@ impl Lease {
         let _collective = self.shared.collective.lock();
         let local = self.billing_check(OP, spec);
         let billed = self.agree(OP, local)?;
-        let record = on_behalf_of_consumer(|| guarded(OP, |shmem| shmem.allocate_spec(spec)))?;
+        let record = on_behalf_of_consumer(|| self.run(OP, |shmem| shmem.allocate_spec(spec)))?;
         let mut inner = self.shared.inner.lock();
         let entry = &mut inner.consumers[self.consumer];
         tracing::debug!(
@@ -890,7 +904,7 @@ impl Lease {
         let _collective = self.shared.collective.lock();
         let local = self.ownership_check(OP, id);
         self.agree(OP, local)?;
-        on_behalf_of_consumer(|| guarded(OP, |shmem| shmem.free_id(id)))?;
+        on_behalf_of_consumer(|| self.run(OP, |shmem| shmem.free_id(id)))?;
         let mut inner = self.shared.inner.lock();
         inner.consumers[self.consumer].owned.remove(&id.index);
         Ok(())
@@ -992,6 +1006,7 @@ impl Drop for Lease {
         let mut inner = self.shared.inner.lock();
         if inner.lease == Some((self.consumer, self.generation)) {
             inner.lease = None;
+            set_lease(None);
             self.shared.lease_freed.notify_all();
         }
     }

@@ -17,8 +17,9 @@ pub enum Stage {
     Preflight,
     /// Every outstanding operation completes; every PE arrives.
     Quiesce,
-    /// The first min(old, new) bytes of each preserved allocation are copied out of the heap
-    /// into this process's private memory (nothing when no replacement preserves data).
+    /// Where the first min(old, new) bytes of each preserved allocation lie is noted, and the
+    /// old heap kept mapped until RestoreAllocations copies them (nothing when no replacement
+    /// preserves data).
     PreserveData,
     /// Every allocation is freed.
     ReleaseAllocations,

@@ -3,9 +3,11 @@
 //!
 //! While a shared root (`lifecycle::SharedRoot`) manages the heap, a bare allocate or free is
 //! refused before any collective work; the shared root's consumers make theirs
-//! [`on_behalf_of_consumer`].
+//! [`on_behalf_of_consumer`]. Every call through `lifecycle::guarded` is admitted then only
+//! on a thread acting for the consumer holding the lease ([`check_leased`]).
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::allocation::{
     Allocation, AllocationId, AllocationRecord, AllocationSpec, Element, Region,
@@ -15,18 +17,105 @@ use super::process;
 use super::runtime::{Shmem, DEFAULT_ALIGNMENT};
 use super::segment::MAX_ALIGNMENT;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::mapping::SharedMapping;
 
 /// What manages the heap (a description naming the shared root), if anything does.
 static MANAGED_BY: parking_lot::Mutex<Option<String>> = parking_lot::const_mutex(None);
 
+/// The lease word: 0 while nothing manages the heap; else [`MANAGED`] with the generation of
+/// the lease held (none held: `MANAGED` alone). A guarded call is admitted when it is 0 or
+/// equals the calling thread's [`THREAD_LEASE`]: one load and one compare on the fast path.
+static LEASE_WORD: AtomicU64 = AtomicU64::new(0);
+
+/// The lease word's bit for "a shared root manages the heap" (generations stay below it).
+const MANAGED: u64 = 1 << 63;
+
 thread_local! {
     /// True while this thread allocates or frees on behalf of a shared root's consumer.
     static ON_BEHALF: Cell<bool> = const { Cell::new(false) };
+    /// The lease word this thread acts under (0: none).
+    static THREAD_LEASE: Cell<u64> = const { Cell::new(0) };
 }
 
-/// Records that `description` (a shared root) manages the heap, or that nothing does (`None`).
-pub(crate) fn set_managed(description: Option<String>) {
-    *MANAGED_BY.lock() = description;
+/// Records that `description` (a shared root) manages the heap with the lease of `lease`
+/// held (a generation, or none), or that nothing manages it (`None`).
+pub(crate) fn set_managed(description: Option<String>, lease: Option<u64>) {
+    let mut managed = MANAGED_BY.lock();
+    LEASE_WORD.store(
+        match description {
+            Some(_) => MANAGED | lease.unwrap_or(0),
+            None => 0,
+        },
+        Ordering::Release,
+    );
+    *managed = description;
+}
+
+/// Records that the lease of `generation` is held now (`None`: no lease is held), if a shared
+/// root manages the heap.
+pub(crate) fn set_lease(generation: Option<u64>) {
+    let _managed = MANAGED_BY.lock();
+    if LEASE_WORD.load(Ordering::Acquire) != 0 {
+        LEASE_WORD.store(MANAGED | generation.unwrap_or(0), Ordering::Release);
+    }
+}
+
+/// Runs `f` with this thread acting under the lease of `generation`: its guarded calls are
+/// admitted while that lease is held.
+pub(crate) fn under_lease<R>(generation: u64, f: impl FnOnce() -> R) -> R {
+    struct Reset(u64);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            THREAD_LEASE.with(|word| word.set(self.0));
+        }
+    }
+    let _reset = Reset(THREAD_LEASE.with(|word| word.replace(MANAGED | generation)));
+    f()
+}
+
+/// Makes this thread act under the lease of `generation` from now on (until another lease is
+/// bound or run on it): a front whose data-plane calls reach guarded directly.
+pub(crate) fn bind_lease(generation: u64) {
+    THREAD_LEASE.with(|word| word.set(MANAGED | generation));
+}
+
+/// Calls admitted without a lease while a shared root manages the heap: the queries of this
+/// PE's rank and of the PE count, which touch neither the heap nor a peer.
+const UNLEASED: [&str; 2] = ["my_pe", "n_pes"];
+
+/// Refuses a guarded call (`operation`) while a shared root manages the heap and this thread
+/// does not act under the lease held now (see [`under_lease`], [`bind_lease`]).
+#[inline]
+pub(crate) fn check_leased(operation: &str) -> Result<()> {
+    let word = LEASE_WORD.load(Ordering::Acquire);
+    if word == 0 || THREAD_LEASE.with(Cell::get) == word {
+        return Ok(());
+    }
+    unleased(operation, word)
+}
+
+#[cold]
+#[inline(never)]
+fn unleased(operation: &str, word: u64) -> Result<()> {
+    if UNLEASED.contains(&operation) {
+        return Ok(());
+    }
+    let root = managed_by().unwrap_or_else(|| "a shared root".into());
+    let held = match word & !MANAGED {
+        0 => "no consumer holds the lease".to_string(),
+        generation => {
+            format!("this call is not made under the lease held (generation {generation})")
+        }
+    };
+    Err(Error::new(
+        ErrorKind::InvalidState,
+        operation,
+        format!(
+            "{operation} is refused while the heap is managed by {root}: {held}, and a \
+             consumer's data-plane and collective calls are made under its lease \
+             (Lease::run; in Python inside `with consumer.lease():`)"
+        ),
+    ))
 }
 
 /// The description of the shared root managing the heap, if one does.
@@ -201,6 +290,38 @@ impl Shmem {
     /// Every live allocation, by id.
     pub fn allocations(&self) -> Vec<AllocationRecord> {
         self.heap.lock().records.values().cloned().collect()
+    }
+
+    /// Where this PE's copy of `region` lies in its heap segment: the mapping (the `Arc` keeps
+    /// it mapped, also past this runtime's shutdown) and the byte offset in it. For copies
+    /// from one runtime's heap into the next (a restart's preserved data).
+    pub(crate) fn own_bytes(
+        &self,
+        operation: &str,
+        region: Region,
+    ) -> Result<(std::sync::Arc<SharedMapping>, usize)> {
+        self.check_region(operation, region)?;
+        let mapping = std::sync::Arc::clone(self.segment.mapping());
+        let pointer = self
+            .transport
+            .local_ptr(self.rank, region.heap_offset as usize)
+            .ok_or_else(|| {
+                self.error(
+                    ErrorKind::Protocol,
+                    operation,
+                    "this PE's own heap is not mapped in this process",
+                )
+            })?;
+        let offset = (pointer.as_ptr() as usize)
+            .checked_sub(mapping.address(0) as usize)
+            .ok_or_else(|| {
+                self.error(
+                    ErrorKind::Protocol,
+                    operation,
+                    "this PE's own heap lies outside its heap segment",
+                )
+            })?;
+        Ok((mapping, offset))
     }
 
     /// The data plane's check of every region it is given: of this lifetime, its allocation

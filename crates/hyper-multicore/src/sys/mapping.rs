@@ -171,6 +171,50 @@ impl SharedMapping {
         }
     }
 
+    /// Copies `len` bytes at `offset` of this mapping to `target_offset` of `target` (another
+    /// mapping: a restart's old heap into its new one, with no staging copy).
+    pub(crate) fn copy_to(
+        &self,
+        offset: usize,
+        target: &SharedMapping,
+        target_offset: usize,
+        len: usize,
+    ) {
+        self.check(offset, len);
+        target.check(target_offset, len);
+        assert!(
+            !std::ptr::eq(self, target),
+            "a mapping is copied into another mapping"
+        );
+        // SAFETY: both ranges are in bounds (checked) of two distinct live mappings (distinct
+        // mappings never overlap: each is its own `mmap`); raw copy per the module contract.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.address(offset), target.address(target_offset), len);
+        }
+    }
+
+    /// Makes the pages of `offset..offset + len` present and writable now
+    /// (`MADV_POPULATE_WRITE`: one call allocating them, instead of a fault per page on first
+    /// write). Best effort: an error (an older kernel) leaves them to fault in as usual.
+    pub(crate) fn populate_write(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.check(offset, len);
+        // Rounded down to 64 KiB, a multiple of every page size in use (the mapping itself is
+        // 2 MiB-aligned); at most that much before the range is populated too, which is harmless.
+        const PAGE_MULTIPLE: usize = 64 << 10;
+        let start = offset & !(PAGE_MULTIPLE - 1);
+        let end = (offset + len).min(self.len);
+        // SAFETY: madvise on whole pages inside our own live mapping; POPULATE_WRITE only
+        // allocates (zeroed) pages that are not present yet and never changes their contents.
+        unsafe {
+            rustix::mm::madvise(
+                self.address(start).cast(),
+                end - start,
+                rustix::mm::Advice::LinuxPopulateWrite,
+            )
+        }?;
+        Ok(())
+    }
+
     /// The shared words of type `W` at `offset`.
     pub(crate) fn words<W: SharedWords>(&self, offset: usize) -> &W {
         self.check(offset, std::mem::size_of::<W>());
