@@ -138,6 +138,7 @@ def rust_rows(hm_bench: str) -> dict[tuple[str, int | None], float]:
 
 
 def main() -> None:
+    """The driver (or, with ``--worker``, one PE of the job it starts)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=15)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
