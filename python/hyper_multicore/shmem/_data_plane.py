@@ -12,30 +12,30 @@ from typing import Any
 
 from .. import _native
 from . import _backend
-from ._backend import Layout, check_word
-from ._registry import _buffer, _pe, _region, _same_dtype
+from ._backend import check_word
+from ._registry import _local, _pe, _same_dtype, _symmetric
 
 
 def put(remote_dst: Any, local_src: Any, target_pe: int) -> None:
     """Copies ``local_src`` into PE ``target_pe``'s copy of the symmetric ``remote_dst`` (same
     dtype and number of elements; either may be a view)."""
-    dst = _region(remote_dst, "remote_dst")
-    src = _buffer(local_src, "local_src")
-    _same_dtype(Layout(remote_dst, "remote_dst"), Layout(local_src, "local_src"), "put")
-    _native.put(dst, src, _pe(target_pe, "target_pe"))
+    dst = _symmetric(remote_dst, "remote_dst")
+    src = _local(local_src, "local_src")
+    _same_dtype(dst, src, "put")
+    _native.put(dst.arg, src.arg, _pe(target_pe, "target_pe"))
 
 
 def get(local_dst: Any, remote_src: Any, source_pe: int) -> None:
     """Copies PE ``source_pe``'s copy of the symmetric ``remote_src`` into ``local_dst``."""
-    src = _region(remote_src, "remote_src")
-    dst = _buffer(local_dst, "local_dst", writable=True)
-    _same_dtype(Layout(local_dst, "local_dst"), Layout(remote_src, "remote_src"), "get")
-    _native.get(dst, src, _pe(source_pe, "source_pe"))
+    src = _symmetric(remote_src, "remote_src")
+    dst = _local(local_dst, "local_dst", writable=True)
+    _same_dtype(dst, src, "get")
+    _native.get(dst.arg, src.arg, _pe(source_pe, "source_pe"))
 
 
-def _word(signal_tensor: Any, role: str) -> tuple[tuple[int, int, int, int], str]:
-    region = _region(signal_tensor, role)
-    layout = Layout(signal_tensor, role)
+def _word(signal_tensor: Any, role: str) -> tuple[tuple[int, ...], str]:
+    seen = _symmetric(signal_tensor, role)
+    layout = seen.layout
     if layout.dtype not in _backend.WORD_DTYPES:
         raise TypeError(
             f"{role} must be an int32, uint32, int64 or uint64 tensor, not {layout.dtype}"
@@ -44,7 +44,7 @@ def _word(signal_tensor: Any, role: str) -> tuple[tuple[int, int, int, int], str
         raise ValueError(
             f"{role} must hold exactly one element (a signal word), not {layout.numel}"
         )
-    return region, layout.dtype
+    return seen.arg, layout.dtype  # type: ignore[return-value]
 
 
 _SIGNAL_OPS = ("set", "add")
@@ -70,13 +70,13 @@ def put_signal(
 ) -> None:
     """:func:`put`, then :func:`signal` on the same PE: a waiter that sees the signal sees the
     data."""
-    dst = _region(remote_dst, "remote_dst")
-    src = _buffer(local_src, "local_src")
-    _same_dtype(Layout(remote_dst, "remote_dst"), Layout(local_src, "local_src"), "put_signal")
+    dst = _symmetric(remote_dst, "remote_dst")
+    src = _local(local_src, "local_src")
+    _same_dtype(dst, src, "put_signal")
     word, dtype = _word(remote_signal, "remote_signal")
     _native.put_signal(
-        dst,
-        src,
+        dst.arg,
+        src.arg,
         word,
         dtype,
         check_word(value, dtype, "value"),
@@ -192,50 +192,51 @@ def all_gather(output: Any, input: Any) -> None:
     """Collective: gathers every PE's ``input`` into every PE's symmetric ``output``, in root-rank
     order (``output`` holds ``n_pes() * input.numel()`` elements of the same dtype). A
     zero-element input is a validated no-op."""
-    out = _region(output, "output")
-    src = _buffer(input, "input")
-    out_layout, in_layout = Layout(output, "output"), Layout(input, "input")
-    _same_dtype(out_layout, in_layout, "all_gather")
+    out = _symmetric(output, "output")
+    src = _local(input, "input")
+    _same_dtype(out, src, "all_gather")
+    out_layout, in_layout = out.layout, src.layout
     pes = _native.n_pes()
     if out_layout.numel != pes * in_layout.numel:
         raise ValueError(
             f"all_gather: output holds {out_layout.numel} elements but {pes} PEs x "
             f"{in_layout.numel} input elements need {pes * in_layout.numel}"
         )
-    _native.all_gather(out, src)
+    _native.all_gather(out.arg, src.arg)
 
 
 def broadcast(output: Any, input: Any, root: int) -> None:
     """Collective: copies PE ``root``'s ``input`` into every PE's symmetric ``output``.
     ``input`` is only read on ``root`` (it may be ``None`` elsewhere)."""
-    out = _region(output, "output")
+    out = _symmetric(output, "output")
     root_pe = _pe(root, "root")
     src = None
     if input is not None and _native.my_pe() == root_pe:
-        src = _buffer(input, "input")
-        out_layout, in_layout = Layout(output, "output"), Layout(input, "input")
-        _same_dtype(out_layout, in_layout, "broadcast")
+        seen = _local(input, "input")
+        _same_dtype(out, seen, "broadcast")
+        out_layout, in_layout = out.layout, seen.layout
+        src = seen.arg
         if out_layout.numel != in_layout.numel:
             raise ValueError(
                 f"broadcast: output holds {out_layout.numel} elements, input {in_layout.numel}"
             )
-    _native.broadcast(out, src, root_pe)
+    _native.broadcast(out.arg, src, root_pe)
 
 
 def all_to_all(output: Any, input: Any) -> None:
     """Collective: sends block ``j`` of ``input`` to PE ``j``, which stores it as block
     ``my_pe()`` of its symmetric ``output``. Both hold ``n_pes() * block`` elements."""
-    out = _region(output, "output")
-    src = _buffer(input, "input")
-    out_layout, in_layout = Layout(output, "output"), Layout(input, "input")
-    _same_dtype(out_layout, in_layout, "all_to_all")
+    out = _symmetric(output, "output")
+    src = _local(input, "input")
+    _same_dtype(out, src, "all_to_all")
+    out_layout, in_layout = out.layout, src.layout
     pes = _native.n_pes()
     if out_layout.numel != in_layout.numel or in_layout.numel % pes:
         raise ValueError(
             f"all_to_all: input ({in_layout.numel}) and output ({out_layout.numel}) must hold "
             f"the same number of elements, a multiple of the {pes} PEs"
         )
-    _native.all_to_all(out, src)
+    _native.all_to_all(out.arg, src.arg)
 
 
 _REDUCE_OPS = ("sum", "min", "max")
@@ -245,12 +246,12 @@ def all_reduce(output: Any, input: Any, op: str = "sum") -> None:
     """Collective: combines every PE's symmetric ``input`` element-wise with ``op`` (``"sum"``,
     ``"min"``, ``"max"``) into every PE's symmetric ``output``; they may be the same tensor.
     Dtypes: int32, uint32, int64, uint64, float32, float64."""
-    out = _region(output, "output")
-    src = _region(input, "input")
-    out_layout, in_layout = Layout(output, "output"), Layout(input, "input")
-    _same_dtype(out_layout, in_layout, "all_reduce")
+    out = _symmetric(output, "output")
+    src = _symmetric(input, "input")
+    _same_dtype(out, src, "all_reduce")
+    out_layout, in_layout = out.layout, src.layout
     if out_layout.numel != in_layout.numel:
         raise ValueError(
             f"all_reduce: output ({out_layout.numel}) and input ({in_layout.numel}) lengths differ"
         )
-    _native.all_reduce(out, src, out_layout.dtype, _choice(op, _REDUCE_OPS, "op"))
+    _native.all_reduce(out.arg, src.arg, out_layout.dtype, _choice(op, _REDUCE_OPS, "op"))

@@ -6,7 +6,8 @@ address and size, keyed by its torch storage (or, for NumPy, found through the c
 the root of an array's ``base`` chain). An operation resolves a tensor to a *region*
 ``(index, generation, byte offset, bytes)``; the native runtime then checks that the allocation
 is live. Freed and released allocations stay known (their tensors are *stale*) for as long as
-their memory can still be viewed.
+their memory can still be viewed. A torch tensor is inspected once and remembered per object
+(:func:`_seen`); liveness and a consumer's lease are checked on every call.
 """
 
 from __future__ import annotations
@@ -104,10 +105,79 @@ def _stale(role: str, allocation: _Allocation) -> StaleTensorError:
     )
 
 
-def _region(x: Any, role: str) -> tuple[int, int, int, int]:
-    """A symmetric tensor (or view) as ``(index, generation, byte offset, bytes)``."""
-    layout = Layout(x, role)
-    allocation = _lookup(x)
+class _Seen:
+    """What the data plane needs of one tensor, found by inspecting it once: its layout, the
+    allocation it views (None for process-private memory) and the native argument (a region
+    ``(index, generation, byte offset, bytes)`` or ``(address, nbytes)``; None when the tensor is
+    not contiguous)."""
+
+    __slots__ = ("ref", "address", "dtype", "shape", "stride", "layout", "allocation", "arg")
+
+    def __init__(self, x: Any, role: str) -> None:
+        layout = Layout(x, role)
+        allocation = _lookup(x)
+        arg: tuple[int, ...] | None = None
+        if layout.contiguous and allocation is None:
+            arg = (layout.address, layout.nbytes)
+        elif layout.contiguous:
+            # torch reports address 0 for a tensor without elements: any offset will do then.
+            offset = layout.address - allocation.address if layout.nbytes else 0
+            if not 0 <= offset <= allocation.nbytes - layout.nbytes:
+                raise ValueError(f"{role} lies outside its allocation")  # pragma: no cover
+            arg = (allocation.index, allocation.generation, offset, layout.nbytes)
+        self.ref: Any = None
+        self.address = layout.address
+        self.layout = layout
+        self.allocation = allocation
+        self.arg = arg
+
+
+#: torch tensors already inspected, by ``id``: a call on a tensor whose data pointer, dtype,
+#: shape and strides are what they were reuses its :class:`_Seen` (the allocation's liveness and
+#: its consumer's lease are still checked on every call). An entry goes when its tensor dies.
+_seen_tensors: dict[int, _Seen] = {}
+_Tensor: Any = _backend.torch.Tensor if _backend.torch is not None else None
+
+
+def _forget(key: int, ref: Any) -> None:
+    """Weak-reference callback: drops the entry of a tensor that died (unless the id has been
+    reused by a newer entry already)."""
+    seen = _seen_tensors.get(key)
+    if seen is not None and seen.ref is ref:
+        del _seen_tensors[key]
+
+
+def _seen(x: Any, role: str) -> _Seen:
+    """``x`` inspected: from the cache for a plain torch tensor seen before and unchanged since
+    (same data pointer, dtype, shape and strides -- what an in-place ``set_``, ``resize_``,
+    ``as_strided_`` or ``t_`` would change), otherwise by inspecting it (and caching that)."""
+    if type(x) is not _Tensor:
+        return _Seen(x, role)
+    key = id(x)
+    seen = _seen_tensors.get(key)
+    if (
+        seen is not None
+        and seen.ref() is x
+        and x.data_ptr() == seen.address
+        and x.dtype is seen.dtype
+        and x.shape == seen.shape
+        and x.stride() == seen.stride
+    ):
+        return seen
+    seen = _Seen(x, role)
+    if seen.arg is not None:
+        seen.dtype = x.dtype
+        seen.shape = x.shape
+        seen.stride = x.stride()
+        seen.ref = weakref.ref(x, lambda ref, key=key: _forget(key, ref))
+        _seen_tensors[key] = seen
+    return seen
+
+
+def _symmetric(x: Any, role: str) -> _Seen:
+    """A symmetric tensor (or view), checked: live, its consumer's lease held, contiguous."""
+    seen = _seen(x, role)
+    allocation = seen.allocation
     if allocation is None:
         raise ValueError(
             f"{role} must be a symmetric tensor (made by hyper_multicore.shmem.empty or "
@@ -117,35 +187,37 @@ def _region(x: Any, role: str) -> tuple[int, int, int, int]:
         raise _stale(role, allocation)
     if allocation.owner is not None:
         allocation.owner.check_lease(role)
-    if not layout.contiguous:
+    if seen.arg is None:
         raise ValueError(f"{role} must be contiguous")
-    # torch reports address 0 for a tensor without elements: any offset will do then.
-    offset = layout.address - allocation.address if layout.nbytes else 0
-    if not 0 <= offset <= allocation.nbytes - layout.nbytes:
-        raise ValueError(f"{role} lies outside its allocation")  # pragma: no cover
-    return (allocation.index, allocation.generation, offset, layout.nbytes)
+    return seen
 
 
-def _buffer(x: Any, role: str, *, writable: bool = False) -> tuple[int, ...]:
-    """A local buffer: a symmetric tensor's region, or ``(address, nbytes)`` of any other
-    contiguous CPU tensor or array."""
-    allocation = _lookup(x)
-    if allocation is not None:
-        return _region(x, role)
-    layout = Layout(x, role)
-    if not layout.contiguous:
+def _local(x: Any, role: str, *, writable: bool = False) -> _Seen:
+    """A local buffer: a symmetric tensor (checked as :func:`_symmetric`), or any other
+    contiguous CPU tensor or array (writable for a destination)."""
+    seen = _seen(x, role)
+    if seen.allocation is not None:
+        return _symmetric(x, role)
+    if seen.arg is None:
         raise ValueError(f"{role} must be contiguous")
-    if writable and not layout.writable:
+    if writable and not seen.layout.writable:
         raise ValueError(f"{role} is read-only")
-    return (layout.address, layout.nbytes)
+    return seen
 
 
-def _same_dtype(a: Layout, b: Layout, what: str) -> None:
-    if a.dtype != b.dtype:
-        raise TypeError(f"{what}: dtypes differ ({a.dtype} and {b.dtype})")
+def _region(x: Any, role: str) -> tuple[int, int, int, int]:
+    """A symmetric tensor (or view) as ``(index, generation, byte offset, bytes)``."""
+    return _symmetric(x, role).arg  # type: ignore[return-value]
+
+
+def _same_dtype(a: _Seen, b: _Seen, what: str) -> None:
+    if a.layout.dtype != b.layout.dtype:
+        raise TypeError(f"{what}: dtypes differ ({a.layout.dtype} and {b.layout.dtype})")
 
 
 def _pe(value: Any, what: str = "pe") -> int:
+    if type(value) is int and value >= 0:
+        return value
     pe = check_int(value, what)
     if pe < 0:
         raise ValueError(f"{what} must be non-negative, not {pe}")

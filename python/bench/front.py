@@ -1,0 +1,184 @@
+"""The Python front's speed against the Rust API, measured in the same run (issue 13).
+
+``python python/bench/front.py [--trials N]`` runs ``hm-bench shmem --pes 2 --json`` (the Rust
+API's figures), then itself on 2 PEs under ``hmrun`` with torch CPU tensors, and prints one
+JSON line per row: the Python figure (min and median over trials of a batch's time per call), the
+matching Rust row and the ratio of the medians. Rows: ``put``/``get`` of 8 B and 1 MiB (put with
+``quiet``, as the Rust ``put_quiet``), ``signal``, the ``put_signal``/``wait_signal`` round trip,
+``barrier``, ``all_to_all`` of 1 MiB per pair and ``empty``+``free``.
+
+Environment: ``HMRUN`` and ``HM_BENCH`` (default ``target/release/{hmrun,hm-bench}``, built with
+``cargo build --release -p hmrun -p hm-bench``). The machine should be otherwise idle; the load
+average is printed with the rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MIB = 1 << 20
+#: Python row -> (Rust op, bytes) of ``hm-bench shmem``'s JSON rows (None: no Rust row).
+RUST_ROWS = {
+    "put_quiet 8": ("put_quiet", 8),
+    "get 8": ("get", 8),
+    "put_quiet 1048576": ("put_bandwidth", MIB),
+    "get 1048576": ("get_bandwidth", MIB),
+    "signal 8": None,
+    "round_trip 8": ("pingpong_put_signal", 8),
+    "barrier 0": ("barrier", 0),
+    "all_to_all 1048576": ("all_to_all", MIB),
+    "empty_free 8": ("malloc_free", None),
+}
+
+
+#: The ``hm-bench shmem --only`` groups holding those rows.
+RUST_GROUPS = "latency,bandwidth,pingpong,barrier,malloc-free,all-to-all"
+
+
+def timed(call, calls: int, trials: int) -> tuple[float, float]:
+    """(min, median) over ``trials`` of the time per call of a batch of ``calls``, in ns."""
+    per_call = []
+    for _ in range(trials):
+        start = time.perf_counter_ns()
+        for _ in range(calls):
+            call()
+        per_call.append((time.perf_counter_ns() - start) / calls)
+    return min(per_call), statistics.median(per_call)
+
+
+def worker(out: str, trials: int) -> None:
+    """One PE: every row, rank 0 writing the results."""
+    import torch
+    from hyper_multicore import shmem
+
+    shmem.acquire(heap_size_bytes=64 * MIB)
+    me = shmem.my_pe()
+    peer = 1 - me
+    rows = {}
+
+    def one_sided(name: str, nbytes: int, call, calls: int) -> None:
+        shmem.barrier()
+        if me == 0:
+            rows[f"{name} {nbytes}"] = timed(call, calls, trials)
+        shmem.barrier()
+
+    for nbytes, calls in ((8, 2000), (MIB, 20)):
+        remote = shmem.empty(nbytes, dtype=torch.uint8)
+        local = torch.zeros(nbytes, dtype=torch.uint8)
+
+        def put_quiet(remote=remote, local=local) -> None:
+            shmem.put(remote, local, peer)
+            shmem.quiet()
+
+        one_sided("put_quiet", nbytes, put_quiet, calls)
+
+        def get(remote=remote, local=local) -> None:
+            shmem.get(local, remote, peer)
+
+        one_sided("get", nbytes, get, calls)
+        shmem.free(remote)
+    word = shmem.empty(1, dtype=torch.int64)
+    word.zero_()
+    shmem.barrier()
+    one_sided("signal", 8, lambda: shmem.signal(word, 0, peer, operation="add"), 2000)
+
+    data, flag = shmem.empty(8, dtype=torch.uint8), shmem.empty(1, dtype=torch.uint64)
+    flag.zero_()
+    payload = torch.zeros(8, dtype=torch.uint8)
+    shmem.barrier()
+    count = [0]
+
+    def round_trip() -> None:
+        count[0] += 1
+        if me == 0:
+            shmem.put_signal(data, payload, flag, count[0], peer)
+            shmem.wait_signal(flag, count[0])
+        else:
+            shmem.wait_signal(flag, count[0])
+            shmem.put_signal(data, payload, flag, count[0], peer)
+
+    rows["round_trip 8"] = timed(round_trip, 500, trials)
+    shmem.barrier()
+    rows["barrier 0"] = timed(shmem.barrier, 2000, trials)
+    output = shmem.empty(2 * MIB, dtype=torch.uint8)
+    source = torch.zeros(2 * MIB, dtype=torch.uint8)
+    rows["all_to_all 1048576"] = timed(lambda: shmem.all_to_all(output, source), 20, trials)
+    rows["empty_free 8"] = timed(lambda: shmem.free(shmem.empty(8, dtype=torch.uint8)), 200, trials)
+    for tensor in (output, flag, data, word):
+        shmem.free(tensor)
+    shmem.release()
+    if me == 0:
+        with open(out, "w") as file:
+            json.dump(rows, file)
+
+
+def rust_rows(hm_bench: str) -> dict[tuple[str, int | None], float]:
+    """``hm-bench shmem --pes 2 --json``'s medians of :data:`RUST_GROUPS` (ns), by (op, bytes)."""
+    lines = subprocess.run(
+        [hm_bench, "shmem", "--pes", "2", "--json", "--only", RUST_GROUPS],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    rows = {}
+    for line in lines:
+        row = json.loads(line)
+        if row["layer"] == "shmem" and row["pes"] == 2:
+            rows[(row["op"], row["bytes"])] = row["median_ns"]
+            rows.setdefault((row["op"], None), row["median_ns"])
+    return rows
+
+
+def main() -> None:
+    """The driver (or, with ``--worker``, one PE of the job it starts)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=15)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.trials)
+        return
+    release = os.path.join(ROOT, "target", "release")
+    hmrun = os.environ.get("HMRUN", os.path.join(release, "hmrun"))
+    hm_bench = os.environ.get("HM_BENCH", os.path.join(release, "hm-bench"))
+    load_before = os.getloadavg()
+    rust = rust_rows(hm_bench)
+    with tempfile.TemporaryDirectory() as scratch:
+        out = os.path.join(scratch, "front.json")
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        subprocess.run(
+            [hmrun, "-n", "2", "--", sys.executable, __file__, "--worker", out,
+             "--trials", str(args.trials)],
+            check=True,
+            env=env,
+        )  # fmt: skip
+        with open(out) as file:
+            python = json.load(file)
+    print(json.dumps({"load_average": [load_before, os.getloadavg()]}))
+    for name, (low, median) in python.items():
+        match = RUST_ROWS[name]
+        rust_ns = None if match is None else rust.get(match)
+        print(
+            json.dumps(
+                {
+                    "row": name,
+                    "python_min_ns": round(low, 1),
+                    "python_median_ns": round(median, 1),
+                    "rust_op": None if match is None else match[0],
+                    "rust_median_ns": rust_ns,
+                    "ratio": None if not rust_ns else round(median / rust_ns, 2),
+                }
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()

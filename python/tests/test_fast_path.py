@@ -1,0 +1,159 @@
+"""The data plane's per-tensor fast path (``_registry._seen``): a tensor seen before is not
+inspected again, yet every check still fires on it -- stale tensors after free and restart,
+foreign (process-private) tensors, dtypes, sizes, contiguity after in-place metadata changes,
+and a consumer's lease. Each test warms the cache with successful calls on the very tensor
+objects it then misuses. Runs in one process and on every rank of hmrun jobs."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import RANK, WORLD, needs_torch
+from hyper_multicore import shmem
+from hyper_multicore.shmem import AllocationReplacement, AllocationSpec, ConsumerSpec
+from hyper_multicore.shmem._registry import _seen_tensors
+
+MIB = 1 << 20
+
+
+def nxt() -> int:
+    return (RANK + 1) % WORLD
+
+
+def warm(dst, src, word) -> None:
+    """Successful calls on ``dst``, ``src`` and ``word``, twice (the second from the cache)."""
+    for _ in range(2):
+        shmem.put(dst, src, nxt())
+        shmem.get(src, dst, nxt())
+        shmem.signal(word, 1, nxt())
+        shmem.quiet()
+
+
+@needs_torch
+def test_a_tensor_seen_before_is_not_inspected_again(runtime, xp):
+    dst, word = shmem.empty(4, dtype="float32"), shmem.empty(1, dtype="int64")
+    src = xp.zeros(4, "float32")
+    warm(dst, src, word)
+    assert {id(dst), id(src), id(word)} <= set(_seen_tensors)
+    shmem.barrier()
+    shmem.free(word)
+    shmem.free(dst)
+
+
+def test_stale_tensors_and_views_are_refused_after_free(runtime, xp):
+    dst, word = shmem.empty(4, dtype="float32"), shmem.empty(1, dtype="int64")
+    view, src = dst[1:3], xp.zeros(4, "float32")
+    warm(dst, src, word)
+    shmem.put(view, src[:2], nxt())
+    shmem.barrier()
+    shmem.free(word)
+    shmem.free(dst)
+    with pytest.raises(shmem.StaleTensorError):
+        shmem.put(dst, src, nxt())
+    with pytest.raises(shmem.StaleTensorError):
+        shmem.put(view, src[:2], nxt())
+    with pytest.raises(shmem.StaleTensorError):
+        shmem.get(src, dst, nxt())
+    with pytest.raises(shmem.StaleTensorError):
+        shmem.signal(word, 1, nxt())
+    with pytest.raises(shmem.StaleTensorError):
+        shmem.wait_signal(word, 1)
+    # A new allocation may reuse the freed address: the old tensor stays stale.
+    again = shmem.empty(4, dtype="float32")
+    with pytest.raises(shmem.StaleTensorError):
+        shmem.put(dst, src, nxt())
+    shmem.barrier()
+    shmem.free(again)
+
+
+def test_stale_tensors_are_refused_after_restart(runtime, xp):
+    dst, word = shmem.empty(4, dtype="float32"), shmem.empty(1, dtype="int64")
+    src = xp.zeros(4, "float32")
+    warm(dst, src, word)
+    shmem.barrier()
+    result = shmem.restart(
+        heap_size_bytes=4 * MIB,
+        replacements=[
+            AllocationReplacement(t, AllocationSpec.like(t), preserve=True) for t in (dst, word)
+        ],
+    )
+    with pytest.raises(shmem.StaleTensorError):
+        shmem.put(dst, src, nxt())
+    with pytest.raises(shmem.StaleTensorError):
+        shmem.signal(word, 1, nxt())
+    new_dst, new_word = result.tensors
+    warm(new_dst, src, new_word)
+    shmem.barrier()
+    shmem.free(new_word)
+    shmem.free(new_dst)
+
+
+def test_foreign_tensors_dtypes_and_sizes_are_checked_after_warming(runtime, xp):
+    dst, word = shmem.empty(4, dtype="float32"), shmem.empty(1, dtype="int64")
+    src = xp.zeros(4, "float32")
+    warm(dst, src, word)
+    with pytest.raises(ValueError, match="symmetric tensor"):
+        shmem.put(src, dst, nxt())  # a process-private tensor is not a symmetric one
+    with pytest.raises(ValueError, match="symmetric tensor"):
+        shmem.signal(src, 1, nxt())
+    with pytest.raises(TypeError, match="dtypes differ"):
+        shmem.put(dst, xp.zeros(4, "float64"), nxt())
+    with pytest.raises(shmem.InvalidArgumentError, match="byte-count mismatch"):
+        shmem.put(dst, src[:3], nxt())
+    with pytest.raises(ValueError, match="does not fit"):
+        shmem.signal(word, 2**64, nxt())
+    with pytest.raises(ValueError, match="target_pe must be non-negative"):
+        shmem.put(dst, src, -1)
+    shmem.barrier()
+    shmem.free(word)
+    shmem.free(dst)
+
+
+@needs_torch
+def test_in_place_metadata_changes_are_noticed(runtime, xp):
+    import torch
+
+    whole = shmem.empty(3, 2, dtype="float32")
+    grid = whole[...]  # a view: the registered tensor itself stays as empty() made it
+    src = torch.zeros(3, 2)
+    shmem.put(grid, src, nxt())
+    shmem.put(grid, src, nxt())
+    grid.t_()  # same object, same data pointer, now not contiguous
+    with pytest.raises(ValueError, match="contiguous"):
+        shmem.put(grid, src.t(), nxt())
+    grid.t_()
+    shmem.put(grid, src, nxt())
+    private = torch.zeros(3, 2)
+    grid.set_(private.untyped_storage(), 0, (3, 2))  # now views process-private memory
+    with pytest.raises(ValueError, match="symmetric tensor"):
+        shmem.put(grid, src, nxt())
+    src.resize_(5)  # a local source that shrinks is a new byte count
+    data = shmem.empty(6, dtype="float32")
+    shmem.put(data, torch.zeros(6), nxt())
+    with pytest.raises(shmem.InvalidArgumentError, match="byte-count mismatch"):
+        shmem.put(data, src, nxt())
+    shmem.barrier()
+    shmem.free(data)
+    shmem.free(whole)
+
+
+def test_a_consumers_tensor_needs_its_lease_on_the_fast_path(xp):
+    root = shmem.SharedRoot()
+    moe = root.reserve(ConsumerSpec("moe", "moe-dispatch", 2 * MIB, "dispatch"))
+    root.activate()
+    src = xp.zeros(4, "float32")
+    with moe.lease():
+        dst, word = moe.empty(4, dtype="float32"), moe.empty(1, dtype="int64")
+        warm(dst, src, word)
+        shmem.barrier()
+    with pytest.raises(shmem.ShmemError, match="lease"):
+        shmem.put(dst, src, nxt())
+    with pytest.raises(shmem.ShmemError, match="lease"):
+        shmem.signal(word, 1, nxt())
+    with moe.lease():
+        shmem.put(dst, src, nxt())
+        shmem.barrier()
+        moe.free(word)
+        moe.free(dst)
+    moe.close()
+    root.close()
+    assert shmem.reference_count() == 0
