@@ -374,8 +374,8 @@ class AllocationReplacement:
     :func:`empty` or an earlier restart -- not a view) and what replaces it (``target``).
 
     ``preserve=True`` keeps data: the first min(old, new) bytes of ``current`` are in the new
-    tensor after the restart, on every PE (staged in private memory between the heaps;
-    Preflight checks that the host can hold them). Otherwise the new tensor is zero-filled."""
+    tensor after the restart, on every PE (copied straight from the old heap, kept mapped until
+    then, into the new one; Preflight checks that the host can hold both). Otherwise the new tensor is zero-filled."""
 
     current: Any
     target: AllocationSpec
