@@ -63,6 +63,7 @@ dist.init_process_group("gloo", rank=0, world_size=1, init_method="file://" + sy
 shmem.acquire(heap_size_bytes=8 << 20)
 print(os.environ["HYPER_MULTICORE_SHMEM_SECRET"])
 shmem.release()
+dist.destroy_process_group()  # gloo's threads must not outlive the interpreter (SIGABRT at exit)
 """
 
 
