@@ -14,10 +14,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo build --workspace
 cargo test --workspace --all-targets
 cargo test --workspace --doc
-# The data-plane, runtime and lifecycle suites again with every pair of PEs on the UCX route
-# (issue 10: one machine exercises the remote path).
+# The data-plane, runtime, lifecycle, shared-root and reduction suites again with every pair of
+# PEs on the UCX route (issue 10: one machine exercises the remote path).
 HYPER_MULTICORE_SHMEM_TRANSPORT=ucx cargo test -p hyper-multicore \
-  --test data_plane --test native_runtime --test lifecycle
+  --test data_plane --test native_runtime --test lifecycle --test shared_root --test reductions
 # The barrier / signal / abort protocols under loom (a separate build with --cfg loom).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p hyper-multicore --lib --release loom_tests
