@@ -101,9 +101,17 @@ impl Shmem {
         Ok(region.heap_offset as usize)
     }
 
-    fn check_bytes(&self, operation: &str, region: Region, local_bytes: usize) -> Result<()> {
+    /// [`Shmem::locate`] of a region that a local buffer of `local_bytes` is copied to or from
+    /// (the lengths must match).
+    fn locate_bytes(
+        &self,
+        operation: &str,
+        region: Region,
+        local_bytes: usize,
+        pe: usize,
+    ) -> Result<usize> {
         if region.bytes as usize == local_bytes {
-            return Ok(());
+            return self.locate(operation, region, pe);
         }
         Err(self.error(
             ErrorKind::InvalidArgument,
@@ -148,15 +156,13 @@ impl Shmem {
 
     /// [`Shmem::put`] of raw bytes into a [`Region`].
     pub fn put_bytes(&self, target: Region, source: &[u8], pe: usize) -> Result<()> {
-        self.check_bytes("put", target, source.len())?;
-        let offset = self.locate("put", target, pe)?;
+        let offset = self.locate_bytes("put", target, source.len(), pe)?;
         self.transport.put(pe, offset, source)
     }
 
     /// [`Shmem::get`] of raw bytes out of a [`Region`].
     pub fn get_bytes(&self, target: &mut [u8], source: Region, pe: usize) -> Result<()> {
-        self.check_bytes("get", source, target.len())?;
-        let offset = self.locate("get", source, pe)?;
+        let offset = self.locate_bytes("get", source, target.len(), pe)?;
         self.transport.get(pe, offset, target)
     }
 
@@ -167,11 +173,7 @@ impl Shmem {
         source: &[T],
         pe: usize,
     ) -> Result<()> {
-        let region = target.region();
-        let bytes: &[u8] = bytemuck::cast_slice(source);
-        self.check_bytes("put", region, bytes.len())?;
-        let offset = self.locate("put", region, pe)?;
-        self.transport.put(pe, offset, bytes)
+        self.put_bytes(target.region(), bytemuck::cast_slice(source), pe)
     }
 
     /// Copies PE `pe`'s copy of `source` into `target` (lengths must match).
@@ -181,11 +183,7 @@ impl Shmem {
         source: &impl Symmetric<T>,
         pe: usize,
     ) -> Result<()> {
-        let region = source.region();
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(target);
-        self.check_bytes("get", region, bytes.len())?;
-        let offset = self.locate("get", region, pe)?;
-        self.transport.get(pe, offset, bytes)
+        self.get_bytes(bytemuck::cast_slice_mut(target), source.region(), pe)
     }
 
     /// Non-blocking put: may return before the data is visible; [`Shmem::quiet`] completes it.
@@ -197,8 +195,7 @@ impl Shmem {
     ) -> Result<()> {
         let region = target.region();
         let bytes: &[u8] = bytemuck::cast_slice(source);
-        self.check_bytes("put_nbi", region, bytes.len())?;
-        let offset = self.locate("put_nbi", region, pe)?;
+        let offset = self.locate_bytes("put_nbi", region, bytes.len(), pe)?;
         self.transport.put_nbi(pe, offset, bytes)
     }
 
@@ -211,8 +208,7 @@ impl Shmem {
     ) -> Result<()> {
         let region = source.region();
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(target);
-        self.check_bytes("get_nbi", region, bytes.len())?;
-        let offset = self.locate("get_nbi", region, pe)?;
+        let offset = self.locate_bytes("get_nbi", region, bytes.len(), pe)?;
         self.transport.get_nbi(pe, offset, bytes)
     }
 
@@ -234,10 +230,17 @@ impl Shmem {
         let _ = self.transport.fence();
     }
 
-    /// Fails unless `target` is exactly one `W`.
-    fn check_word<W: AtomicWord>(&self, operation: &str, target: Region) -> Result<()> {
+    /// [`Shmem::locate`] of a one-`W` word and its width (fails unless `target` is exactly one
+    /// `W`).
+    fn locate_word<W: AtomicWord>(
+        &self,
+        operation: &str,
+        target: Region,
+        pe: usize,
+    ) -> Result<(usize, Width)> {
         if target.bytes as usize == std::mem::size_of::<W>() {
-            return Ok(());
+            let offset = self.locate(operation, target, pe)?;
+            return Ok((offset, Width::of_bytes(std::mem::size_of::<W>())));
         }
         Err(self.error(
             ErrorKind::InvalidArgument,
@@ -258,9 +261,7 @@ impl Shmem {
         pe: usize,
         rmw: Rmw,
     ) -> Result<W> {
-        self.check_word::<W>(operation, target)?;
-        let offset = self.locate(operation, target, pe)?;
-        let width = Width::of_bytes(std::mem::size_of::<W>());
+        let (offset, width) = self.locate_word::<W>(operation, target, pe)?;
         let previous = self.transport.atomic(pe, offset, width, rmw)?;
         Ok(W::from_bits(previous))
     }
@@ -353,9 +354,7 @@ impl Shmem {
     ) -> Result<()> {
         const OP: &str = "signal";
         let region = signal.region();
-        self.check_word::<W>(OP, region)?;
-        let offset = self.locate(OP, region, pe)?;
-        let width = Width::of_bytes(std::mem::size_of::<W>());
+        let (offset, width) = self.locate_word::<W>(OP, region, pe)?;
         let add = op == SignalOp::Add;
         self.transport
             .signal(pe, offset, width, add, value.to_bits())
