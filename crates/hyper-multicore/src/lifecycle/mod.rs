@@ -93,8 +93,7 @@ pub struct Replacement {
     pub target: AllocationSpec,
     /// Keep data: the first min(old, new) bytes of the old allocation are in the new one after
     /// the restart, on every PE (copied from the old heap into the new one: see
-    /// `docs/lifecycle.md`). Else
-    /// the new allocation starts zero-filled.
+    /// `docs/lifecycle.md`). Else the new allocation starts zero-filled.
     pub preserve: bool,
 }
 
