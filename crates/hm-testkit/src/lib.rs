@@ -50,13 +50,20 @@ pub fn open_fds() -> usize {
 
 /// Counts this process's mappings of hyper_multicore heap segments.
 pub fn heap_mappings() -> usize {
+    heap_segment_inodes().len()
+}
+
+/// The inode of each of this process's mappings of hyper_multicore heap segments (one memfd
+/// keeps its inode for its whole life: a heap grown in place keeps it).
+pub fn heap_segment_inodes() -> Vec<u64> {
     std::fs::read_to_string("/proc/self/maps")
         .map(|maps| {
             maps.lines()
                 .filter(|l| l.contains("hyper_multicore-heap"))
-                .count()
+                .filter_map(|l| l.split_whitespace().nth(4)?.parse().ok())
+                .collect()
         })
-        .unwrap_or(0)
+        .unwrap_or_default()
 }
 
 /// Joins the world from the environment and initializes a runtime over all of it with

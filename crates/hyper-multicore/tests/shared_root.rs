@@ -3,7 +3,7 @@
 //! keeps every consumer's data — also when it cannot fit, under injected faults, and with a rank
 //! killed at every growth stage.
 
-use hm_testkit::{heap_mappings, is_pe, Job, Options};
+use hm_testkit::{heap_mappings, heap_segment_inodes, is_pe, Job, Options};
 use hyper_multicore::lifecycle::{
     self, allocation_budget, Consumer, ConsumerSpec, Lease, Replacement, RootGroup, SharedRoot,
     Stage, FAULT_VARIABLE,
@@ -599,16 +599,46 @@ fn a_preserving_restart_keeps_the_first_bytes_of_each_allocation() {
         lifecycle::guarded("put", |s| s.put_bytes(a.region(), &bytes, me)).unwrap();
         let ones = vec![1u8; 64];
         lifecycle::guarded("put", |s| s.put_bytes(b.region(), &ones, me)).unwrap();
+        let first_memfd = heap_segment_inodes();
+        assert_eq!(first_memfd.len(), 1);
+        // 4 → 8 MiB: within the heap's room, so in place (the same memfd); b moves to a's old
+        // place and a behind it, so the bytes move inside the heap.
         let result = lifecycle::restart(
             8 * MIB,
             &[
+                // Not preserved: zero-filled, though b's old bytes were written here.
+                Replacement {
+                    current: b.region(),
+                    target: u8_spec(vec![128]),
+                    preserve: false,
+                },
                 // Shrunk to 600 bytes: the first 600 survive.
                 Replacement {
                     current: a.region(),
                     target: u8_spec(vec![600]),
                     preserve: true,
                 },
-                // Not preserved: zero-filled.
+            ],
+            None,
+        )
+        .unwrap();
+        assert_eq!(heap_segment_inodes(), first_memfd, "grown in place");
+        let (b, a) = (&result.allocations[0], &result.allocations[1]);
+        let mut got = vec![0u8; 600];
+        lifecycle::guarded("get", |s| s.get_bytes(&mut got, a.region(), me)).unwrap();
+        assert_eq!(got, bytes[..600]);
+        let mut zero = vec![9u8; 128];
+        lifecycle::guarded("get", |s| s.get_bytes(&mut zero, b.region(), me)).unwrap();
+        assert_eq!(zero, vec![0u8; 128]);
+        // 8 → 32 MiB: beyond the room, so a new memfd and a copy; a grows (its tail zero).
+        let result = lifecycle::restart(
+            32 * MIB,
+            &[
+                Replacement {
+                    current: a.region(),
+                    target: u8_spec(vec![5000]),
+                    preserve: true,
+                },
                 Replacement {
                     current: b.region(),
                     target: u8_spec(vec![128]),
@@ -618,13 +648,14 @@ fn a_preserving_restart_keeps_the_first_bytes_of_each_allocation() {
             None,
         )
         .unwrap();
+        let second_memfd = heap_segment_inodes();
+        assert_eq!(second_memfd.len(), 1);
+        assert_ne!(second_memfd, first_memfd, "a new segment");
         let (a, b) = (&result.allocations[0], &result.allocations[1]);
-        let mut got = vec![0u8; 600];
+        let mut got = vec![9u8; 5000];
         lifecycle::guarded("get", |s| s.get_bytes(&mut got, a.region(), me)).unwrap();
-        assert_eq!(got, bytes[..600]);
-        let mut zero = vec![9u8; 128];
-        lifecycle::guarded("get", |s| s.get_bytes(&mut zero, b.region(), me)).unwrap();
-        assert_eq!(zero, vec![0u8; 128]);
+        assert_eq!(got[..600], bytes[..600]);
+        assert_eq!(got[600..], vec![0u8; 4400]);
         lifecycle::guarded("free", |s| {
             s.free_id(a.id)?;
             s.free_id(b.id)

@@ -75,7 +75,7 @@ use crate::shmem::process;
 use crate::shmem::registry::{check_leased, check_unmanaged};
 use crate::shmem::{
     debug_state_inactive, Allocation, AllocationRecord, AllocationSpec, DebugState, Element,
-    Region, Shmem, ShutdownError, MAX_ALIGNMENT,
+    Joining, Region, Shmem, ShutdownError, MAX_ALIGNMENT,
 };
 use crate::world::World;
 use stage::StageFailure;
@@ -631,10 +631,10 @@ fn restart_as(
     }
 
     steps.quiesce()?;
-    let mut kept = Vec::new();
+    let mut preserved = preserve::Preserved::default();
     steps.step(Stage::PreserveData, false, |runtime| {
         let shmem = usable(runtime.as_ref(), op)?;
-        kept = preserve::keep(shmem, op, replacements)?;
+        preserved = preserve::keep(shmem, op, replacements)?;
         Ok(())
     })?;
     steps.step(Stage::ReleaseAllocations, true, |runtime| {
@@ -672,9 +672,16 @@ fn restart_as(
         let id = UniqueId::from_bytes(ids[0].as_deref().unwrap_or_default())?;
         let (rank, size) = (channel.rank(), channel.size());
         let watch = || channel.ensure_alive();
-        let heap = Some(heap_size_bytes);
-        let shmem = Shmem::initialize_watched(config, rank, size, &id, listener, heap, &watch)?;
-        *runtime = Some(shmem);
+        let joining = Joining {
+            rank,
+            size,
+            unique_id: &id,
+            listener,
+            heap_size: heap_size_bytes,
+            watch: &watch,
+            previous: preserved.segment(),
+        };
+        *runtime = Some(Shmem::join(config, joining)?);
         Ok(())
     })?;
     let mut allocations = Vec::with_capacity(replacements.len());
@@ -683,7 +690,7 @@ fn restart_as(
         for replacement in replacements {
             allocations.push(shmem.allocate_spec(&replacement.target)?);
         }
-        preserve::copy_in(shmem, op, &allocations, std::mem::take(&mut kept))?;
+        preserve::copy_in(shmem, op, &allocations, std::mem::take(&mut preserved))?;
         Ok(())
     })?;
     let timings = steps.timings;
@@ -897,9 +904,8 @@ fn check_restart(
     let targets: Vec<AllocationSpec> = replacements.iter().map(|r| r.target.clone()).collect();
     Shmem::plan_heap(shmem.local_pes(), heap_size, &targets)
         .map_err(|e| invalid(e.message().to_string()))?;
-    // Preserved data is copied into the new heap while the old one is still mapped: it must
-    // fit now.
-    preserve::check_host(op, shmem.local_pes(), replacements).map_err(LocalFailure::from)?;
+    // Preserved data copied into a new heap while the old one is still mapped must fit now.
+    preserve::check_host(op, shmem, heap_size, replacements).map_err(LocalFailure::from)?;
     Ok(PreflightValue {
         hook,
         manifest: Manifest {

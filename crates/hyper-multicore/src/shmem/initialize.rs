@@ -16,12 +16,24 @@ use super::converge::converge;
 use super::liveness::Liveness;
 use super::process;
 use super::runtime::{Heap, Shmem, DEFAULT_ALIGNMENT};
-use super::segment::{Layout, MAX_ALIGNMENT};
+use super::segment::{Layout, Segment, MAX_ALIGNMENT};
 use super::sync;
 use super::transport::{self, Locality, Transports};
 use crate::config::Config;
 use crate::control::{BootstrapListener, ControlPlane, UniqueId};
 use crate::error::{Error, ErrorKind, Result};
+
+/// Everything [`Shmem::join`] needs besides the configuration.
+pub(crate) struct Joining<'a> {
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
+    pub(crate) unique_id: &'a UniqueId,
+    pub(crate) listener: Option<BootstrapListener>,
+    pub(crate) heap_size: u64,
+    pub(crate) watch: crate::control::Watch<'a>,
+    /// This PE's segment of the previous lifetime, reused if the new heap fits its room.
+    pub(crate) previous: Option<&'a Segment>,
+}
 
 /// What each rank tells the others at initialize.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,8 +95,31 @@ impl Shmem {
         heap_size: Option<u64>,
         watch: crate::control::Watch<'_>,
     ) -> Result<Shmem> {
-        process::begin_lifetime().inspect_err(|e| process::record_failure(e, "state check"))?;
         let heap_size = heap_size.unwrap_or(config.heap_size);
+        let joining = Joining {
+            rank,
+            size,
+            unique_id,
+            listener,
+            heap_size,
+            watch,
+            previous: None,
+        };
+        Shmem::join(config, joining)
+    }
+
+    /// Initialize as `joining` says (the lifecycle's restart passes the previous segment).
+    pub(crate) fn join(config: Config, joining: Joining<'_>) -> Result<Shmem> {
+        process::begin_lifetime().inspect_err(|e| process::record_failure(e, "state check"))?;
+        let Joining {
+            rank,
+            size,
+            unique_id,
+            listener,
+            heap_size,
+            watch,
+            previous,
+        } = joining;
         let mut phase = "rendezvous";
         let result = (|| {
             let plane = ControlPlane::connect_watched(
@@ -110,6 +145,7 @@ impl Shmem {
                 generation: introductions[0].generation,
                 heap_size,
                 deadline: Instant::now() + config.timeout,
+                previous,
                 shm: None,
             })?;
             Ok(Shmem::assemble(

@@ -56,8 +56,10 @@ pub use allocation::{
     View,
 };
 pub use data::{AtomicWord, Comparison, SignalOp};
+pub(crate) use initialize::Joining;
 pub use process::{latest_failure, runtime_state, FailureRecord, RuntimeState};
 pub use reduce::{ReduceOp, ReduceSet, Reducible};
+pub(crate) use segment::Segment;
 pub use segment::MAX_ALIGNMENT;
 /// True if the byte range `address..address + len` of this process overlaps any symmetric heap
 /// mapping alive in this process: a running runtime's (every PE's heap and the control block),

@@ -4,9 +4,14 @@
 //! ```text
 //! 0                 ControlBlock: SegmentHeader | BarrierWords | AbortWord
 //! size_of(Control)  PeWords × pes               (doorbell, allocation-argument slots)
-//! heaps_offset      heap of PE 0 | heap of PE 1 | …   (`heap_stride` apart: the heap rounded up to
-//!                   2 MiB, plus 2 MiB so copies are never a power of two apart)
+//! heaps_offset      heap of PE 0 | heap of PE 1 | …   (`heap_stride` apart: twice the heap
+//!                   rounded up to 2 MiB, plus 2 MiB so copies are never a power of two apart)
 //! ```
+//!
+//! Each heap has room to double in place: the memfd is sparse (the kernel allocates a page when
+//! it is first touched), so the room costs address space only. A restart that keeps data and
+//! whose new heap fits that room reuses the segment ([`Segment::regrow`]): kept bytes never
+//! leave their pages and only the pages the bigger heap newly touches are allocated.
 //!
 //! Root rank 0 creates the memfd (close-on-exec, sized with `ftruncate`, sealed against resizing),
 //! writes the header — layout version last — and hands the descriptor to its local peers (see
@@ -14,7 +19,7 @@
 //! magic, layout version, generation and sizes before use. The kernel frees the memory when the
 //! last process unmaps it, so a killed job leaves nothing behind.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -62,10 +67,11 @@ impl Layout {
         let control = std::mem::size_of::<ControlBlock>() + pes * std::mem::size_of::<PeWords>();
         let heaps_offset = round_up(control, HEAP_ALIGNMENT).ok_or_else(too_large)?;
         let heap_size_usize = usize::try_from(heap_size).map_err(|_| too_large())?;
+        let room = heap_size_usize.checked_mul(2).ok_or_else(too_large)?;
         // One spare 2 MiB step between heaps: PEs' copies of one object are then never a power
         // of two apart, which on this hardware class makes a cache line shared by two PEs' copies
         // alias in the L1 way predictor (measured: 63 ns instead of 34 ns per one-way hand-off).
-        let heap_stride = round_up(heap_size_usize, HEAP_ALIGNMENT)
+        let heap_stride = round_up(room, HEAP_ALIGNMENT)
             .and_then(|s| s.checked_add(HEAP_ALIGNMENT))
             .ok_or_else(too_large)?;
         let total = heap_stride
@@ -86,23 +92,37 @@ impl Layout {
     pub(crate) fn heap_offset(&self, pe: usize) -> usize {
         self.heaps_offset + pe * self.heap_stride
     }
+
+    /// This layout with heaps of `heap_size` bytes in the same places, if each heap's room
+    /// holds them (the spare 2 MiB between heaps stays spare).
+    pub(crate) fn regrown(&self, heap_size: u64) -> Option<Layout> {
+        let room = (self.heap_stride - HEAP_ALIGNMENT) as u64;
+        (heap_size > 0 && heap_size <= room).then_some(Layout { heap_size, ..*self })
+    }
 }
 
 fn round_up(value: usize, multiple: usize) -> Option<usize> {
     value.checked_add(multiple - 1).map(|v| v & !(multiple - 1))
 }
 
-/// One mapped segment.
+/// One mapped segment, and its memfd (kept so that [`Segment::regrow`] can map it again).
 #[derive(Debug)]
 pub(crate) struct Segment {
     mapping: Arc<SharedMapping>,
     layout: Layout,
     generation: u64,
+    fd: OwnedFd,
+    /// The generation of the segment this one regrew ([`Segment::regrow`]).
+    regrown_from: Option<u64>,
+    /// Bytes from the start of each heap that earlier lifetimes of this memfd may have written
+    /// (the rest of the heap is still zero).
+    written: u64,
 }
 
 impl Segment {
-    /// Creates and maps a new segment (root rank 0); returns it with the memfd to hand out.
-    pub(crate) fn create(layout: Layout, generation: u64) -> Result<(Segment, OwnedFd)> {
+    /// Creates and maps a new segment (the group's leader), whose memfd ([`Segment::fd`]) it
+    /// hands out.
+    pub(crate) fn create(layout: Layout, generation: u64) -> Result<Segment> {
         const OP: &str = "initialize";
         let fd = memfd_create(
             "hyper_multicore-heap",
@@ -119,34 +139,94 @@ impl Segment {
         fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
             .map_err(|e| Error::backend(OP, "cannot seal the heap segment", e.into()))?;
         let mapping = map(&fd, layout)?;
-        let control: &ControlBlock = mapping.words(0);
-        let header = &control.header;
-        header.magic.store(SEGMENT_MAGIC, Ordering::Relaxed);
-        header.generation.store(generation, Ordering::Relaxed);
-        header.pes.store(layout.pes as u64, Ordering::Relaxed);
-        header.heap_size.store(layout.heap_size, Ordering::Relaxed);
-        header
-            .heap_stride
-            .store(layout.heap_stride as u64, Ordering::Relaxed);
-        header
-            .heaps_offset
-            .store(layout.heaps_offset as u64, Ordering::Relaxed);
-        // Stored last: a reader that sees the version sees everything above.
-        header
-            .layout_version
-            .store(LAYOUT_VERSION, Ordering::Release);
-        let segment = Segment {
+        write_header(&mapping, layout, generation);
+        Ok(Segment {
             mapping: Arc::new(mapping),
             layout,
             generation,
+            fd,
+            regrown_from: None,
+            written: 0,
+        })
+    }
+
+    /// The same memfd for a new runtime lifetime whose heaps of `heap_size` bytes stay where
+    /// this segment's are (`None` unless [`Layout::regrown`] allows it): the heaps' bytes are
+    /// kept. The mapping itself is reused when nothing else holds it (no page is mapped again);
+    /// else the memfd is mapped again, and [`Segment::detach_from`] later ends the old view.
+    /// The group's leader (`leader`) clears the control words and writes the new header; no
+    /// other member may touch the segment until the new lifetime's start-up has agreed (the
+    /// members check the header in [`Segment::check_header`]). Nothing of the old lifetime may
+    /// use this segment any more.
+    pub(crate) fn regrow(
+        &self,
+        heap_size: u64,
+        generation: u64,
+        leader: bool,
+    ) -> Result<Option<Segment>> {
+        let Some(layout) = self.layout.regrown(heap_size) else {
+            return Ok(None);
         };
-        Ok((segment, fd))
+        let fd = self.fd.try_clone().map_err(|e| {
+            Error::backend("initialize", "cannot duplicate the heap segment's memfd", e)
+        })?;
+        let mapping = if Arc::strong_count(&self.mapping) == 1 {
+            Arc::clone(&self.mapping)
+        } else {
+            Arc::new(map(&fd, layout)?)
+        };
+        if leader {
+            mapping.zero(0, layout.heaps_offset);
+            write_header(&mapping, layout, generation);
+        }
+        Ok(Some(Segment {
+            mapping,
+            layout,
+            generation,
+            fd,
+            regrown_from: Some(self.generation),
+            written: self.written.max(self.layout.heap_size),
+        }))
+    }
+
+    /// True if this segment is `previous` regrown (the same memfd, its heaps in place).
+    pub(crate) fn reuses(&self, previous: &Segment) -> bool {
+        self.regrown_from == Some(previous.generation)
+    }
+
+    /// Bytes from the start of each heap that earlier lifetimes may have written (zero for a
+    /// new memfd).
+    pub(crate) fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Ends this process's view of the shared pages that `successor` (this segment regrown)
+    /// now uses, unless both use one mapping: the old mapping's range then holds private zero
+    /// pages, so a stale view of an old heap (a front's retired tensor) can neither read nor
+    /// overwrite the live heap.
+    pub(crate) fn detach_from(&self, successor: &Segment) {
+        if !Arc::ptr_eq(&self.mapping, &successor.mapping) {
+            self.mapping.detach();
+        }
     }
 
     /// Maps a segment received from root rank 0 and checks that it is the expected one.
-    pub(crate) fn attach(fd: impl AsFd, layout: Layout, generation: u64) -> Result<Segment> {
-        let mapping = map(&fd, layout)?;
-        let header = &mapping.words::<ControlBlock>(0).header;
+    pub(crate) fn attach(fd: OwnedFd, layout: Layout, generation: u64) -> Result<Segment> {
+        let segment = Segment {
+            mapping: Arc::new(map(&fd, layout)?),
+            layout,
+            generation,
+            fd,
+            regrown_from: None,
+            written: 0,
+        };
+        segment.check_header()?;
+        Ok(segment)
+    }
+
+    /// Checks that the header written by the group's leader describes this segment.
+    pub(crate) fn check_header(&self) -> Result<()> {
+        let header = &self.control().header;
         let found = (
             header.layout_version.load(Ordering::Acquire),
             header.magic.load(Ordering::Relaxed),
@@ -156,10 +236,11 @@ impl Segment {
             header.heap_stride.load(Ordering::Relaxed),
             header.heaps_offset.load(Ordering::Relaxed),
         );
+        let layout = self.layout;
         let expected = (
             LAYOUT_VERSION,
             SEGMENT_MAGIC,
-            generation,
+            self.generation,
             layout.pes as u64,
             layout.heap_size,
             layout.heap_stride as u64,
@@ -176,11 +257,12 @@ impl Segment {
                 ),
             ));
         }
-        Ok(Segment {
-            mapping: Arc::new(mapping),
-            layout,
-            generation,
-        })
+        Ok(())
+    }
+
+    /// The memfd (handed to the group's other members).
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 
     /// The mapping, shared with everything that must keep it alive (views, tensors).
@@ -214,6 +296,25 @@ impl Segment {
     pub(crate) fn doorbells(&self) -> impl Iterator<Item = &Doorbell> {
         (0..self.layout.pes).map(|pe| &self.pe_words(pe).doorbell)
     }
+}
+
+/// Writes the header of a segment of `layout`, the layout version last: a reader that sees the
+/// version sees everything above it.
+fn write_header(mapping: &SharedMapping, layout: Layout, generation: u64) {
+    let header = &mapping.words::<ControlBlock>(0).header;
+    header.magic.store(SEGMENT_MAGIC, Ordering::Relaxed);
+    header.generation.store(generation, Ordering::Relaxed);
+    header.pes.store(layout.pes as u64, Ordering::Relaxed);
+    header.heap_size.store(layout.heap_size, Ordering::Relaxed);
+    header
+        .heap_stride
+        .store(layout.heap_stride as u64, Ordering::Relaxed);
+    header
+        .heaps_offset
+        .store(layout.heaps_offset as u64, Ordering::Relaxed);
+    header
+        .layout_version
+        .store(LAYOUT_VERSION, Ordering::Release);
 }
 
 fn map(fd: &impl AsFd, layout: Layout) -> Result<SharedMapping> {

@@ -171,8 +171,9 @@ impl SharedMapping {
         }
     }
 
-    /// Copies `len` bytes at `offset` of this mapping to `target_offset` of `target` (another
-    /// mapping: a restart's old heap into its new one, with no staging copy).
+    /// Copies `len` bytes at `offset` of this mapping to `target_offset` of `target` (a
+    /// restart's old heap into its new one, with no staging copy; or, when `target` is this
+    /// mapping, a move inside it: the ranges may overlap).
     pub(crate) fn copy_to(
         &self,
         offset: usize,
@@ -182,15 +183,66 @@ impl SharedMapping {
     ) {
         self.check(offset, len);
         target.check(target_offset, len);
-        assert!(
-            !std::ptr::eq(self, target),
-            "a mapping is copied into another mapping"
-        );
-        // SAFETY: both ranges are in bounds (checked) of two distinct live mappings (distinct
-        // mappings never overlap: each is its own `mmap`); raw copy per the module contract.
+        // SAFETY: both ranges are in bounds (checked) of live mappings; `copy` allows them to
+        // overlap (one mapping); raw copy per the module contract.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.address(offset), target.address(target_offset), len);
+            std::ptr::copy(self.address(offset), target.address(target_offset), len);
         }
+    }
+
+    /// Sets `offset..offset + len` to zero (memory no other process uses at the time: a
+    /// segment's control words before a new lifetime's start-up, a heap's free space). Whole
+    /// pages of a large range are given back to the kernel instead of written (`MADV_REMOVE`:
+    /// the memfd's pages are freed and read as zero again; a page never touched costs nothing),
+    /// the rest is written.
+    pub(crate) fn zero(&self, offset: usize, len: usize) {
+        self.check(offset, len);
+        const PAGE: usize = 4096;
+        let first = (offset + PAGE - 1) & !(PAGE - 1);
+        let end = offset + len;
+        let last = end & !(PAGE - 1);
+        let removed = last > first
+            && last - first >= 16 * PAGE
+            // SAFETY: whole pages inside our own live mapping; MADV_REMOVE only replaces their
+            // contents by zeros (what this method does), and no Rust reference covers them.
+            && unsafe {
+                rustix::mm::madvise(
+                    self.address(first).cast(),
+                    last - first,
+                    rustix::mm::Advice::LinuxRemove,
+                )
+            }
+            .is_ok();
+        let written = if removed {
+            [(offset, first - offset), (last, end - last)]
+        } else {
+            [(offset, len), (end, 0)]
+        };
+        for (start, bytes) in written {
+            // SAFETY: in bounds (checked above: a part of the range); raw write per the
+            // module contract.
+            unsafe {
+                std::ptr::write_bytes(self.address(start), 0, bytes);
+            }
+        }
+    }
+
+    /// Replaces the whole range by private zero pages (`MAP_FIXED` anonymous memory over it):
+    /// the shared pages are no longer reached through this mapping, while every address of it
+    /// stays valid (a stale view reads zeros instead of faulting). Best effort: should the
+    /// kernel refuse, the range stays as it was.
+    pub(crate) fn detach(&self) {
+        // SAFETY: MAP_FIXED replaces exactly our own mapping's pages with fresh private ones of
+        // the same protection; no Rust reference into them is invalidated (references made by
+        // `words` stay valid for atomics on the new zero pages), and `Drop` unmaps the range.
+        let _ = unsafe {
+            mmap_anonymous(
+                self.base.as_ptr().cast(),
+                self.len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::FIXED | MapFlags::NORESERVE,
+            )
+        };
     }
 
     /// Makes the pages of `offset..offset + len` present and writable now

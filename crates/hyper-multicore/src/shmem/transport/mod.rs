@@ -212,6 +212,9 @@ pub(crate) struct Start<'a> {
     pub(crate) heap_size: u64,
     /// When start-up gives up.
     pub(crate) deadline: Instant,
+    /// The previous lifetime's segment of this PE, to reuse with the heaps in place if the new
+    /// heap fits its room (a restart keeping data); `None` for a new segment.
+    pub(crate) previous: Option<&'a Segment>,
     /// The shared-memory transport, once started (the UCX transport registers its heap).
     #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
     pub(crate) shm: Option<&'a ShmTransport>,

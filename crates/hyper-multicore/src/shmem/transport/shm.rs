@@ -6,14 +6,18 @@
 //! Start-up: prepare (the group's leader creates and maps the segment and listens on the hand-off
 //! socket) → publish (nothing: the generation is already agreed) → exchange → attach (members
 //! collect the descriptor, map and check it; the leader serves them) → agree.
+//!
+//! A restart that keeps data may instead reuse the previous lifetime's segment
+//! ([`Start::previous`], see `Segment::regrow`): every member maps its memfd again at prepare
+//! (the leader resets the control words and writes the new header), publishes the previous
+//! generation, and at attach checks that the whole group did the same and reads the header.
 
-use std::os::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{Rmw, Start, Transport, Width};
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::shmem::handoff::{self, HandoffListener};
 use crate::shmem::segment::{Layout, PeWords, Segment};
 use crate::shmem::sync::{self, Doorbell};
@@ -37,11 +41,15 @@ pub(crate) struct ShmPeer {
     slot: usize,
 }
 
-/// What prepare made: the leader's new segment, its descriptor and hand-off listener.
+/// What prepare made.
 #[derive(Debug)]
-pub(crate) struct Prepared {
-    created: Option<(Segment, OwnedFd, HandoffListener)>,
-    layout: Layout,
+pub(crate) enum Prepared {
+    /// The leader's new segment and hand-off listener.
+    Created(Segment, HandoffListener),
+    /// A member's layout, to check the segment it will receive against.
+    Awaited(Layout),
+    /// The previous lifetime's segment, mapped again (and the previous generation).
+    Regrown(Segment, u64),
 }
 
 /// The hand-off socket of the group led by `leader` in runtime lifetime `generation`.
@@ -58,37 +66,62 @@ impl Transport for ShmTransport {
     fn prepare(start: &Start<'_>) -> Result<Prepared> {
         let rank = start.plane.rank();
         let members = start.locality.members_of(rank);
+        let leader = members[0] == rank;
+        if let Some(previous) = start.previous.filter(|s| s.layout().pes == members.len()) {
+            if let Some(segment) = previous.regrow(start.heap_size, start.generation, leader)? {
+                return Ok(Prepared::Regrown(segment, previous.generation()));
+            }
+        }
         let layout = Layout::new(members.len(), start.heap_size)?;
-        let created = if members[0] == rank {
-            let (segment, fd) = Segment::create(layout, start.generation)?;
-            let listener =
-                HandoffListener::bind(&socket_name(start.secret, start.generation, rank))?;
-            Some((segment, fd, listener))
-        } else {
-            None
-        };
-        Ok(Prepared { created, layout })
+        if !leader {
+            return Ok(Prepared::Awaited(layout));
+        }
+        let segment = Segment::create(layout, start.generation)?;
+        let listener = HandoffListener::bind(&socket_name(start.secret, start.generation, rank))?;
+        Ok(Prepared::Created(segment, listener))
     }
 
-    fn publish(_: &Prepared) -> Vec<u8> {
-        Vec::new()
+    fn publish(prepared: &Prepared) -> Vec<u8> {
+        match prepared {
+            Prepared::Regrown(_, previous) => previous.to_le_bytes().to_vec(),
+            Prepared::Created(..) | Prepared::Awaited(_) => Vec::new(),
+        }
     }
 
-    fn attach(prepared: Prepared, _: &[Vec<u8>], start: &Start<'_>) -> Result<ShmTransport> {
+    fn attach(
+        prepared: Prepared,
+        published: &[Vec<u8>],
+        start: &Start<'_>,
+    ) -> Result<ShmTransport> {
         let rank = start.plane.rank();
         let members: Box<[usize]> = start.locality.members_of(rank).into();
         let leader = members[0];
-        let segment = match prepared.created {
-            Some((segment, fd, listener)) => {
+        let segment = match prepared {
+            Prepared::Created(segment, listener) => {
                 let pids: Vec<u32> = members[1..].iter().map(|&pe| start.pids[pe]).collect();
                 let still_alive = || start.plane.broken().map_or(Ok(()), Err);
-                listener.serve(fd.as_fd(), &pids, start.deadline, still_alive)?;
+                listener.serve(segment.fd(), &pids, start.deadline, still_alive)?;
                 segment
             }
-            None => {
+            Prepared::Awaited(layout) => {
                 let name = socket_name(start.secret, start.generation, leader);
                 let fd = handoff::receive(&name, start.pids[leader], start.deadline)?;
-                Segment::attach(&fd, prepared.layout, start.generation)?
+                Segment::attach(fd, layout, start.generation)?
+            }
+            Prepared::Regrown(segment, _) => {
+                let mine = &published[rank];
+                if members.iter().any(|&pe| published[pe] != *mine) {
+                    return Err(Error::new(
+                        ErrorKind::Protocol,
+                        "initialize",
+                        format!(
+                            "the PEs sharing a heap segment ({members:?}) disagree on reusing \
+                             the previous one; every rank must run the same build"
+                        ),
+                    ));
+                }
+                segment.check_header()?;
+                segment
             }
         };
         let own_slot = members
