@@ -92,8 +92,9 @@ pub struct Replacement {
     /// What replaces it.
     pub target: AllocationSpec,
     /// Keep data: the first min(old, new) bytes of the old allocation are in the new one after
-    /// the restart, on every PE (copied from the old heap into the new one: see
-    /// `docs/lifecycle.md`). Else the new allocation starts zero-filled.
+    /// the restart, on every PE (in place when the new heap fits the old segment's room, else
+    /// copied from the old heap into the new one: see `docs/lifecycle.md`). Else the new
+    /// allocation starts zero-filled.
     pub preserve: bool,
 }
 

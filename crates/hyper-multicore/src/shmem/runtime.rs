@@ -114,7 +114,9 @@ impl Shmem {
     /// A handle that keeps this runtime's shared mapping (every PE's heap) mapped for as long as
     /// it lives, even after this runtime is shut down, dropped or restarted. Fronts that hand out
     /// raw views of the heap (the Python front's tensors, from addresses given by
-    /// [`Shmem::ptr`]) hold one per view, so a stale view reads stale bytes instead of faulting.
+    /// [`Shmem::ptr`]) hold one per view, so a stale view reads stale bytes instead of faulting
+    /// (zeros, once a restart keeping data has grown the heap in place: the old mapping is then
+    /// detached from the memfd the new heap reuses).
     pub fn mapping_keepalive(&self) -> Arc<dyn std::any::Any + Send + Sync> {
         Arc::clone(self.segment.mapping()) as Arc<dyn std::any::Any + Send + Sync>
     }
