@@ -53,7 +53,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::{const_reentrant_mutex, const_rwlock, ReentrantMutex, RwLock};
+use parking_lot::{const_reentrant_mutex, ReentrantMutex};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -77,6 +77,7 @@ use crate::shmem::{
     debug_state_inactive, Allocation, AllocationRecord, AllocationSpec, DebugState, Element,
     Joining, Region, Shmem, ShutdownError, MAX_ALIGNMENT,
 };
+use crate::sys::gate::{Exclusive, Gated};
 use crate::world::World;
 use stage::StageFailure;
 
@@ -173,7 +174,10 @@ fn root_channel(operation: &str) -> Result<Arc<dyn GroupChannel>> {
             )
         })
 }
-static RUNTIME: RwLock<Option<Shmem>> = const_rwlock(None);
+
+/// The process's runtime: guarded calls pass its gate, acquire/release/restart and
+/// invalidation hold it exclusively (`sys/gate.rs`).
+static RUNTIME: Gated<Option<Shmem>> = Gated::new(None);
 
 /// [`acquire_root`] with `None` = [`RootGroup::World`] and `Some(channel)` =
 /// [`RootGroup::Channel`].
@@ -301,7 +305,7 @@ fn acquire_reference(root: RootGroup, heap_size_bytes: Option<u64>) -> Result<()
     let shmem = start_runtime(channel.as_ref(), heap_size_bytes)
         .map_err(|e| with_hint(e, OP, Recovery::Retryable, None))?;
     let heap_size = shmem.heap_size();
-    *RUNTIME.write() = Some(shmem);
+    *RUNTIME.exclusive() = Some(shmem);
     let mut state = guard.borrow_mut();
     state.references = 1;
     state.root = Some(ActiveRoot {
@@ -716,7 +720,7 @@ fn restart_as(
 struct Steps<'a> {
     channel: &'a dyn GroupChannel,
     operation: &'static str,
-    runtime: parking_lot::RwLockWriteGuard<'static, Option<Shmem>>,
+    runtime: Exclusive<'static, Option<Shmem>>,
     timings: StageTimings,
 }
 
@@ -730,7 +734,7 @@ static STAGES_SNAPSHOT: parking_lot::Mutex<Option<DebugState>> = parking_lot::co
 
 impl<'a> Steps<'a> {
     fn new(channel: &'a dyn GroupChannel, operation: &'static str) -> Self {
-        let runtime = RUNTIME.write();
+        let runtime = RUNTIME.exclusive();
         *STAGES_SNAPSHOT.lock() = runtime.as_ref().map(Shmem::debug_state);
         RUNNING_STAGES.with(|running| running.set(true));
         Steps {
@@ -985,7 +989,7 @@ fn with_hint(error: Error, operation: &str, recovery: Recovery, stage: Option<St
 fn invalidate(recovery: Recovery, cause: &Error) {
     process::invalidate(recovery, cause);
     // A release or restart holding the runtime releases it itself (see `Steps::fail`).
-    if let Some(mut runtime) = RUNTIME.try_write() {
+    if let Some(mut runtime) = RUNTIME.try_exclusive() {
         runtime.take();
     }
     let guard = LIFECYCLE.lock();
@@ -1030,6 +1034,13 @@ pub fn guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Resul
         return Err(invalidated_error(operation));
     }
     check_leased(operation)?;
+    let mut f = Some(f);
+    if let Some(result) =
+        RUNTIME.enter(|runtime| with_runtime(operation, runtime.as_ref(), f.take().unwrap()))
+    {
+        return result;
+    }
+    let f = f.take().expect("the gate was closed, so f did not run");
     let runtime = match RUNTIME.try_read_recursive() {
         Some(runtime) => runtime,
         None => {
@@ -1054,6 +1065,13 @@ pub fn try_guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> R
         return Err(invalidated_error(operation));
     }
     check_leased(operation)?;
+    let mut f = Some(f);
+    if let Some(result) =
+        RUNTIME.enter(|runtime| with_runtime(operation, runtime.as_ref(), f.take().unwrap()))
+    {
+        return result;
+    }
+    let f = f.take().expect("the gate was closed, so f did not run");
     let Some(runtime) = RUNTIME.try_read_recursive() else {
         return Err(in_progress(operation, "on another thread"));
     };

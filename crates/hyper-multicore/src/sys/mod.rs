@@ -6,6 +6,7 @@
 #![allow(unsafe_code)]
 
 pub(crate) mod futex;
+pub(crate) mod gate;
 pub(crate) mod inherited_fd;
 pub(crate) mod mapping;
 pub(crate) mod segment_words;

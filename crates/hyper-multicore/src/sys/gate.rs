@@ -1,0 +1,240 @@
+//! A cell read through a gate ([`Gated`]: the lifecycle's runtime, which guarded calls use):
+//! entering costs two stores to this thread's own slot and one load of the gate, no
+//! lock-prefixed instruction (an `RwLock` read lock costs two, and they were most of the guarded
+//! path's overhead on an 8-byte put).
+//!
+//! The protocol is an asymmetric Dekker handshake:
+//!
+//! ```text
+//! reader (guarded call)                  writer (acquire, release, restart, invalidate)
+//!   slot += 1                              take the RwLock's write lock
+//!   compiler fence                         gate = closed
+//!   if gate open: use the runtime          membarrier(PRIVATE_EXPEDITED)  (a full fence on
+//!   else: slot -= 1, take the read lock       every thread of the process)
+//!   slot -= 1 (release)                    wait until every thread's slot is 0 (acquire)
+//!                                          … change the runtime …
+//!                                          gate = open (release), drop the write lock
+//! ```
+//!
+//! `membarrier` makes every running thread execute a full memory barrier before it returns, so
+//! either the reader's load of the gate sees it closed or the writer's scan sees the reader's
+//! slot raised. Where `membarrier` is unavailable (an old kernel, a seccomp filter) readers pay a
+//! full fence instead. A reader already inside a guarded call (slot above zero) goes on even if
+//! the gate closed meanwhile: the writer is waiting for it, as an `RwLock`'s recursive read
+//! does. A reader that finds the gate closed takes the read lock, which waits for the writer.
+
+use std::cell::Cell;
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::Once;
+use std::time::Duration;
+
+use parking_lot::{const_rwlock, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// A value changed only under [`Exclusive`] and read through [`Gated::enter`] or a read lock.
+pub(crate) struct Gated<T> {
+    value: RwLock<T>,
+    /// Open while no writer is changing the value.
+    gate: AtomicBool,
+}
+
+/// Whether `membarrier(PRIVATE_EXPEDITED)` is registered for this process.
+static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
+static REGISTER: Once = Once::new();
+
+/// The address of every registered thread's slot. Held locked while a writer reads them, and
+/// by a thread's [`Registration`] when it removes its own on exit, so no address is read after
+/// its thread has ended.
+static SLOTS: Mutex<Vec<usize>> = parking_lot::const_mutex(Vec::new());
+
+thread_local! {
+    /// How deeply this thread is inside gated calls (of any [`Gated`]).
+    static SLOT: AtomicUsize = const { AtomicUsize::new(0) };
+    /// Whether this thread's slot is in [`SLOTS`].
+    static REGISTERED: Cell<bool> = const { Cell::new(false) };
+    /// Removes this thread's slot from [`SLOTS`] when the thread ends.
+    static REGISTRATION: Registration = const { Registration };
+}
+
+/// See `REGISTRATION`.
+struct Registration;
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        // Later gated calls of this ending thread take the read lock (`register` fails now).
+        let _ = REGISTERED.try_with(|registered| registered.set(false));
+        let _ = SLOT.try_with(|slot| {
+            let address = slot as *const AtomicUsize as usize;
+            SLOTS.lock().retain(|&a| a != address);
+        });
+    }
+}
+
+/// Registers this thread's slot (once per thread; the first also registers the process for
+/// `membarrier`). False if the thread is ending (its slot cannot be registered any more).
+#[cold]
+fn register() -> bool {
+    REGISTER.call_once(|| {
+        use rustix::thread::{membarrier, MembarrierCommand};
+        let registered = membarrier(MembarrierCommand::RegisterPrivateExpedited).is_ok();
+        ASYMMETRIC.store(registered, Ordering::Relaxed);
+    });
+    // The registration's destructor must be armed before the slot is listed.
+    if REGISTRATION.try_with(|_| ()).is_err() {
+        return false;
+    }
+    let Ok(address) = SLOT.try_with(|slot| slot as *const AtomicUsize as usize) else {
+        return false;
+    };
+    SLOTS.lock().push(address);
+    REGISTERED.with(|registered| registered.set(true));
+    true
+}
+
+/// Lowers this thread's slot back to `depth` when the call ends (also on unwinding).
+struct Leave<'a>(&'a AtomicUsize, usize);
+
+impl Drop for Leave<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.0.store(self.1, Ordering::Release);
+    }
+}
+
+/// Calls `check` on every registered slot, with the list locked (so every slot's thread is
+/// alive, and none registers or leaves meanwhile).
+fn each_slot(mut check: impl FnMut(&AtomicUsize) -> bool) -> bool {
+    let slots = SLOTS.lock();
+    slots.iter().all(|&address| {
+        // SAFETY: `address` is a live thread's `SLOT`: registered by `register` and removed by
+        // its thread's `Registration` destructor (which takes this lock) before the thread's
+        // thread-locals are freed; the lock is held for the whole call. Only atomic access.
+        let slot = unsafe { &*(address as *const AtomicUsize) };
+        check(slot)
+    })
+}
+
+impl<T> Gated<T> {
+    /// A cell holding `value`, its gate open.
+    pub(crate) const fn new(value: T) -> Gated<T> {
+        Gated {
+            value: const_rwlock(value),
+            gate: AtomicBool::new(true),
+        }
+    }
+
+    /// Runs `f` on the value past the gate; `None` (and `f` not run) if a writer holds the
+    /// gate closed — then read through [`Gated::read_recursive`] or
+    /// [`Gated::try_read_recursive`].
+    #[inline]
+    pub(crate) fn enter<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
+        if !REGISTERED.with(Cell::get) && !register() {
+            // The thread is ending: the caller takes the read lock.
+            return None;
+        }
+        SLOT.with(|slot| {
+            let depth = slot.load(Ordering::Relaxed);
+            slot.store(depth + 1, Ordering::Relaxed);
+            let leave = Leave(slot, depth);
+            if ASYMMETRIC.load(Ordering::Relaxed) {
+                compiler_fence(Ordering::SeqCst);
+            } else {
+                fence(Ordering::SeqCst);
+            }
+            if depth == 0 && !self.gate.load(Ordering::Acquire) {
+                return None;
+            }
+            // SAFETY: this thread's slot is raised and either the gate was open after it was
+            // raised (so a writer's scan, which follows its closing of the gate and a
+            // process-wide barrier, sees the slot and waits for it) or this thread was already
+            // inside (a writer is waiting for it). So no `Exclusive` changes the value until
+            // `leave` drops, and every change made before the gate opened is visible (acquire
+            // load of the gate).
+            let value = unsafe { &*self.value.data_ptr() };
+            let result = f(value);
+            drop(leave);
+            Some(result)
+        })
+    }
+
+    /// The read lock (waits while a writer holds the value).
+    pub(crate) fn read_recursive(&self) -> RwLockReadGuard<'_, T> {
+        self.value.read_recursive()
+    }
+
+    /// The read lock if no writer holds the value.
+    pub(crate) fn try_read_recursive(&self) -> Option<RwLockReadGuard<'_, T>> {
+        self.value.try_read_recursive()
+    }
+
+    /// Waits for the write lock, closes the gate and waits until no thread is inside.
+    pub(crate) fn exclusive(&self) -> Exclusive<'_, T> {
+        let lock = self.value.write();
+        self.close();
+        let mut pause = Duration::from_micros(10);
+        while !each_slot(|slot| slot.load(Ordering::Acquire) == 0) {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
+        Exclusive {
+            lock,
+            gate: &self.gate,
+        }
+    }
+
+    /// The value held exclusively if no writer holds it and no thread is inside now.
+    pub(crate) fn try_exclusive(&self) -> Option<Exclusive<'_, T>> {
+        let lock = self.value.try_write()?;
+        self.close();
+        if !each_slot(|slot| slot.load(Ordering::Acquire) == 0) {
+            self.gate.store(true, Ordering::Release);
+            return None;
+        }
+        Some(Exclusive {
+            lock,
+            gate: &self.gate,
+        })
+    }
+
+    /// Closes the gate; on return every thread that will pass it sees it closed or has
+    /// raised a slot that `each_slot` shows.
+    fn close(&self) {
+        self.gate.store(false, Ordering::SeqCst);
+        if ASYMMETRIC.load(Ordering::Relaxed) {
+            // Registered at the first slot, so it cannot fail (EPERM is only for an
+            // unregistered process); readers rely on it, so a failure must not go unnoticed.
+            rustix::thread::membarrier(rustix::thread::MembarrierCommand::PrivateExpedited)
+                .expect("membarrier(PRIVATE_EXPEDITED) failed after its registration");
+        } else {
+            // Readers fence too: the symmetric handshake.
+            fence(Ordering::SeqCst);
+        }
+    }
+}
+
+/// The value of a [`Gated`] held exclusively: no gated call runs while it lives.
+pub(crate) struct Exclusive<'a, T> {
+    lock: RwLockWriteGuard<'a, T>,
+    gate: &'a AtomicBool,
+}
+
+impl<T> std::ops::Deref for Exclusive<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.lock
+    }
+}
+
+impl<T> std::ops::DerefMut for Exclusive<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.lock
+    }
+}
+
+impl<T> Drop for Exclusive<'_, T> {
+    fn drop(&mut self) {
+        // Changes are visible to every reader that sees the gate open (release); readers that
+        // found it closed wait on the read lock, released just after.
+        self.gate.store(true, Ordering::Release);
+    }
+}
