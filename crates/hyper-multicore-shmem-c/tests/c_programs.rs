@@ -151,9 +151,14 @@ fn passes_on_1_2_4_pes(name: &str) {
 /// Compiles `name` and runs it on each of `pe_counts` PEs with `envs`; each run must succeed with
 /// every PE passing.
 fn passes(name: &str, pe_counts: &[usize], envs: &[(&str, &str)]) {
+    passes_with_args(name, pe_counts, &[], envs);
+}
+
+/// [`passes`] with `args` on the program's command line.
+fn passes_with_args(name: &str, pe_counts: &[usize], args: &[&str], envs: &[(&str, &str)]) {
     let program = compile(name);
     for &pes in pe_counts {
-        let finished = run_with(&program.binary, pes, &[], RUNTIME_TIMEOUT, envs);
+        let finished = run_with(&program.binary, pes, args, RUNTIME_TIMEOUT, envs);
         let passed = finished
             .stdout
             .lines()
@@ -161,7 +166,7 @@ fn passes(name: &str, pe_counts: &[usize], envs: &[(&str, &str)]) {
             .count();
         assert!(
             finished.code == Some(0) && passed == pes,
-            "{name} on {pes} PEs: exit {:?}, {passed} of {pes} PEs passed\nstdout:\n{}\nstderr:\n{}",
+            "{name} {args:?} on {pes} PEs: exit {:?}, {passed} of {pes} PEs passed\nstdout:\n{}\nstderr:\n{}",
             finished.code,
             finished.stdout,
             finished.stderr
@@ -329,6 +334,26 @@ fn legacy_collectives_on_active_sets_of_some_pes() {
 #[test]
 fn teams_split_and_their_collectives() {
     passes_on_1_2_4_pes("teams");
+}
+
+/// The heap of `restart_heap` before its restarts (MiB).
+const RESTART_FROM: &str = "8M";
+
+#[test]
+fn heap_restart_grown_in_place_keeps_heap_and_static_data() {
+    // 8 → 16 MiB (plus the data and bss on both): within twice the old heap, the runtime grows
+    // it in the same memfd.
+    let from = [("SHMEM_SYMMETRIC_SIZE", RESTART_FROM)];
+    passes_with_args("restart_heap", &[1, 2, 4], &["16"], &from);
+}
+
+#[test]
+fn heap_restart_into_a_new_segment_keeps_heap_and_static_data() {
+    // 8 → 64 MiB: beyond twice the old heap, the runtime makes a new memfd and copies.
+    let from = [("SHMEM_SYMMETRIC_SIZE", RESTART_FROM)];
+    passes_with_args("restart_heap", &[2], &["64"], &from);
+    let ucx = [from[0], ("HYPER_MULTICORE_SHMEM_TRANSPORT", "ucx")];
+    passes_with_args("restart_heap", &[2], &["64"], &ucx);
 }
 
 #[test]
