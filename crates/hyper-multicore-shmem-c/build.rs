@@ -702,16 +702,17 @@ fn x_macro(out: &mut String, macro_name: &str, family: u32) {
     out.push_str("\n\n");
 }
 
-/// `#define NAME(OP) c type: shmem_TYPENAME_##OP, …` for the generic types in `family`: the
+/// `#define NAME(OP) c type: PREFIXTYPENAME_##OP, …` for the generic types in `family`
+/// (`PREFIX` is `shmem_`, or `shmem_ctx_` for the forms taking a context first): the
 /// associations of `shmem.h`'s `_Generic` selections (a list of its own, so a program may use
 /// the generic calls inside its own expansion of the X-macro lists).
-fn generic_cases(out: &mut String, macro_name: &str, family: u32) {
+fn generic_cases(out: &mut String, macro_name: &str, prefix: &str, family: u32) {
     write!(out, "#define {macro_name}(OP)").unwrap();
     for t in STANDARD_TYPES
         .iter()
         .filter(|t| t.families & (family | GENERIC) == family | GENERIC)
     {
-        write!(out, " \\\n  {}: shmem_{}_##OP,", t.c, t.name).unwrap();
+        write!(out, " \\\n  {}: {prefix}{}_##OP,", t.c, t.name).unwrap();
     }
     out.push_str("\n\n");
 }
@@ -761,22 +762,54 @@ fn c_header() -> String {
         AMO_BITWISE | GENERIC,
     );
     x_macro(&mut out, "HMSHMEM_SYNC_GENERIC_TYPES", SYNC | GENERIC);
-    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_RMA", RMA);
-    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_AMO_EXTENDED", AMO_EXTENDED);
-    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_AMO_STANDARD", AMO_STANDARD);
-    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_AMO_BITWISE", AMO_BITWISE);
-    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_SYNC", SYNC);
+    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_RMA", "shmem_", RMA);
+    generic_cases(
+        &mut out,
+        "HMSHMEM_GENERIC_CASES_AMO_EXTENDED",
+        "shmem_",
+        AMO_EXTENDED,
+    );
+    generic_cases(
+        &mut out,
+        "HMSHMEM_GENERIC_CASES_AMO_STANDARD",
+        "shmem_",
+        AMO_STANDARD,
+    );
+    generic_cases(
+        &mut out,
+        "HMSHMEM_GENERIC_CASES_AMO_BITWISE",
+        "shmem_",
+        AMO_BITWISE,
+    );
+    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_SYNC", "shmem_", SYNC);
     generic_cases(
         &mut out,
         "HMSHMEM_GENERIC_CASES_REDUCE_BITWISE",
+        "shmem_",
         REDUCE_BITWISE,
     );
     generic_cases(
         &mut out,
         "HMSHMEM_GENERIC_CASES_REDUCE_MINMAX",
+        "shmem_",
         REDUCE_MINMAX,
     );
-    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_REDUCE_ARITH", REDUCE_ARITH);
+    generic_cases(
+        &mut out,
+        "HMSHMEM_GENERIC_CASES_REDUCE_ARITH",
+        "shmem_",
+        REDUCE_ARITH,
+    );
+    // The context-first forms exist for the RMA and atomic families.
+    for (name, family) in [
+        ("RMA", RMA),
+        ("AMO_EXTENDED", AMO_EXTENDED),
+        ("AMO_STANDARD", AMO_STANDARD),
+        ("AMO_BITWISE", AMO_BITWISE),
+    ] {
+        let macro_name = format!("HMSHMEM_GENERIC_CASES_CTX_{name}");
+        generic_cases(&mut out, &macro_name, "shmem_ctx_", family);
+    }
     out.push_str("#define HMSHMEM_SIZES(X, A)");
     for &(bits, _) in SIZED {
         write!(out, " X({bits}, A)").unwrap();
