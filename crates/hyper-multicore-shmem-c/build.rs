@@ -818,6 +818,12 @@ fn c_header() -> String {
     out
 }
 
+/// The system libraries a static link of `libhmshmem.a` needs (`Libs.private` of the pkg-config
+/// file): what `cargo rustc -p hyper-multicore-shmem-c --lib --crate-type staticlib --
+/// --print native-static-libs` prints, less the C library itself — UCX (the runtime's transport
+/// between hosts), the unwinder of Rust's panics, and glibc's parts.
+const STATIC_LINK_LIBS: &str = "-lucp -luct -lucs -lucm -lgcc_s -lutil -lrt -lpthread -lm -ldl";
+
 fn write_if_changed(path: &Path, contents: &str) {
     if std::fs::read_to_string(path).ok().as_deref() != Some(contents) {
         std::fs::write(path, contents).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
@@ -853,7 +859,7 @@ fn main() {
          Name: hmshmem\nDescription: OpenSHMEM 1.5 C API over the hyper_multicore runtime\n\
          Version: {version}\nCflags: -I${{includedir}}\n\
          Libs: -L${{libdir}} -Wl,-rpath,${{libdir}} -lhmshmem\n\
-         Libs.private: -lpthread -ldl -lm\n",
+         Libs.private: {STATIC_LINK_LIBS}\n",
         profile_dir.display()
     );
     write_if_changed(&pkgconfig.join("hmshmem.pc"), &pc);

@@ -373,3 +373,81 @@ fn every_family_on_the_ucx_route() {
         passes(name, &[2], &ucx);
     }
 }
+
+/// The output of `pkg-config ARGS hmshmem` against the build's `pkgconfig/hmshmem.pc`, split
+/// into flags.
+fn pkg_config(args: &[&str]) -> Vec<String> {
+    let output = Command::new("pkg-config")
+        .args(args)
+        .arg("hmshmem")
+        .env("PKG_CONFIG_PATH", profile_dir().join("pkgconfig"))
+        .output()
+        .expect("run pkg-config (install it: apt-get install pkg-config)");
+    assert!(
+        output.status.success(),
+        "pkg-config {args:?} hmshmem failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .expect("pkg-config prints text")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_static_link_through_pkg_config_runs() {
+    // `pkg-config --static --libs` with `-lhmshmem` asking for the archive (`-l:libhmshmem.a`,
+    // as docs/c-api.md shows): the .pc file's Libs.private must name every system library the
+    // archive needs, or the link fails.
+    let cflags = pkg_config(&["--cflags"]);
+    let libs: Vec<String> = pkg_config(&["--static", "--libs"])
+        .into_iter()
+        .map(|flag| match flag.as_str() {
+            "-lhmshmem" => "-l:libhmshmem.a".to_string(),
+            _ => flag,
+        })
+        .collect();
+    assert!(
+        libs.iter().any(|flag| flag == "-l:libhmshmem.a"),
+        "{libs:?}"
+    );
+    let out_dir = std::env::temp_dir().join(format!("hmshmem-c-static-{}", std::process::id()));
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let program = Program {
+        binary: out_dir.join("static_link"),
+        dir: out_dir,
+    };
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/static_link.c");
+    let output = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-std=c11", "-Wall", "-Werror", "-o"])
+        .arg(&program.binary)
+        .arg(&source)
+        .args(&cflags)
+        .args(&libs)
+        .output()
+        .expect("run cc");
+    assert!(
+        output.status.success(),
+        "cc {} {cflags:?} {libs:?} failed:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Linked statically: the program does not load the shared library.
+    let binary = std::fs::read(&program.binary).unwrap();
+    assert!(
+        !binary.windows(13).any(|w| w == b"libhmshmem.so"),
+        "the program still names libhmshmem.so"
+    );
+    let pes = 2;
+    let finished = run(&program.binary, pes, &[], RUNTIME_TIMEOUT);
+    let passed = finished
+        .stdout
+        .lines()
+        .filter(|line| line.ends_with("PASS static_link"))
+        .count();
+    assert!(
+        finished.code == Some(0) && passed == pes,
+        "static_link on {pes} PEs: {finished:?}"
+    );
+}
