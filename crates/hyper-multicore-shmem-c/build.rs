@@ -568,6 +568,11 @@ const REDUCTIONS: [(&str, &str, u32, u32); 7] = [
 /// The reductions of one type (team and legacy forms, as its families list them).
 fn reductions(out: &mut String, t: &StandardType) {
     let (n, r) = (t.name, t.rust);
+    let reduce = if t.families & COMBINED_IN_C != 0 {
+        String::from("reduce_long_double")
+    } else {
+        format!("reduce::<{r}>")
+    };
     for (op, variant, team_family, legacy_family) in REDUCTIONS {
         if t.families & team_family != 0 {
             emit(out, Call {
@@ -576,7 +581,7 @@ fn reductions(out: &mut String, t: &StandardType) {
                 params: format!("team: usize, dest: *mut {r}, source: *const {r}, nreduce: usize"),
                 returns: "c_int",
                 body: format!(
-                    "    collectives::reduce::<{r}>(CALL, &teams::team(CALL, team), dest as usize, source as usize, nreduce, ReduceOp::{variant});\n    0\n"
+                    "    collectives::{reduce}(CALL, &teams::team(CALL, team), dest as usize, source as usize, nreduce, ReduceOp::{variant});\n    0\n"
                 ),
             });
         }
@@ -592,7 +597,7 @@ fn reductions(out: &mut String, t: &StandardType) {
                 body: format!(
                     "    let active = collectives::active_set(CALL, start, log_stride, size);\n    \
                      let nreduce = usize::try_from(nreduce).unwrap_or_else(|_| crate::failure::fail(CALL, \"nreduce must not be negative\"));\n    \
-                     collectives::reduce::<{r}>(CALL, &active, dest as usize, source as usize, nreduce, ReduceOp::{variant});\n"
+                     collectives::{reduce}(CALL, &active, dest as usize, source as usize, nreduce, ReduceOp::{variant});\n"
                 ),
             });
         }
@@ -832,6 +837,13 @@ fn write_if_changed(path: &Path, contents: &str) {
 
 fn main() {
     println!("cargo:rerun-if-changed=type_table.rs");
+    println!("cargo:rerun-if-changed=src/sys/long_double.c");
+    cc::Build::new()
+        .file("src/sys/long_double.c")
+        .std("c11")
+        .warnings(true)
+        .warnings_into_errors(true)
+        .compile("hmshmem_long_double");
     println!("cargo:rerun-if-changed=include");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     write_if_changed(&out_dir.join("typed_calls.rs"), &rust_calls());
