@@ -322,6 +322,20 @@ fn an_active_set_past_the_last_pe_fails_every_pe() {
 }
 
 #[test]
+fn a_heap_restart_naming_no_block_start_fails_every_pe() {
+    // A program bug found by each PE before any collective work: each ends with its own line.
+    fails_fast(
+        "restart_block",
+        2,
+        |code| code == 1,
+        &[
+            "PE 0: shmemx_restart_heap: replacement 0: address 0x",
+            "PE 1: shmemx_restart_heap: replacement 0: address 0x",
+        ],
+    );
+}
+
+#[test]
 fn reductions_every_operator_and_type_on_teams_and_active_sets() {
     passes_on_1_2_4_pes("reductions");
 }

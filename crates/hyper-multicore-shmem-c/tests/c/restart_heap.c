@@ -3,7 +3,8 @@
  * zeros where they grew), blocks without preserve and a second restart without preserve hold
  * zeros; global and static variables keep their values (also those a peer put there) and stay
  * symmetric (put, get and atomics on them after each restart); the heap really has the new
- * size; a request leaving a block out is refused with -1 and changes nothing. */
+ * size; a request leaving a block out, or sizes that differ across PEs, are refused with -1 on
+ * every PE and change nothing. */
 #include <shmem.h>
 #include <shmemx.h>
 #include <string.h>
@@ -94,6 +95,17 @@ int main(int argc, char **argv) {
     CHECK(partial[0].replaced == NULL);
     CHECK(grown[WORDS - 1] == me * 7000 + WORDS - 1 && shrunk[99] == pattern(me, 99));
     check_statics(0);
+    /* Refused too: sizes that differ across PEs (the same verdict on every PE). */
+    if (n > 1) {
+        shmemx_heap_replacement_t uneven[3] = {
+            {grown, (size_t)(me + 1) * 64, 1, NULL},
+            {shrunk, 50, 1, NULL},
+            {dropped, 16 * sizeof(long), 0, NULL},
+        };
+        CHECK(shmemx_restart_heap((size_t)new_mib * MIB, uneven, 3) == -1);
+        CHECK(strstr(shmemx_last_error(), "differ"));
+        CHECK(grown[0] == me * 7000 && dropped[15] == -16);
+    }
 
     /* The restart, keeping two blocks. */
     shmemx_heap_replacement_t blocks[3] = {
