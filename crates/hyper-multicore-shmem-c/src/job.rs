@@ -10,7 +10,9 @@
 //! mapped over them at their own addresses (`sys/static_data.rs`). A global variable is then the
 //! allocation's memory: a peer's put, get or atomic on it goes through the runtime like any heap
 //! access — on every route, since it is the heap. The heap is enlarged by the data's size, so
-//! `SHMEM_SYMMETRIC_SIZE` stays available to `shmem_malloc`.
+//! `SHMEM_SYMMETRIC_SIZE` stays available to `shmem_malloc`. A heap restart
+//! (`shmemx_restart_heap`, [`restart_heap`]) carries that allocation into the new heap
+//! (preserved, first) and maps its pages over the data and bss again.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
