@@ -568,6 +568,11 @@ const REDUCTIONS: [(&str, &str, u32, u32); 7] = [
 /// The reductions of one type (team and legacy forms, as its families list them).
 fn reductions(out: &mut String, t: &StandardType) {
     let (n, r) = (t.name, t.rust);
+    let reduce = if t.families & COMBINED_IN_C != 0 {
+        String::from("reduce_long_double")
+    } else {
+        format!("reduce::<{r}>")
+    };
     for (op, variant, team_family, legacy_family) in REDUCTIONS {
         if t.families & team_family != 0 {
             emit(out, Call {
@@ -576,7 +581,7 @@ fn reductions(out: &mut String, t: &StandardType) {
                 params: format!("team: usize, dest: *mut {r}, source: *const {r}, nreduce: usize"),
                 returns: "c_int",
                 body: format!(
-                    "    collectives::reduce::<{r}>(CALL, &teams::team(CALL, team), dest as usize, source as usize, nreduce, ReduceOp::{variant});\n    0\n"
+                    "    collectives::{reduce}(CALL, &teams::team(CALL, team), dest as usize, source as usize, nreduce, ReduceOp::{variant});\n    0\n"
                 ),
             });
         }
@@ -592,7 +597,7 @@ fn reductions(out: &mut String, t: &StandardType) {
                 body: format!(
                     "    let active = collectives::active_set(CALL, start, log_stride, size);\n    \
                      let nreduce = usize::try_from(nreduce).unwrap_or_else(|_| crate::failure::fail(CALL, \"nreduce must not be negative\"));\n    \
-                     collectives::reduce::<{r}>(CALL, &active, dest as usize, source as usize, nreduce, ReduceOp::{variant});\n"
+                     collectives::{reduce}(CALL, &active, dest as usize, source as usize, nreduce, ReduceOp::{variant});\n"
                 ),
             });
         }
@@ -702,16 +707,17 @@ fn x_macro(out: &mut String, macro_name: &str, family: u32) {
     out.push_str("\n\n");
 }
 
-/// `#define NAME(OP) c type: shmem_TYPENAME_##OP, …` for the generic types in `family`: the
+/// `#define NAME(OP) c type: PREFIXTYPENAME_##OP, …` for the generic types in `family`
+/// (`PREFIX` is `shmem_`, or `shmem_ctx_` for the forms taking a context first): the
 /// associations of `shmem.h`'s `_Generic` selections (a list of its own, so a program may use
 /// the generic calls inside its own expansion of the X-macro lists).
-fn generic_cases(out: &mut String, macro_name: &str, family: u32) {
+fn generic_cases(out: &mut String, macro_name: &str, prefix: &str, family: u32) {
     write!(out, "#define {macro_name}(OP)").unwrap();
     for t in STANDARD_TYPES
         .iter()
         .filter(|t| t.families & (family | GENERIC) == family | GENERIC)
     {
-        write!(out, " \\\n  {}: shmem_{}_##OP,", t.c, t.name).unwrap();
+        write!(out, " \\\n  {}: {prefix}{}_##OP,", t.c, t.name).unwrap();
     }
     out.push_str("\n\n");
 }
@@ -761,22 +767,54 @@ fn c_header() -> String {
         AMO_BITWISE | GENERIC,
     );
     x_macro(&mut out, "HMSHMEM_SYNC_GENERIC_TYPES", SYNC | GENERIC);
-    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_RMA", RMA);
-    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_AMO_EXTENDED", AMO_EXTENDED);
-    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_AMO_STANDARD", AMO_STANDARD);
-    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_AMO_BITWISE", AMO_BITWISE);
-    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_SYNC", SYNC);
+    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_RMA", "shmem_", RMA);
+    generic_cases(
+        &mut out,
+        "HMSHMEM_GENERIC_CASES_AMO_EXTENDED",
+        "shmem_",
+        AMO_EXTENDED,
+    );
+    generic_cases(
+        &mut out,
+        "HMSHMEM_GENERIC_CASES_AMO_STANDARD",
+        "shmem_",
+        AMO_STANDARD,
+    );
+    generic_cases(
+        &mut out,
+        "HMSHMEM_GENERIC_CASES_AMO_BITWISE",
+        "shmem_",
+        AMO_BITWISE,
+    );
+    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_SYNC", "shmem_", SYNC);
     generic_cases(
         &mut out,
         "HMSHMEM_GENERIC_CASES_REDUCE_BITWISE",
+        "shmem_",
         REDUCE_BITWISE,
     );
     generic_cases(
         &mut out,
         "HMSHMEM_GENERIC_CASES_REDUCE_MINMAX",
+        "shmem_",
         REDUCE_MINMAX,
     );
-    generic_cases(&mut out, "HMSHMEM_GENERIC_CASES_REDUCE_ARITH", REDUCE_ARITH);
+    generic_cases(
+        &mut out,
+        "HMSHMEM_GENERIC_CASES_REDUCE_ARITH",
+        "shmem_",
+        REDUCE_ARITH,
+    );
+    // The context-first forms exist for the RMA and atomic families.
+    for (name, family) in [
+        ("RMA", RMA),
+        ("AMO_EXTENDED", AMO_EXTENDED),
+        ("AMO_STANDARD", AMO_STANDARD),
+        ("AMO_BITWISE", AMO_BITWISE),
+    ] {
+        let macro_name = format!("HMSHMEM_GENERIC_CASES_CTX_{name}");
+        generic_cases(&mut out, &macro_name, "shmem_ctx_", family);
+    }
     out.push_str("#define HMSHMEM_SIZES(X, A)");
     for &(bits, _) in SIZED {
         write!(out, " X({bits}, A)").unwrap();
@@ -784,6 +822,12 @@ fn c_header() -> String {
     out.push_str("\n\n#endif\n");
     out
 }
+
+/// The system libraries a static link of `libhmshmem.a` needs (`Libs.private` of the pkg-config
+/// file): what `cargo rustc -p hyper-multicore-shmem-c --lib --crate-type staticlib --
+/// --print native-static-libs` prints, less the C library itself — UCX (the runtime's transport
+/// between hosts), the unwinder of Rust's panics, and glibc's parts.
+const STATIC_LINK_LIBS: &str = "-lucp -luct -lucs -lucm -lgcc_s -lutil -lrt -lpthread -lm -ldl";
 
 fn write_if_changed(path: &Path, contents: &str) {
     if std::fs::read_to_string(path).ok().as_deref() != Some(contents) {
@@ -793,6 +837,13 @@ fn write_if_changed(path: &Path, contents: &str) {
 
 fn main() {
     println!("cargo:rerun-if-changed=type_table.rs");
+    println!("cargo:rerun-if-changed=src/sys/long_double.c");
+    cc::Build::new()
+        .file("src/sys/long_double.c")
+        .std("c11")
+        .warnings(true)
+        .warnings_into_errors(true)
+        .compile("hmshmem_long_double");
     println!("cargo:rerun-if-changed=include");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     write_if_changed(&out_dir.join("typed_calls.rs"), &rust_calls());
@@ -820,7 +871,7 @@ fn main() {
          Name: hmshmem\nDescription: OpenSHMEM 1.5 C API over the hyper_multicore runtime\n\
          Version: {version}\nCflags: -I${{includedir}}\n\
          Libs: -L${{libdir}} -Wl,-rpath,${{libdir}} -lhmshmem\n\
-         Libs.private: -lpthread -ldl -lm\n",
+         Libs.private: {STATIC_LINK_LIBS}\n",
         profile_dir.display()
     );
     write_if_changed(&pkgconfig.join("hmshmem.pc"), &pc);

@@ -30,6 +30,9 @@ const TO_ALL_BITWISE: u32 = 1 << 11;
 const TO_ALL_MINMAX: u32 = 1 << 12;
 /// Legacy active-set reductions `shmem_TYPENAME_{sum,prod}_to_all`.
 const TO_ALL_ARITH: u32 = 1 << 13;
+/// Reduced by the C layer's own combine in C (`collectives::reduce_long_double`), not by the
+/// runtime (which has no arithmetic for the type).
+const COMBINED_IN_C: u32 = 1 << 14;
 /// In the C11 `_Generic` lists (the fixed-width and size typedefs alias other types, so the
 /// standard leaves them out).
 const GENERIC: u32 = 1 << 5;
@@ -66,9 +69,13 @@ const SMALL: u32 = RMA | VALUE | ALL_REDUCE;
 const STANDARD_TYPES: &[StandardType] = &[
     t("float", "float", "f32", EXT | LEGACY | GENERIC),
     t("double", "double", "f64", EXT | LEGACY | GENERIC),
-    // Reductions of long double are not provided: Rust has no x87 80-bit arithmetic
-    // (docs/c-api.md).
-    t("long double", "longdouble", "[u8; 16]", RMA | GENERIC),
+    // Its reductions move raw bytes and combine in C: Rust has no x87 80-bit arithmetic.
+    t(
+        "long double",
+        "longdouble",
+        "[u8; 16]",
+        RMA | NUMERIC | TO_ALL_MINMAX | TO_ALL_ARITH | COMBINED_IN_C | GENERIC,
+    ),
     t("char", "char", "std::ffi::c_char", RMA | VALUE | NUMERIC | GENERIC),
     t("signed char", "schar", "i8", RMA | VALUE | NUMERIC | GENERIC),
     t("short", "short", "i16", RMA | VALUE | SYNC | NUMERIC | TO_ALL | GENERIC),

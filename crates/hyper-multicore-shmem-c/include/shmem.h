@@ -427,39 +427,68 @@ struct hmshmem_never_selected;
 #define HMSHMEM_GENERIC(FAMILY, OP, X)                                                        \
     _Generic((X), HMSHMEM_GENERIC_CASES_##FAMILY(OP) struct hmshmem_never_selected *: 0)
 
-#define shmem_put(dest, ...) HMSHMEM_GENERIC(RMA, put, *(dest))(dest, __VA_ARGS__)
-#define shmem_get(dest, ...) HMSHMEM_GENERIC(RMA, get, *(dest))(dest, __VA_ARGS__)
-#define shmem_put_nbi(dest, ...) HMSHMEM_GENERIC(RMA, put_nbi, *(dest))(dest, __VA_ARGS__)
-#define shmem_get_nbi(dest, ...) HMSHMEM_GENERIC(RMA, get_nbi, *(dest))(dest, __VA_ARGS__)
-#define shmem_iput(dest, ...) HMSHMEM_GENERIC(RMA, iput, *(dest))(dest, __VA_ARGS__)
-#define shmem_iget(dest, ...) HMSHMEM_GENERIC(RMA, iget, *(dest))(dest, __VA_ARGS__)
-#define shmem_p(dest, ...) HMSHMEM_GENERIC(RMA, p, *(dest))(dest, __VA_ARGS__)
-#define shmem_g(source, ...) HMSHMEM_GENERIC(RMA, g, *(source))(source, __VA_ARGS__)
-#define shmem_put_signal(dest, ...) HMSHMEM_GENERIC(RMA, put_signal, *(dest))(dest, __VA_ARGS__)
-#define shmem_put_signal_nbi(dest, ...) HMSHMEM_GENERIC(RMA, put_signal_nbi, *(dest))(dest, __VA_ARGS__)
+/* The RMA and atomic calls also take a context first (shmem_put(ctx, dest, source, nelems,
+ * pe)): the number of arguments selects the form -- HMSHMEM_TYPED(FAMILY, OP, N, ...) with N
+ * arguments is the plain call, with N + 1 the context form -- and the type of the first pointer
+ * selects the typed call, shmem_TYPENAME_OP or shmem_ctx_TYPENAME_OP. */
+#define HMSHMEM_COUNT(...) HMSHMEM_COUNT_(__VA_ARGS__, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define HMSHMEM_COUNT_(a1, a2, a3, a4, a5, a6, a7, a8, a9, count, ...) count
+#define HMSHMEM_PASTE(a, b) HMSHMEM_PASTE_(a, b)
+#define HMSHMEM_PASTE_(a, b) a##b
+#define HMSHMEM_TYPED(FAMILY, OP, N, ...)                                                     \
+    HMSHMEM_PASTE(HMSHMEM_FORM_##N##_, HMSHMEM_COUNT(__VA_ARGS__))(FAMILY, OP, __VA_ARGS__)
+#define HMSHMEM_PLAIN(FAMILY, OP, first, ...)                                                 \
+    HMSHMEM_GENERIC(FAMILY, OP, *(first))(first, __VA_ARGS__)
+#define HMSHMEM_WITH_CTX(FAMILY, OP, ctx, first, ...)                                         \
+    HMSHMEM_GENERIC(CTX_##FAMILY, OP, *(first))(ctx, first, __VA_ARGS__)
+/* HMSHMEM_FORM_<plain count>_<count given>; any other count is reported by the compiler as an
+ * undeclared HMSHMEM_FORM_… */
+#define HMSHMEM_FORM_2_2 HMSHMEM_PLAIN
+#define HMSHMEM_FORM_2_3 HMSHMEM_WITH_CTX
+#define HMSHMEM_FORM_3_3 HMSHMEM_PLAIN
+#define HMSHMEM_FORM_3_4 HMSHMEM_WITH_CTX
+#define HMSHMEM_FORM_4_4 HMSHMEM_PLAIN
+#define HMSHMEM_FORM_4_5 HMSHMEM_WITH_CTX
+#define HMSHMEM_FORM_5_5 HMSHMEM_PLAIN
+#define HMSHMEM_FORM_5_6 HMSHMEM_WITH_CTX
+#define HMSHMEM_FORM_6_6 HMSHMEM_PLAIN
+#define HMSHMEM_FORM_6_7 HMSHMEM_WITH_CTX
+#define HMSHMEM_FORM_7_7 HMSHMEM_PLAIN
+#define HMSHMEM_FORM_7_8 HMSHMEM_WITH_CTX
 
-#define shmem_atomic_fetch(source, ...) HMSHMEM_GENERIC(AMO_EXTENDED, atomic_fetch, *(source))(source, __VA_ARGS__)
-#define shmem_atomic_set(dest, ...) HMSHMEM_GENERIC(AMO_EXTENDED, atomic_set, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_swap(dest, ...) HMSHMEM_GENERIC(AMO_EXTENDED, atomic_swap, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_fetch_nbi(fetch, ...) HMSHMEM_GENERIC(AMO_EXTENDED, atomic_fetch_nbi, *(fetch))(fetch, __VA_ARGS__)
-#define shmem_atomic_swap_nbi(fetch, ...) HMSHMEM_GENERIC(AMO_EXTENDED, atomic_swap_nbi, *(fetch))(fetch, __VA_ARGS__)
-#define shmem_atomic_compare_swap(dest, ...) HMSHMEM_GENERIC(AMO_STANDARD, atomic_compare_swap, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_fetch_inc(dest, ...) HMSHMEM_GENERIC(AMO_STANDARD, atomic_fetch_inc, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_inc(dest, ...) HMSHMEM_GENERIC(AMO_STANDARD, atomic_inc, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_fetch_add(dest, ...) HMSHMEM_GENERIC(AMO_STANDARD, atomic_fetch_add, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_add(dest, ...) HMSHMEM_GENERIC(AMO_STANDARD, atomic_add, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_compare_swap_nbi(fetch, ...) HMSHMEM_GENERIC(AMO_STANDARD, atomic_compare_swap_nbi, *(fetch))(fetch, __VA_ARGS__)
-#define shmem_atomic_fetch_inc_nbi(fetch, ...) HMSHMEM_GENERIC(AMO_STANDARD, atomic_fetch_inc_nbi, *(fetch))(fetch, __VA_ARGS__)
-#define shmem_atomic_fetch_add_nbi(fetch, ...) HMSHMEM_GENERIC(AMO_STANDARD, atomic_fetch_add_nbi, *(fetch))(fetch, __VA_ARGS__)
-#define shmem_atomic_fetch_and(dest, ...) HMSHMEM_GENERIC(AMO_BITWISE, atomic_fetch_and, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_fetch_or(dest, ...) HMSHMEM_GENERIC(AMO_BITWISE, atomic_fetch_or, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_fetch_xor(dest, ...) HMSHMEM_GENERIC(AMO_BITWISE, atomic_fetch_xor, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_and(dest, ...) HMSHMEM_GENERIC(AMO_BITWISE, atomic_and, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_or(dest, ...) HMSHMEM_GENERIC(AMO_BITWISE, atomic_or, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_xor(dest, ...) HMSHMEM_GENERIC(AMO_BITWISE, atomic_xor, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_fetch_and_nbi(fetch, ...) HMSHMEM_GENERIC(AMO_BITWISE, atomic_fetch_and_nbi, *(fetch))(fetch, __VA_ARGS__)
-#define shmem_atomic_fetch_or_nbi(fetch, ...) HMSHMEM_GENERIC(AMO_BITWISE, atomic_fetch_or_nbi, *(fetch))(fetch, __VA_ARGS__)
-#define shmem_atomic_fetch_xor_nbi(fetch, ...) HMSHMEM_GENERIC(AMO_BITWISE, atomic_fetch_xor_nbi, *(fetch))(fetch, __VA_ARGS__)
+#define shmem_put(...) HMSHMEM_TYPED(RMA, put, 4, __VA_ARGS__)
+#define shmem_get(...) HMSHMEM_TYPED(RMA, get, 4, __VA_ARGS__)
+#define shmem_put_nbi(...) HMSHMEM_TYPED(RMA, put_nbi, 4, __VA_ARGS__)
+#define shmem_get_nbi(...) HMSHMEM_TYPED(RMA, get_nbi, 4, __VA_ARGS__)
+#define shmem_iput(...) HMSHMEM_TYPED(RMA, iput, 6, __VA_ARGS__)
+#define shmem_iget(...) HMSHMEM_TYPED(RMA, iget, 6, __VA_ARGS__)
+#define shmem_p(...) HMSHMEM_TYPED(RMA, p, 3, __VA_ARGS__)
+#define shmem_g(...) HMSHMEM_TYPED(RMA, g, 2, __VA_ARGS__)
+#define shmem_put_signal(...) HMSHMEM_TYPED(RMA, put_signal, 7, __VA_ARGS__)
+#define shmem_put_signal_nbi(...) HMSHMEM_TYPED(RMA, put_signal_nbi, 7, __VA_ARGS__)
+
+#define shmem_atomic_fetch(...) HMSHMEM_TYPED(AMO_EXTENDED, atomic_fetch, 2, __VA_ARGS__)
+#define shmem_atomic_set(...) HMSHMEM_TYPED(AMO_EXTENDED, atomic_set, 3, __VA_ARGS__)
+#define shmem_atomic_swap(...) HMSHMEM_TYPED(AMO_EXTENDED, atomic_swap, 3, __VA_ARGS__)
+#define shmem_atomic_fetch_nbi(...) HMSHMEM_TYPED(AMO_EXTENDED, atomic_fetch_nbi, 3, __VA_ARGS__)
+#define shmem_atomic_swap_nbi(...) HMSHMEM_TYPED(AMO_EXTENDED, atomic_swap_nbi, 4, __VA_ARGS__)
+#define shmem_atomic_compare_swap(...) HMSHMEM_TYPED(AMO_STANDARD, atomic_compare_swap, 4, __VA_ARGS__)
+#define shmem_atomic_fetch_inc(...) HMSHMEM_TYPED(AMO_STANDARD, atomic_fetch_inc, 2, __VA_ARGS__)
+#define shmem_atomic_inc(...) HMSHMEM_TYPED(AMO_STANDARD, atomic_inc, 2, __VA_ARGS__)
+#define shmem_atomic_fetch_add(...) HMSHMEM_TYPED(AMO_STANDARD, atomic_fetch_add, 3, __VA_ARGS__)
+#define shmem_atomic_add(...) HMSHMEM_TYPED(AMO_STANDARD, atomic_add, 3, __VA_ARGS__)
+#define shmem_atomic_compare_swap_nbi(...) HMSHMEM_TYPED(AMO_STANDARD, atomic_compare_swap_nbi, 5, __VA_ARGS__)
+#define shmem_atomic_fetch_inc_nbi(...) HMSHMEM_TYPED(AMO_STANDARD, atomic_fetch_inc_nbi, 3, __VA_ARGS__)
+#define shmem_atomic_fetch_add_nbi(...) HMSHMEM_TYPED(AMO_STANDARD, atomic_fetch_add_nbi, 4, __VA_ARGS__)
+#define shmem_atomic_fetch_and(...) HMSHMEM_TYPED(AMO_BITWISE, atomic_fetch_and, 3, __VA_ARGS__)
+#define shmem_atomic_fetch_or(...) HMSHMEM_TYPED(AMO_BITWISE, atomic_fetch_or, 3, __VA_ARGS__)
+#define shmem_atomic_fetch_xor(...) HMSHMEM_TYPED(AMO_BITWISE, atomic_fetch_xor, 3, __VA_ARGS__)
+#define shmem_atomic_and(...) HMSHMEM_TYPED(AMO_BITWISE, atomic_and, 3, __VA_ARGS__)
+#define shmem_atomic_or(...) HMSHMEM_TYPED(AMO_BITWISE, atomic_or, 3, __VA_ARGS__)
+#define shmem_atomic_xor(...) HMSHMEM_TYPED(AMO_BITWISE, atomic_xor, 3, __VA_ARGS__)
+#define shmem_atomic_fetch_and_nbi(...) HMSHMEM_TYPED(AMO_BITWISE, atomic_fetch_and_nbi, 4, __VA_ARGS__)
+#define shmem_atomic_fetch_or_nbi(...) HMSHMEM_TYPED(AMO_BITWISE, atomic_fetch_or_nbi, 4, __VA_ARGS__)
+#define shmem_atomic_fetch_xor_nbi(...) HMSHMEM_TYPED(AMO_BITWISE, atomic_fetch_xor_nbi, 4, __VA_ARGS__)
 
 #define shmem_and_reduce(team, dest, ...) HMSHMEM_GENERIC(REDUCE_BITWISE, and_reduce, *(dest))(team, dest, __VA_ARGS__)
 #define shmem_or_reduce(team, dest, ...) HMSHMEM_GENERIC(REDUCE_BITWISE, or_reduce, *(dest))(team, dest, __VA_ARGS__)

@@ -14,6 +14,7 @@ use hyper_multicore::shmem::{ReduceOp, ReduceSet, Reducible};
 use crate::failure::fail;
 use crate::job::{self, At};
 use crate::sys::caller_memory::CallerBuffer;
+use crate::sys::long_double;
 use crate::teams::{self, Team};
 
 /// The team of a legacy active set (`PE_start`, `logPE_stride`, `PE_size`): PEs `PE_start`,
@@ -227,6 +228,48 @@ pub(crate) fn reduce<T: Reducible>(
         Team::Some(members) => ReduceSet::Group(&members.group),
     };
     job::run(call, |shmem| shmem.reduce::<T>(set, target, source, op));
+}
+
+/// [`reduce`] of C `long double` values (sum, prod, min, max), which the runtime cannot
+/// combine: after the team's barrier (every member's `source` is ready) this PE reads every
+/// member's `source` in team order with the runtime's gets, the team's barrier again (no member
+/// overwrites its `source` — `dest` may be the same array — while another still reads it), and
+/// the C helper (`sys/long_double.rs`) combines them in team order into this PE's `dest`: every
+/// member computes the same bits.
+pub(crate) fn reduce_long_double(
+    call: &str,
+    team: &Team,
+    dest: usize,
+    source: usize,
+    nreduce: usize,
+    op: ReduceOp,
+) {
+    let bytes = crate::rma::bytes(call, nreduce, long_double::LONG_DOUBLE_BYTES);
+    let target = job::region(call, dest, bytes);
+    let source = job::region(call, source, bytes);
+    let pes = team.pes(call);
+    member(call, team);
+    if nreduce == 0 {
+        team.barrier(call);
+        return;
+    }
+    team.barrier(call);
+    let mut parts = vec![0u8; bytes * pes.len()];
+    job::run(call, |shmem| {
+        parts
+            .chunks_mut(bytes)
+            .zip(&pes)
+            .try_for_each(|(part, &pe)| shmem.get_bytes(part, source, pe))
+    });
+    team.barrier(call);
+    let combined = long_double::combine(op, &parts, nreduce).unwrap_or_else(|| {
+        fail(
+            call,
+            format!("{op:?} is not a reduction of long double (sum, prod, min and max are)"),
+        )
+    });
+    let me = job::my_pe(call);
+    job::run(call, |shmem| shmem.put_bytes(target, &combined, me));
 }
 
 /// Collective: completes this PE's outstanding operations and waits for every PE.

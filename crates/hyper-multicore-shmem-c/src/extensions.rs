@@ -1,7 +1,9 @@
-//! `shmemx.h`: what the standard lacks — the last recorded failure and the runtime's state as
-//! JSON.
+//! `shmemx.h`: what the standard lacks — the last recorded failure, the runtime's state as
+//! JSON, and the lifecycle's heap restart.
 
-use std::ffi::{c_char, CString};
+use std::ffi::{c_char, c_int, c_void, CString};
+
+use crate::job::Resize;
 
 use parking_lot::Mutex;
 
@@ -27,4 +29,65 @@ pub extern "C" fn shmemx_debug_state() -> *const c_char {
     let mut kept = DEBUG_STATE.lock();
     kept.insert(CString::new(json).expect("no NUL left"))
         .as_ptr()
+}
+
+/// One block of [`shmemx_restart_heap`] (`shmemx_heap_replacement_t` in `shmemx.h`).
+#[repr(C)]
+#[derive(Debug)]
+pub struct HeapReplacement {
+    /// In: a live block, as `shmem_malloc` (or a sibling) returned it.
+    pub current: *mut c_void,
+    /// In: the size of the block that replaces it (positive).
+    pub new_bytes: usize,
+    /// In: non-zero keeps the first min(old, new) bytes; zero starts the new block zeroed.
+    pub preserve: c_int,
+    /// Out: the new block (on success).
+    pub replaced: *mut c_void,
+}
+
+/// Collective: restarts the runtime with a symmetric heap of `new_size` bytes for
+/// `shmem_malloc`, replacing each of the `count` live blocks of `replacements` (every live
+/// block, once, in the same order on every PE) and writing the new addresses into their
+/// `replaced` fields. Global and static variables keep their values and stay symmetric. Returns
+/// 0, or -1 when the runtime refused the restart before changing anything (a block left out or
+/// named twice, a heap too small, requests that differ across PEs; the same verdict on every
+/// PE, the reason in `shmemx_last_error`, every old block still valid). Any other failure ends
+/// the PE.
+///
+/// # Safety
+/// `replacements` must point at `count` writable elements (or be null with `count` 0).
+#[no_mangle]
+pub unsafe extern "C" fn shmemx_restart_heap(
+    new_size: usize,
+    replacements: *mut HeapReplacement,
+    count: usize,
+) -> c_int {
+    const CALL: &str = "shmemx_restart_heap";
+    if replacements.is_null() && count > 0 {
+        crate::failure::fail(CALL, format!("replacements is null but count is {count}"));
+    }
+    let replacements = if count == 0 {
+        &mut []
+    } else {
+        // SAFETY: non-null and valid for `count` elements, read and written only during this
+        // call (function contract).
+        unsafe { std::slice::from_raw_parts_mut(replacements, count) }
+    };
+    let resizes: Vec<Resize> = replacements
+        .iter()
+        .map(|r| Resize {
+            address: r.current as usize,
+            bytes: r.new_bytes,
+            preserve: r.preserve != 0,
+        })
+        .collect();
+    match crate::job::restart_heap(CALL, new_size as u64, &resizes) {
+        Ok(addresses) => {
+            for (replacement, address) in replacements.iter_mut().zip(addresses) {
+                replacement.replaced = address as *mut c_void;
+            }
+            0
+        }
+        Err(_) => -1,
+    }
 }

@@ -151,9 +151,14 @@ fn passes_on_1_2_4_pes(name: &str) {
 /// Compiles `name` and runs it on each of `pe_counts` PEs with `envs`; each run must succeed with
 /// every PE passing.
 fn passes(name: &str, pe_counts: &[usize], envs: &[(&str, &str)]) {
+    passes_with_args(name, pe_counts, &[], envs);
+}
+
+/// [`passes`] with `args` on the program's command line.
+fn passes_with_args(name: &str, pe_counts: &[usize], args: &[&str], envs: &[(&str, &str)]) {
     let program = compile(name);
     for &pes in pe_counts {
-        let finished = run_with(&program.binary, pes, &[], RUNTIME_TIMEOUT, envs);
+        let finished = run_with(&program.binary, pes, args, RUNTIME_TIMEOUT, envs);
         let passed = finished
             .stdout
             .lines()
@@ -161,7 +166,7 @@ fn passes(name: &str, pe_counts: &[usize], envs: &[(&str, &str)]) {
             .count();
         assert!(
             finished.code == Some(0) && passed == pes,
-            "{name} on {pes} PEs: exit {:?}, {passed} of {pes} PEs passed\nstdout:\n{}\nstderr:\n{}",
+            "{name} {args:?} on {pes} PEs: exit {:?}, {passed} of {pes} PEs passed\nstdout:\n{}\nstderr:\n{}",
             finished.code,
             finished.stdout,
             finished.stderr
@@ -317,6 +322,20 @@ fn an_active_set_past_the_last_pe_fails_every_pe() {
 }
 
 #[test]
+fn a_heap_restart_naming_no_block_start_fails_every_pe() {
+    // A program bug found by each PE before any collective work: each ends with its own line.
+    fails_fast(
+        "restart_block",
+        2,
+        |code| code == 1,
+        &[
+            "PE 0: shmemx_restart_heap: replacement 0: address 0x",
+            "PE 1: shmemx_restart_heap: replacement 0: address 0x",
+        ],
+    );
+}
+
+#[test]
 fn reductions_every_operator_and_type_on_teams_and_active_sets() {
     passes_on_1_2_4_pes("reductions");
 }
@@ -329,6 +348,26 @@ fn legacy_collectives_on_active_sets_of_some_pes() {
 #[test]
 fn teams_split_and_their_collectives() {
     passes_on_1_2_4_pes("teams");
+}
+
+/// The heap of `restart_heap` before its restarts (MiB).
+const RESTART_FROM: &str = "8M";
+
+#[test]
+fn heap_restart_grown_in_place_keeps_heap_and_static_data() {
+    // 8 → 16 MiB (plus the data and bss on both): within twice the old heap, the runtime grows
+    // it in the same memfd.
+    let from = [("SHMEM_SYMMETRIC_SIZE", RESTART_FROM)];
+    passes_with_args("restart_heap", &[1, 2, 4], &["16"], &from);
+}
+
+#[test]
+fn heap_restart_into_a_new_segment_keeps_heap_and_static_data() {
+    // 8 → 64 MiB: beyond twice the old heap, the runtime makes a new memfd and copies.
+    let from = [("SHMEM_SYMMETRIC_SIZE", RESTART_FROM)];
+    passes_with_args("restart_heap", &[2], &["64"], &from);
+    let ucx = [from[0], ("HYPER_MULTICORE_SHMEM_TRANSPORT", "ucx")];
+    passes_with_args("restart_heap", &[2], &["64"], &ucx);
 }
 
 #[test]
@@ -347,4 +386,82 @@ fn every_family_on_the_ucx_route() {
     ] {
         passes(name, &[2], &ucx);
     }
+}
+
+/// The output of `pkg-config ARGS hmshmem` against the build's `pkgconfig/hmshmem.pc`, split
+/// into flags.
+fn pkg_config(args: &[&str]) -> Vec<String> {
+    let output = Command::new("pkg-config")
+        .args(args)
+        .arg("hmshmem")
+        .env("PKG_CONFIG_PATH", profile_dir().join("pkgconfig"))
+        .output()
+        .expect("run pkg-config (install it: apt-get install pkg-config)");
+    assert!(
+        output.status.success(),
+        "pkg-config {args:?} hmshmem failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .expect("pkg-config prints text")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_static_link_through_pkg_config_runs() {
+    // `pkg-config --static --libs` with `-lhmshmem` asking for the archive (`-l:libhmshmem.a`,
+    // as docs/c-api.md shows): the .pc file's Libs.private must name every system library the
+    // archive needs, or the link fails.
+    let cflags = pkg_config(&["--cflags"]);
+    let libs: Vec<String> = pkg_config(&["--static", "--libs"])
+        .into_iter()
+        .map(|flag| match flag.as_str() {
+            "-lhmshmem" => "-l:libhmshmem.a".to_string(),
+            _ => flag,
+        })
+        .collect();
+    assert!(
+        libs.iter().any(|flag| flag == "-l:libhmshmem.a"),
+        "{libs:?}"
+    );
+    let out_dir = std::env::temp_dir().join(format!("hmshmem-c-static-{}", std::process::id()));
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let program = Program {
+        binary: out_dir.join("static_link"),
+        dir: out_dir,
+    };
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/static_link.c");
+    let output = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-std=c11", "-Wall", "-Werror", "-o"])
+        .arg(&program.binary)
+        .arg(&source)
+        .args(&cflags)
+        .args(&libs)
+        .output()
+        .expect("run cc");
+    assert!(
+        output.status.success(),
+        "cc {} {cflags:?} {libs:?} failed:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Linked statically: the program does not load the shared library.
+    let binary = std::fs::read(&program.binary).unwrap();
+    assert!(
+        !binary.windows(13).any(|w| w == b"libhmshmem.so"),
+        "the program still names libhmshmem.so"
+    );
+    let pes = 2;
+    let finished = run(&program.binary, pes, &[], RUNTIME_TIMEOUT);
+    let passed = finished
+        .stdout
+        .lines()
+        .filter(|line| line.ends_with("PASS static_link"))
+        .count();
+    assert!(
+        finished.code == Some(0) && passed == pes,
+        "static_link on {pes} PEs: {finished:?}"
+    );
 }

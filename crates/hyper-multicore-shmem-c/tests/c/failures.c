@@ -3,9 +3,11 @@
  *   kill           the last PE is killed (SIGKILL) while PE 0 waits in shmem_int_wait_until;
  *   not_symmetric  PE 0 puts to a stack address;
  *   malloc_sizes   every PE asks shmem_malloc for a different size;
- *   active_set     every PE calls shmem_barrier on an active set reaching past the last PE.
+ *   active_set     every PE calls shmem_barrier on an active set reaching past the last PE;
+ *   restart_block  every PE asks shmemx_restart_heap to replace an address inside a block.
  * Every PE first prints its process id, so the harness can check none is left behind. */
 #include <shmem.h>
+#include <shmemx.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -36,6 +38,9 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[1], "active_set") == 0) {
         static long pSync[SHMEM_BARRIER_SYNC_SIZE];
         shmem_barrier(0, 1, n, pSync);
+    } else if (strcmp(argv[1], "restart_block") == 0) {
+        shmemx_heap_replacement_t inside = {(char *)flag + 2, 64, 1, NULL};
+        shmemx_restart_heap(1 << 20, &inside, 1);
     }
     printf("PE %d reached the end, which it must not\n", me);
     return 0;

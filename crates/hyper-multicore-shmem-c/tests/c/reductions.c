@@ -3,7 +3,8 @@
  * the odd PEs at once); the legacy *_to_all forms on every PE and on active sets of some PEs
  * (the even and the odd PEs, logPE_stride 1) with one pSync reused by every call; the C11
  * type-generic forms. The expected results are computed here in C's own arithmetic (complex
- * products included). */
+ * products included). long double (reduced by moving raw values and combining them in C) is
+ * also checked with values whose sums, products and order double could not tell apart. */
 #include <complex.h>
 #include <shmem.h>
 
@@ -164,6 +165,33 @@ int main(void) {
     float _Complex expected = 1;
     for (int k = 0; k < n; k++) expected *= I;
     CHECK(product[0] == expected);
+
+    /* long double at its own precision: 1 + k * 2^-60 differ below double's 53 bits. */
+    long double *extended = src, *combined = dst;
+    const long double tiny = 0x1p-60L;
+    for (int i = 0; i < 3; i++) extended[i] = 1.0L + (long double)(me + 1 + i) * tiny;
+    CHECK(shmem_sum_reduce(SHMEM_TEAM_WORLD, combined, extended, 3) == 0);
+    for (int i = 0; i < 3; i++) {
+        long double sum = 0.0L;
+        for (int k = 0; k < n; k++) sum += 1.0L + (long double)(k + 1 + i) * tiny;
+        CHECK(combined[i] == sum && (n == 1 || combined[i] != (long double)n));
+    }
+    CHECK(shmem_longdouble_max_reduce(SHMEM_TEAM_WORLD, combined, extended, 3) == 0);
+    CHECK(combined[0] == 1.0L + (long double)n * tiny);
+    CHECK(shmem_min_reduce(SHMEM_TEAM_WORLD, combined, extended, 3) == 0);
+    CHECK(combined[2] == 1.0L + 3.0L * tiny);
+    for (int i = 0; i < 3; i++) extended[i] = 1.0L + (long double)(me + 1) * 0x1p-31L;
+    CHECK(shmem_prod_reduce(SHMEM_TEAM_WORLD, combined, extended, 3) == 0);
+    long double extended_product = 1.0L;
+    double double_product = 1.0;
+    for (int k = 0; k < n; k++) {
+        extended_product *= 1.0L + (long double)(k + 1) * 0x1p-31L;
+        double_product *= 1.0 + (double)(k + 1) * 0x1p-31;
+    }
+    CHECK(combined[1] == extended_product);
+    CHECK(n == 1 || combined[1] != (long double)double_product);
+    shmem_longdouble_sum_to_all(combined, extended, 3, 0, 0, n, (long double *)work, pSync);
+    CHECK(combined[2] > (long double)n);
 
     shmem_barrier_all();
     shmem_free(dst);
