@@ -1,4 +1,4 @@
-//! Teams: `SHMEM_TEAM_WORLD`, `SHMEM_TEAM_SHARED` (every PE, while they all share this host),
+//! Teams: `SHMEM_TEAM_WORLD`, `SHMEM_TEAM_SHARED` (the PEs whose heaps this PE maps: its host's),
 //! and the teams split from them (`shmem_team_split_strided`, `shmem_team_split_2d`), with their
 //! queries, `shmem_team_translate_pe`, `shmem_team_get_config`, `shmem_team_destroy`.
 //!
@@ -47,21 +47,20 @@ static TEAMS: Mutex<BTreeMap<usize, Arc<Members>>> = Mutex::new(BTreeMap::new())
 /// The next handle to give out.
 static NEXT: AtomicUsize = AtomicUsize::new(TEAM_SHARED + 1);
 
-/// The team behind `handle` (fails for an unknown or destroyed handle, and for
-/// `SHMEM_TEAM_SHARED` when the PEs span several hosts).
+/// The team behind `handle` (fails for an unknown or destroyed handle).
 pub(crate) fn team(call: &str, handle: usize) -> Team {
     match handle {
         TEAM_WORLD => Team::World,
         TEAM_SHARED => {
-            let whole = job::run(call, |shmem| Ok(shmem.local_pes() == shmem.size()));
-            if !whole {
-                fail(
-                    call,
-                    "SHMEM_TEAM_SHARED spans only this host's PEs, which is not supported yet \
-                     while the job spans several hosts (docs/c-api.md); use SHMEM_TEAM_WORLD",
-                );
+            let (shared, all) = job::run(call, |shmem| {
+                Ok((shmem.shared_pes().to_vec(), shmem.size()))
+            });
+            if shared.len() == all {
+                Team::World
+            } else {
+                // The PEs whose memory this PE maps (its host's), a team of their own.
+                Team::Some(members(call, shared))
             }
-            Team::World
         }
         other => match TEAMS.lock().get(&other) {
             Some(members) => Team::Some(Arc::clone(members)),

@@ -350,6 +350,14 @@ fn teams_split_and_their_collectives() {
     passes_on_1_2_4_pes("teams");
 }
 
+#[test]
+fn the_shared_team_is_the_pes_whose_memory_is_mapped() {
+    passes_with_args("team_shared", &[1, 2, 4], &["all"], &[]);
+    // Every pair through UCX, as between hosts: each PE is a team of one.
+    let ucx = [("HYPER_MULTICORE_SHMEM_TRANSPORT", "ucx")];
+    passes_with_args("team_shared", &[2], &["alone"], &ucx);
+}
+
 /// The heap of `restart_heap` before its restarts (MiB).
 const RESTART_FROM: &str = "8M";
 

@@ -18,7 +18,7 @@ int main(void) {
     start();
     CHECK(n <= MAX_PES);
     CHECK(shmem_team_my_pe(SHMEM_TEAM_WORLD) == me && shmem_team_n_pes(SHMEM_TEAM_WORLD) == n);
-    CHECK(shmem_team_my_pe(SHMEM_TEAM_SHARED) == me && shmem_team_sync(SHMEM_TEAM_WORLD) == 0);
+    CHECK(shmem_team_sync(SHMEM_TEAM_WORLD) == 0);
     shmem_sync_all();
     for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; i++) pSync[i] = SHMEM_SYNC_VALUE;
     shmem_barrier_all();

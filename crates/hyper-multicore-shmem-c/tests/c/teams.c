@@ -13,7 +13,7 @@ static long gathered[MAX_PES * 2];
 int main(void) {
     start();
     CHECK(n <= MAX_PES);
-    CHECK(shmem_team_translate_pe(SHMEM_TEAM_WORLD, me, SHMEM_TEAM_SHARED) == me);
+    CHECK(shmem_team_translate_pe(SHMEM_TEAM_WORLD, me, SHMEM_TEAM_WORLD) == me);
 
     /* The even PEs. */
     int evens = (n + 1) / 2;

@@ -101,6 +101,14 @@ impl Shmem {
         self.transport.local_pes()
     }
 
+    /// The PEs of this root whose heaps are mapped in this process (so [`Shmem::ptr`] reaches
+    /// them), this PE among them, ascending: its host's PEs, or only itself when
+    /// `HYPER_MULTICORE_SHMEM_TRANSPORT=ucx` puts every PE alone. OpenSHMEM's
+    /// `SHMEM_TEAM_SHARED`.
+    pub fn shared_pes(&self) -> &[usize] {
+        self.transport.group()
+    }
+
     /// Heap bytes per PE.
     pub fn heap_size(&self) -> u64 {
         self.heap_size

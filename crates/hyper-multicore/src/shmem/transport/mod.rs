@@ -310,8 +310,8 @@ pub(crate) struct Transports {
     ucx: Option<UcxTransport>,
     single_group: bool,
     local_pes: usize,
-    /// How many PEs share this PE's segment (its locality group, itself included).
-    group_size: usize,
+    /// The PEs that share this PE's segment (its locality group, itself included), ascending.
+    group: Box<[usize]>,
     /// The lowest rank of every locality group, ascending: the groups' leaders in a barrier of
     /// a root spanning several groups.
     leaders: Box<[usize]>,
@@ -351,7 +351,7 @@ impl Transports {
         Ok(Transports {
             single_group,
             local_pes: start.locality.local_pes(rank),
-            group_size: start.locality.members_of(rank).len(),
+            group: start.locality.members_of(rank).into(),
             leaders: start.locality.groups.iter().map(|group| group[0]).collect(),
             mode: start.mode,
             routes,
@@ -378,7 +378,12 @@ impl Transports {
 
     /// How many PEs share this PE's segment (its locality group, itself included).
     pub(crate) fn group_size(&self) -> usize {
-        self.group_size
+        self.group.len()
+    }
+
+    /// The PEs that share this PE's segment (its locality group, itself included), ascending.
+    pub(crate) fn group(&self) -> &[usize] {
+        &self.group
     }
 
     /// The lowest rank of every locality group, ascending (rank 0's group first).
