@@ -4,18 +4,36 @@
 use hyper_multicore::shmem::Shmem;
 use hyper_multicore::Result;
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 use crate::heap::RegionArg;
 use crate::memory::LocalBuffer;
 
 /// How the wrapper passes a local buffer: `(index, generation, byte offset, bytes)` for a
 /// symmetric tensor, `(address, nbytes)` for any other contiguous CPU tensor or array.
-#[derive(Clone, Copy, Debug, FromPyObject)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum BufferArg {
     /// A symmetric tensor (this PE's copy).
     Symmetric(RegionArg),
     /// Process-private memory.
     Local(usize, usize),
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for BufferArg {
+    type Error = PyErr;
+
+    /// Told apart by the tuple's length, so no failed attempt builds an exception (a derived
+    /// enum extraction tries the variants in turn: about a microsecond per call).
+    fn extract(object: Borrowed<'a, 'py, PyAny>) -> PyResult<BufferArg> {
+        let tuple = object.cast::<PyTuple>()?;
+        match tuple.len() {
+            2 => Ok(BufferArg::Local(
+                tuple.get_borrowed_item(0)?.extract()?,
+                tuple.get_borrowed_item(1)?.extract()?,
+            )),
+            _ => Ok(BufferArg::Symmetric(object.extract()?)),
+        }
+    }
 }
 
 /// A checked [`BufferArg`].
