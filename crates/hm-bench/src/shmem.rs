@@ -46,7 +46,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::launch::{self, emit};
 use crate::report::{Report, Row};
-use crate::shared_word::{shared_word, spin_until};
+use crate::shared_word::{futex_pass, futex_until, shared_word, shared_word32, spin_until};
 use crate::stats::{time_batches, time_interleaved, Batch, Method, Summary, Timing};
 
 /// The layer reported for the runtime's rows.
@@ -432,8 +432,9 @@ pub fn run_pe(args: &PeArgs) -> Result<()> {
         return emit(&PeMessage::ShutDown { rank, shutdown_ns });
     }
     shmem.free(first).context("free the first allocation")?;
+    let cpus = allowed_cpus()?;
     if !args.no_pin {
-        pin_main_thread(shmem.rank())?;
+        pin_main_thread(shmem.rank(), &cpus)?;
     }
     let remote = shmem
         .debug_state()
@@ -444,6 +445,7 @@ pub fn run_pe(args: &PeArgs) -> Result<()> {
         method: method(args.quick),
         only: args.only.clone(),
         remote,
+        cores: cpus.len(),
     };
     bench
         .run()
@@ -462,14 +464,16 @@ fn run_pe_lifecycle(args: &PeArgs) -> Result<()> {
     let mut outcome = Ok(());
     lifecycle::guarded("hm-bench", |shmem| {
         outcome = (|| {
+            let cpus = allowed_cpus()?;
             if !args.no_pin {
-                pin_main_thread(shmem.rank())?;
+                pin_main_thread(shmem.rank(), &cpus)?;
             }
             let bench = Bench {
                 shmem,
                 method: method(args.quick),
                 only: Vec::new(),
                 remote: false,
+                cores: cpus.len(),
             };
             bench
                 .guarded_word_ops()
@@ -508,13 +512,18 @@ fn initialize_over(world: &World, heap: u64, transport: Option<&str>) -> Result<
     )?)
 }
 
-/// Pins the calling thread to CPU `rank % n` of the `n` CPUs this process may use.
-fn pin_main_thread(rank: usize) -> Result<()> {
+/// The CPUs this process may use (before any pinning).
+fn allowed_cpus() -> Result<Vec<usize>> {
     let allowed = sched_getaffinity(None).context("read the CPU affinity")?;
     let cpus: Vec<usize> = (0..CpuSet::MAX_CPU)
         .filter(|&cpu| allowed.is_set(cpu))
         .collect();
     ensure!(!cpus.is_empty(), "this process may run on no CPU");
+    Ok(cpus)
+}
+
+/// Pins the calling thread to CPU `rank % n` of the `n` CPUs `cpus`.
+fn pin_main_thread(rank: usize, cpus: &[usize]) -> Result<()> {
     let cpu = cpus[rank % cpus.len()];
     let mut set = CpuSet::new();
     set.set(cpu);
@@ -532,6 +541,8 @@ struct Bench<'a> {
     /// True when some PE is on the UCX route (the same on every rank; no raw shared-memory
     /// references then).
     remote: bool,
+    /// How many CPUs the PEs are spread over (PE r on CPU r % cores).
+    cores: usize,
 }
 
 /// The other PE of a 2-PE job.
@@ -543,9 +554,7 @@ impl<'s> Bench<'s> {
         let shmem = self.shmem;
         if shmem.size() != 2 {
             if self.wants(Group::Barrier) {
-                let barrier =
-                    self.time_together(|ops| self.repeat(ops, || Ok(shmem.barrier()?)))?;
-                self.report("barrier", LAYER, 0, barrier, None)?;
+                self.barrier_of_many()?;
             }
             return Ok(shmem.barrier()?);
         }
@@ -712,6 +721,64 @@ impl<'s> Bench<'s> {
             shmem.free(word)?;
         }
         Ok(())
+    }
+
+    /// The barrier of more (or fewer) than 2 PEs; on one host, with more PEs than cores,
+    /// interleaved with its context-switch floor: a raw futex ring through the PEs pinned to
+    /// the first core (PE r runs on core r % cores; each sleeps on its own word until the
+    /// previous one passes the token). Every core must run each of its PEs once per barrier,
+    /// so one round of that ring — PEs / cores context switches — is what any barrier at least
+    /// costs.
+    fn barrier_of_many(&self) -> Result<()> {
+        let shmem = self.shmem;
+        let barrier = |ops| self.repeat(ops, || Ok(shmem.barrier()?));
+        if self.remote || shmem.size() <= self.cores {
+            let barrier = self.time_together(barrier)?;
+            return self.report("barrier", LAYER, 0, barrier, None);
+        }
+        let token = shmem.allocate::<u32>(1, None)?;
+        shmem.atomic_set(&token, 0u32, shmem.rank())?;
+        shmem.barrier()?;
+        let rank = shmem.rank();
+        // The first core's PEs, in rank order: 0, cores, 2 × cores, …
+        let ring: Vec<usize> = (0..shmem.size()).step_by(self.cores).collect();
+        let place = ring.iter().position(|&pe| pe == rank);
+        let mine = shared_word32(shmem, &token, rank)?;
+        let next = match place {
+            Some(place) => Some(shared_word32(
+                shmem,
+                &token,
+                ring[(place + 1) % ring.len()],
+            )?),
+            None => None,
+        };
+        let mut round = 0u32;
+        let ring = self.together(move |ops| {
+            let Some(next) = next else {
+                return Ok(Duration::ZERO);
+            };
+            let start = Instant::now();
+            for _ in 0..ops {
+                round = round.wrapping_add(1);
+                if rank == 0 {
+                    futex_pass(next, round);
+                    futex_until(mine, round)?;
+                } else {
+                    futex_until(mine, round)?;
+                    futex_pass(next, round);
+                }
+            }
+            Ok(start.elapsed())
+        });
+        let timings = self.time(vec![ring, self.together(barrier)])?;
+        let [ring, barrier] = timings[..] else {
+            unreachable!("two batches were timed")
+        };
+        self.report("raw_futex_ring", REFERENCE, 0, ring, None)?;
+        let reference = Some(("raw futex ring through one core's PEs", ring));
+        self.report("barrier", LAYER, 0, barrier, reference)?;
+        shmem.barrier()?;
+        Ok(shmem.free(token)?)
     }
 
     /// Put 8 B + quiet and get 8 B towards the peer, interleaved with the raw store+fence and
