@@ -311,22 +311,32 @@ fn check_introductions(all: &[Introduction], rank: usize) -> Result<Locality> {
 }
 
 /// The segment layout for `pes` heaps of `heap_size` bytes on this host, or an error if it does
-/// not fit this process's address space or the PEs' heaps together exceed this host's memory.
-/// Initialize checks it; a restart checks it in Preflight, before anything is torn down.
+/// not fit this process's address space or one heap exceeds this host's memory (it could never
+/// be filled). Heaps whose sum exceeds the memory are allowed — a heap's pages are allocated
+/// only where it is written, so 32 PEs of 1 GiB each that use a little of it fit a smaller
+/// host — with a warning. Initialize checks it; a restart checks it in Preflight, before
+/// anything is torn down.
 pub(crate) fn heap_fits(pes: usize, heap_size: u64, operation: &str) -> Result<Layout> {
     let layout = Layout::new(pes, heap_size)
         .map_err(|e| Error::new(e.kind(), operation, e.message().to_string()))?;
     if let Some(memory) = host_memory_bytes() {
-        let wanted = heap_size.saturating_mul(pes as u64);
-        if wanted > memory {
+        if heap_size > memory {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
                 operation,
                 format!(
-                    "{pes} PEs × {heap_size} heap bytes = {wanted} bytes exceed this host's \
-                     {memory} bytes of memory; choose a smaller heap size"
+                    "a heap of {heap_size} bytes exceeds this host's {memory} bytes of memory; \
+                     choose a smaller heap size"
                 ),
             ));
+        }
+        let wanted = heap_size.saturating_mul(pes as u64);
+        if wanted > memory {
+            tracing::warn!(
+                "{pes} PEs × {heap_size} heap bytes = {wanted} bytes exceed this host's {memory} \
+                 bytes of memory: fine while the PEs write only part of their heaps (pages are \
+                 allocated where written), out of memory if they fill them"
+            );
         }
     }
     Ok(layout)
