@@ -8,6 +8,10 @@ Run it on 4 PEs with either launcher:
     hmrun -n 4 -- python examples/moe_dispatch_combine.py
     torchrun --nproc-per-node 4 examples/moe_dispatch_combine.py --gloo
 
+With ``--gloo`` (either launcher: ``hmrun`` sets torchrun's variables too) the same steps also
+run through torch.distributed's gloo ``all_to_all_single`` (counts, tokens, expert ids, and the
+outputs back), checked against the same reference, and rank 0 prints both times per step.
+
 The heap is a :class:`~hyper_multicore.shmem.SharedRoot` with three consumers: ``moe0`` and
 ``moe1`` (one per layer: receive buffers that grow, and signal words) and ``attn`` (a workspace
 whose contents must outlive every growth). Each consumer's calls run under its lease.
@@ -175,6 +179,34 @@ class Layer:
         self.consumer.free(self.dispatch_signal)
 
 
+def gloo_step(model: Model, x: torch.Tensor, pes: int, per_rank: int) -> torch.Tensor:
+    """One layer step of :class:`Layer` through gloo's ``all_to_all_single`` instead of the
+    heap: the same routing, experts and combine."""
+    import torch.distributed as dist
+
+    expert, gate = model.route(x)
+    owner = expert // per_rank
+    order = torch.argsort(owner, stable=True)
+    send_counts = torch.bincount(owner, minlength=pes)
+    recv_counts = torch.empty_like(send_counts)
+    dist.all_to_all_single(recv_counts, send_counts)
+    sends, receives = send_counts.tolist(), recv_counts.tolist()
+    tokens, ids = x[order].contiguous(), expert[order].contiguous()
+    received = torch.empty(sum(receives), x.shape[1], dtype=x.dtype)
+    received_ids = torch.empty(sum(receives), dtype=expert.dtype)
+    dist.all_to_all_single(received, tokens, receives, sends)
+    dist.all_to_all_single(received_ids, ids, receives, sends)
+    result = torch.empty_like(received)
+    for local in received_ids.unique().tolist():
+        rows = received_ids == local
+        result[rows] = model.expert(local, received[rows])
+    back = torch.empty_like(tokens)
+    dist.all_to_all_single(back, result, sends, receives)
+    out = torch.empty_like(x)
+    out[order] = back
+    return out * gate[:, None]
+
+
 def main() -> None:
     args = parse()
     # Several PEs share few cores here: torch's own thread pool would only oversubscribe them.
@@ -252,6 +284,30 @@ def main() -> None:
         attn.free(gathered)
         attn.free(workspace)
     mean_ms = 1e3 * sum(timings) / len(timings)
+    if args.gloo:
+        # The same steps (the spike step left out, as above) through gloo's all_to_all_single.
+        gloo_timings = []
+        for index in range(3 + args.steps):
+            if index == args.spike_step:
+                continue
+            x = tokens_of(me, index, count(index), dim)
+            started = time.perf_counter()
+            out = x
+            for model in models:
+                out = gloo_step(model, out, pes, per_rank)
+            elapsed = time.perf_counter() - started
+            if index >= 3:
+                gloo_timings.append(elapsed)
+            error = (out - reference(x)).abs().max().item()
+            assert error < 1e-5, f"PE {me}: the gloo layers differ from the reference by {error}"
+        gloo_ms = 1e3 * sum(gloo_timings) / len(gloo_timings)
+        if me == 0:
+            print(
+                f"same steps, {pes} PEs: hyper_multicore.shmem put + signal {mean_ms:.3f} ms/step, "
+                f"torch.distributed gloo all_to_all_single {gloo_ms:.3f} ms/step "
+                f"({gloo_ms / mean_ms:.1f}x)",
+                flush=True,
+            )
     grown = ", ".join(
         f"{g['consumer']} budget {g['budget_from_bytes'] / MIB:.2f} -> "
         f"{g['budget_to_bytes'] / MIB:.2f} MiB, heap {g['from_bytes'] / MIB:.0f} -> "

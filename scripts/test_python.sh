@@ -57,4 +57,6 @@ for pes in 2 4; do
 done
 run "example: MoE dispatch/combine, hmrun -n 4" \
   "$HMRUN" -n 4 --timeout 300 -- "$PYTHON" examples/moe_dispatch_combine.py
+run "example: MoE dispatch/combine on gloo's WORLD, and the same steps through gloo, hmrun -n 2" \
+  "$HMRUN" -n 2 --timeout 300 -- "$PYTHON" examples/moe_dispatch_combine.py --gloo
 echo "== all Python tests passed"
