@@ -131,7 +131,10 @@ impl Shmem {
 
     /// Combines every PE's `source` element-wise with `op` into every PE's `target` (same
     /// length). `target` and `source` may be the same allocation. The whole-root, typed form of
-    /// [`Shmem::reduce`] (`reduce.rs`).
+    /// [`Shmem::reduce`] (`reduce.rs`): on one host it combines in rank order; across hosts,
+    /// hierarchically — within each host in rank order, then the hosts in order — so every PE
+    /// gets the same bits, which for floats may differ from the rank-order combination by
+    /// association.
     pub fn all_reduce<T: Reducible + Element>(
         &self,
         target: &impl Symmetric<T>,
