@@ -178,6 +178,7 @@ fn every_pe() {
     let (world, shmem) = start_runtime(Some(16 << 20)).unwrap();
     let members: Vec<usize> = (0..shmem.size()).collect();
     check_all_types(&shmem, &members, None);
+    overlapping_target_and_source(&shmem);
     finish(world, shmem);
 }
 
@@ -383,8 +384,36 @@ fn cross_host_reads_are_one_per_other_group(shmem: &Shmem, groups: &[Vec<usize>]
     }
 }
 
+/// Target and source overlapping without being the same region (one element apart in one
+/// allocation): the result is the reduction of the sources as they were at the call.
+fn overlapping_target_and_source(shmem: &Shmem) {
+    const N: usize = 300;
+    let (rank, size) = (shmem.rank(), shmem.size());
+    let both = shmem.allocate::<u64>(N + 1, None).unwrap();
+    let value = |pe: usize, i: usize| (pe as u64 + 1) * 1_000_000 + i as u64;
+    for (source, target) in [(0..N, 1..N + 1), (1..N + 1, 0..N)] {
+        let mine: Vec<u64> = (0..N + 1).map(|i| value(rank, i)).collect();
+        shmem.put(&both, &mine, rank).unwrap();
+        let (from, into) = (
+            both.view(source.clone()).unwrap(),
+            both.view(target.clone()).unwrap(),
+        );
+        shmem.all_reduce(&into, &from, ReduceOp::Sum).unwrap();
+        let mut out = vec![0u64; N];
+        shmem.get(&mut out, &into, rank).unwrap();
+        let want: Vec<u64> = source
+            .clone()
+            .map(|i| (0..size).map(|pe| value(pe, i)).sum())
+            .collect();
+        assert_eq!(out, want, "source {source:?}, target {target:?}");
+        shmem.barrier().unwrap();
+    }
+    shmem.free(both).unwrap();
+}
+
 /// The whole root across the simulated hosts of `HM_TEST_REDUCE_HOSTS`: every operator over
-/// every type (exact, in place and out of place), the float order, and the cross-host reads.
+/// every type (exact, in place and out of place), overlapping regions, the float order, and
+/// the cross-host reads.
 fn across_hosts() {
     let hosts = job_hosts();
     let (world, shmem) = start_runtime(Some(16 << 20)).unwrap();
@@ -392,6 +421,7 @@ fn across_hosts() {
     let groups = locality_groups(&hosts);
     let members: Vec<usize> = (0..shmem.size()).collect();
     check_all_types(&shmem, &members, None);
+    overlapping_target_and_source(&shmem);
     float_sums_in_host_order(&shmem, &groups);
     cross_host_reads_are_one_per_other_group(&shmem, &groups);
     finish(world, shmem);
@@ -428,3 +458,65 @@ on_hosts!(
         whole_root_across_three_plus_one_hosts = ["a", "a", "a", "b"];
     subgroups: subgroups_across_two_hosts = ["a", "a", "b", "b"];
 );
+
+/// Not a test of speed (nothing is asserted about time): prints how long a whole-root
+/// `all_reduce` (u64 sum, separate target) takes on 4 PEs over two simulated hosts (2 + 2), per
+/// vector size, for docs/multinode.md and bench/findings.md. Does nothing unless
+/// `HM_REPORT_ITERS` is set: run `HM_REPORT_ITERS=200 cargo test -p hyper-multicore --test
+/// reductions all_reduce_across_hosts_report -- --nocapture`.
+#[test]
+fn all_reduce_across_hosts_report() {
+    if std::env::var_os("HM_REPORT_ITERS").is_none() {
+        return;
+    }
+    if is_pe() {
+        return all_reduce_latencies();
+    }
+    let hosts = ["a", "a", "b", "b"];
+    let mut options = Options::default().env(HOSTS_VARIABLE, hosts.join(","));
+    for (rank, host) in hosts.iter().enumerate() {
+        options = options.rank_env(rank, TEST_HOST_VARIABLE, host);
+    }
+    let result = Job::launch_with(stringify!(all_reduce_across_hosts_report), 4, options).wait();
+    result.assert_all_succeeded();
+    for line in result.pe(0).lines_with("REPORT") {
+        println!("all_reduce across 2 hosts:{line}");
+    }
+}
+
+fn all_reduce_latencies() {
+    use std::time::{Duration, Instant};
+    let iters: usize = std::env::var("HM_REPORT_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100)
+        .max(1);
+    let (world, shmem) = start_runtime(Some(64 << 20)).unwrap();
+    for bytes in [8usize, 64 << 10, 1 << 20, 8 << 20] {
+        let len = bytes / 8;
+        let source = shmem.allocate::<u64>(len, None).unwrap();
+        let target = shmem.allocate::<u64>(len, None).unwrap();
+        shmem
+            .put(&source, &vec![shmem.rank() as u64; len], shmem.rank())
+            .unwrap();
+        // Fewer rounds for the large vectors, at least 5.
+        let rounds = (iters * 8192 / bytes.max(8192)).max(5);
+        let mut samples: Vec<Duration> = Vec::with_capacity(rounds);
+        shmem.barrier().unwrap();
+        for _ in 0..rounds {
+            let started = Instant::now();
+            shmem.all_reduce(&target, &source, ReduceOp::Sum).unwrap();
+            samples.push(started.elapsed());
+        }
+        samples.sort();
+        println!(
+            "REPORT {bytes} B: median {:.3} ms, min {:.3} ms ({rounds} rounds)",
+            samples[rounds / 2].as_secs_f64() * 1e3,
+            samples[0].as_secs_f64() * 1e3
+        );
+        shmem.barrier().unwrap();
+        shmem.free(target).unwrap();
+        shmem.free(source).unwrap();
+    }
+    finish(world, shmem);
+}

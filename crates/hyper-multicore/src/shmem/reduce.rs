@@ -272,7 +272,9 @@ impl Shmem {
         self.data_barrier(OP)?;
         // 1. The group's partial of this share: the group's sources in rank order, over shared
         //    memory, into the leader's target. Only this PE reads this share of any source of
-        //    the group, so the write cannot overwrite a source still to be read, even in place.
+        //    the group, so the write cannot overwrite a source still to be read when target and
+        //    source are the same region or apart; when they overlap otherwise, the group meets
+        //    between the reads and the writes (nobody outside it reads a source).
         if !share.is_empty() {
             for (i, &pe) in group.iter().enumerate() {
                 let into = if i == 0 { &mut partial } else { &mut peer };
@@ -281,6 +283,15 @@ impl Shmem {
                     combine_into(&mut partial, &peer, op);
                 }
             }
+        }
+        let overlapping = source.id == target.id
+            && source.heap_offset != target.heap_offset
+            && source.heap_offset < target.heap_offset + target.bytes
+            && target.heap_offset < source.heap_offset + source.bytes;
+        if overlapping {
+            self.segment_barrier(OP, group.len(), std::time::Instant::now())?;
+        }
+        if !share.is_empty() {
             self.put_bytes(part(target), bytemuck::cast_slice(&partial), leader)?;
         }
         // Every group's partial is in its leader's target.
