@@ -460,8 +460,9 @@ on_hosts!(
 );
 
 /// Not a test of speed (nothing is asserted about time): prints how long a whole-root
-/// `all_reduce` (u64 sum, separate target) takes on 4 PEs over two simulated hosts (2 + 2), per
-/// vector size, for docs/multinode.md and bench/findings.md. Does nothing unless
+/// `all_reduce` (u64 sum, separate target) takes on 4 PEs over two simulated hosts (2 + 2, or
+/// the hosts of `HM_REPORT_HOSTS`), per vector size, for docs/multinode.md and
+/// bench/findings.md. Does nothing unless
 /// `HM_REPORT_ITERS` is set: run `HM_REPORT_ITERS=200 cargo test -p hyper-multicore --test
 /// reductions all_reduce_across_hosts_report -- --nocapture`.
 #[test]
@@ -472,15 +473,22 @@ fn all_reduce_across_hosts_report() {
     if is_pe() {
         return all_reduce_latencies();
     }
-    let hosts = ["a", "a", "b", "b"];
+    // `HM_REPORT_HOSTS=a,a,a,a` measures the one-host root instead.
+    let hosts = std::env::var("HM_REPORT_HOSTS").unwrap_or_else(|_| "a,a,b,b".to_string());
+    let hosts: Vec<&str> = hosts.split(',').collect();
     let mut options = Options::default().env(HOSTS_VARIABLE, hosts.join(","));
     for (rank, host) in hosts.iter().enumerate() {
         options = options.rank_env(rank, TEST_HOST_VARIABLE, host);
     }
-    let result = Job::launch_with(stringify!(all_reduce_across_hosts_report), 4, options).wait();
+    let result = Job::launch_with(
+        stringify!(all_reduce_across_hosts_report),
+        hosts.len(),
+        options,
+    )
+    .wait();
     result.assert_all_succeeded();
     for line in result.pe(0).lines_with("REPORT") {
-        println!("all_reduce across 2 hosts:{line}");
+        println!("all_reduce, hosts {hosts:?}:{line}");
     }
 }
 
