@@ -1,7 +1,8 @@
-//! Collectives over the root, on the shared mapping: barrier, all-gather, broadcast,
-//! all-to-all and all-reduce. Each moves the data with direct copies into (or out of) the
-//! peers' heaps and synchronises with the shared-memory barrier, so no byte crosses the
-//! control plane.
+//! Collectives over the root: barrier, all-gather, broadcast, all-to-all and all-reduce. Each
+//! moves the data with put/get over every peer's route (copies on the shared mapping within a
+//! host, UCX across hosts) and synchronises with the root's barrier (the shared-memory barrier
+//! on one host, the hierarchical spanning barrier across hosts), so no data byte crosses the
+//! control plane. All-reduce across hosts is hierarchical (`reduce.rs`).
 
 use std::time::Instant;
 
