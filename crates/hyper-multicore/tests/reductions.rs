@@ -1,9 +1,14 @@
 //! `Shmem::reduce` across real processes (2 and 4 PEs): every operator over every reducible
 //! type, on the whole root and on subgroups (the even PEs, the odd ones, a single PE, the
-//! reversed root), in place and out of place, and the refused combinations.
+//! reversed root), in place and out of place, and the refused combinations; and the whole
+//! root spanning simulated hosts (`HYPER_MULTICORE_TEST_HOST`), where it combines
+//! hierarchically.
 
-use hm_testkit::{is_pe, start_runtime, Job};
-use hyper_multicore::shmem::{ReduceOp, ReduceSet, Reducible, Shmem, Symmetric};
+use hm_testkit::{is_pe, start_runtime, Job, Options};
+use hyper_multicore::config::TRANSPORT;
+use hyper_multicore::shmem::{
+    ReduceOp, ReduceSet, Reducible, Shmem, Symmetric, TEST_HOST_VARIABLE,
+};
 use hyper_multicore::world::{Group, World};
 use hyper_multicore::ErrorKind;
 
@@ -173,6 +178,7 @@ fn every_pe() {
     let (world, shmem) = start_runtime(Some(16 << 20)).unwrap();
     let members: Vec<usize> = (0..shmem.size()).collect();
     check_all_types(&shmem, &members, None);
+    overlapping_target_and_source(&shmem);
     finish(world, shmem);
 }
 
@@ -223,3 +229,302 @@ on_pes!(
     every_pe: every_pe_2_pes = 2, every_pe_4_pes = 4;
     subgroups: subgroups_2_pes = 2, subgroups_4_pes = 4;
 );
+
+/// The simulated host of every rank of a job spanning hosts, comma-separated (set for every PE
+/// by the launching test; each PE also gets its own as `HYPER_MULTICORE_TEST_HOST`).
+const HOSTS_VARIABLE: &str = "HM_TEST_REDUCE_HOSTS";
+
+/// The hosts of the job this PE belongs to, in rank order.
+fn job_hosts() -> Vec<String> {
+    std::env::var(HOSTS_VARIABLE)
+        .expect("set by the launching test")
+        .split(',')
+        .map(str::to_string)
+        .collect()
+}
+
+/// The locality groups the runtime forms for `hosts`: one per host, ascending, ordered by
+/// their lowest rank — or every PE alone when `HYPER_MULTICORE_SHMEM_TRANSPORT=ucx`.
+fn locality_groups(hosts: &[String]) -> Vec<Vec<usize>> {
+    let forced = std::env::var(TRANSPORT).is_ok_and(|v| v == "ucx");
+    let mut names: Vec<&str> = Vec::new();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (rank, host) in hosts.iter().enumerate() {
+        match names.iter().position(|n| n == host) {
+            Some(g) if !forced => groups[g].push(rank),
+            _ => {
+                names.push(host);
+                groups.push(vec![rank]);
+            }
+        }
+    }
+    groups
+}
+
+/// PE `pe`'s float at index `i`: magnitudes far apart, so the sum depends on the association
+/// order (1e16 + 1 rounds back to 1e16).
+fn float_sample(pe: usize, i: usize) -> f64 {
+    match (pe + i) % 4 {
+        0 => 1e16,
+        1 => 1.0 + i as f64,
+        2 => -1e16,
+        _ => 0.25 * (pe + 1) as f64,
+    }
+}
+
+/// The documented order of a whole-root reduction: within each group in rank order, then the
+/// groups' partials in group order.
+fn hierarchical_sum<F: std::ops::Add<Output = F> + Copy>(
+    groups: &[Vec<usize>],
+    value: impl Fn(usize) -> F,
+) -> F {
+    let partial = |group: &Vec<usize>| {
+        group[1..]
+            .iter()
+            .fold(value(group[0]), |acc, &pe| acc + value(pe))
+    };
+    groups[1..]
+        .iter()
+        .fold(partial(&groups[0]), |acc, group| acc + partial(group))
+}
+
+/// Float sums whose result depends on the association order: every PE's target (read back
+/// from every PE) holds exactly the documented order's bits, out of place and in place.
+fn float_sums_in_host_order(shmem: &Shmem, groups: &[Vec<usize>]) {
+    const N: usize = 37;
+    let (rank, size) = (shmem.rank(), shmem.size());
+    let source = shmem.allocate::<f64>(N, None).unwrap();
+    let target = shmem.allocate::<f64>(N, None).unwrap();
+    let single = shmem.allocate::<f32>(N, None).unwrap();
+    let want: Vec<u64> = (0..N)
+        .map(|i| hierarchical_sum(groups, |pe| float_sample(pe, i)).to_bits())
+        .collect();
+    let want32: Vec<u32> = (0..N)
+        .map(|i| hierarchical_sum(groups, |pe| float_sample(pe, i) as f32).to_bits())
+        .collect();
+    let mine: Vec<f64> = (0..N).map(|i| float_sample(rank, i)).collect();
+    let mine32: Vec<f32> = mine.iter().map(|&x| x as f32).collect();
+    shmem.put(&source, &mine, rank).unwrap();
+    shmem.put(&single, &mine32, rank).unwrap();
+    shmem.all_reduce(&target, &source, ReduceOp::Sum).unwrap();
+    shmem.all_reduce(&source, &source, ReduceOp::Sum).unwrap();
+    shmem.all_reduce(&single, &single, ReduceOp::Sum).unwrap();
+    // Every PE's copies, read only after every PE wrote its own.
+    shmem.barrier().unwrap();
+    for pe in 0..size {
+        for (what, region) in [("out of place", &target), ("in place", &source)] {
+            let mut out = vec![0f64; N];
+            shmem.get(&mut out, region, pe).unwrap();
+            let bits: Vec<u64> = out.iter().map(|x| x.to_bits()).collect();
+            assert_eq!(bits, want, "f64 sum {what} on PE {pe}, groups {groups:?}");
+        }
+        let mut out = vec![0f32; N];
+        shmem.get(&mut out, &single, pe).unwrap();
+        let bits: Vec<u32> = out.iter().map(|x| x.to_bits()).collect();
+        assert_eq!(
+            bits, want32,
+            "f32 sum in place on PE {pe}, groups {groups:?}"
+        );
+    }
+    shmem.barrier().unwrap();
+    shmem.free(single).unwrap();
+    shmem.free(target).unwrap();
+    shmem.free(source).unwrap();
+}
+
+/// What crosses hosts: the UCX gets this PE issues in one whole-root reduction of `len` u64s.
+/// Hierarchical (some group holds several PEs): one get per other group, of this PE's share
+/// of the elements (none when the share is empty). Every PE alone (forced UCX): one get of the
+/// whole vector per other PE.
+fn cross_host_reads_are_one_per_other_group(shmem: &Shmem, groups: &[Vec<usize>]) {
+    let rank = shmem.rank();
+    let group = groups.iter().find(|g| g.contains(&rank)).unwrap();
+    let index = group.iter().position(|&pe| pe == rank).unwrap();
+    for len in [1usize, 5, 1000, 65_536] {
+        let source = shmem.allocate::<u64>(len, None).unwrap();
+        let target = shmem.allocate::<u64>(len, None).unwrap();
+        shmem
+            .put(&source, &vec![rank as u64 + 1; len], rank)
+            .unwrap();
+        for (what, into) in [("out of place", &target), ("in place", &source)] {
+            let before = shmem.ucx_gets_issued();
+            shmem.all_reduce(into, &source, ReduceOp::Sum).unwrap();
+            let after = shmem.ucx_gets_issued();
+            let (gets, bytes) = (after.0 - before.0, after.1 - before.1);
+            let share = len * (index + 1) / group.len() - len * index / group.len();
+            let (want_gets, want_bytes) = if groups.len() == shmem.size() {
+                (shmem.size() - 1, (shmem.size() - 1) * len * 8)
+            } else if share == 0 {
+                (0, 0)
+            } else {
+                (groups.len() - 1, (groups.len() - 1) * share * 8)
+            };
+            assert_eq!(
+                (gets, bytes),
+                (want_gets as u64, want_bytes as u64),
+                "UCX gets (count, bytes) of PE {rank}, {len} elements {what}, groups {groups:?}"
+            );
+            let mut out = vec![0u64; len];
+            shmem.get(&mut out, into, rank).unwrap();
+            let size = shmem.size() as u64;
+            assert_eq!(
+                out,
+                vec![size * (size + 1) / 2; len],
+                "{len} elements {what}"
+            );
+            // In place next: every PE's source is the sum again, so restore it first.
+            shmem.barrier().unwrap();
+            shmem
+                .put(&source, &vec![rank as u64 + 1; len], rank)
+                .unwrap();
+        }
+        shmem.barrier().unwrap();
+        shmem.free(target).unwrap();
+        shmem.free(source).unwrap();
+    }
+}
+
+/// Target and source overlapping without being the same region (one element apart in one
+/// allocation): the result is the reduction of the sources as they were at the call.
+fn overlapping_target_and_source(shmem: &Shmem) {
+    const N: usize = 300;
+    let (rank, size) = (shmem.rank(), shmem.size());
+    let both = shmem.allocate::<u64>(N + 1, None).unwrap();
+    let value = |pe: usize, i: usize| (pe as u64 + 1) * 1_000_000 + i as u64;
+    for (source, target) in [(0..N, 1..N + 1), (1..N + 1, 0..N)] {
+        let mine: Vec<u64> = (0..N + 1).map(|i| value(rank, i)).collect();
+        shmem.put(&both, &mine, rank).unwrap();
+        let (from, into) = (
+            both.view(source.clone()).unwrap(),
+            both.view(target.clone()).unwrap(),
+        );
+        shmem.all_reduce(&into, &from, ReduceOp::Sum).unwrap();
+        let mut out = vec![0u64; N];
+        shmem.get(&mut out, &into, rank).unwrap();
+        let want: Vec<u64> = source
+            .clone()
+            .map(|i| (0..size).map(|pe| value(pe, i)).sum())
+            .collect();
+        assert_eq!(out, want, "source {source:?}, target {target:?}");
+        shmem.barrier().unwrap();
+    }
+    shmem.free(both).unwrap();
+}
+
+/// The whole root across the simulated hosts of `HM_TEST_REDUCE_HOSTS`: every operator over
+/// every type (exact, in place and out of place), overlapping regions, the float order, and
+/// the cross-host reads.
+fn across_hosts() {
+    let hosts = job_hosts();
+    let (world, shmem) = start_runtime(Some(16 << 20)).unwrap();
+    assert_eq!(hosts.len(), shmem.size());
+    let groups = locality_groups(&hosts);
+    let members: Vec<usize> = (0..shmem.size()).collect();
+    check_all_types(&shmem, &members, None);
+    overlapping_target_and_source(&shmem);
+    float_sums_in_host_order(&shmem, &groups);
+    cross_host_reads_are_one_per_other_group(&shmem, &groups);
+    finish(world, shmem);
+}
+
+/// Runs `body` on one PE per entry of `hosts`, each on its simulated host.
+fn launch_on_hosts(test: &str, hosts: &[&str]) {
+    let mut options = Options::default().env(HOSTS_VARIABLE, hosts.join(","));
+    for (rank, host) in hosts.iter().enumerate() {
+        options = options.rank_env(rank, TEST_HOST_VARIABLE, host);
+    }
+    Job::launch_with(test, hosts.len(), options)
+        .wait()
+        .assert_all_succeeded();
+}
+
+macro_rules! on_hosts {
+    ($($body:ident: $($name:ident = $hosts:expr),*;)*) => {$($(
+        #[test]
+        fn $name() {
+            if is_pe() {
+                return $body();
+            }
+            launch_on_hosts(stringify!($name), &$hosts);
+        }
+    )*)*};
+}
+
+on_hosts!(
+    // 2 + 2; 2 + 1 + 1 with the first host's PEs interleaved (groups {0, 2}, {1}, {3}: the
+    // host order is not the rank order); 3 + 1.
+    across_hosts: whole_root_across_two_hosts = ["a", "a", "b", "b"],
+        whole_root_across_three_unequal_hosts = ["a", "b", "a", "c"],
+        whole_root_across_three_plus_one_hosts = ["a", "a", "a", "b"];
+    subgroups: subgroups_across_two_hosts = ["a", "a", "b", "b"];
+);
+
+/// Not a test of speed (nothing is asserted about time): prints how long a whole-root
+/// `all_reduce` (u64 sum, separate target) takes on 4 PEs over two simulated hosts (2 + 2, or
+/// the hosts of `HM_REPORT_HOSTS`), per vector size, for docs/multinode.md and
+/// bench/findings.md. Does nothing unless
+/// `HM_REPORT_ITERS` is set: run `HM_REPORT_ITERS=200 cargo test -p hyper-multicore --test
+/// reductions all_reduce_across_hosts_report -- --nocapture`.
+#[test]
+fn all_reduce_across_hosts_report() {
+    if std::env::var_os("HM_REPORT_ITERS").is_none() {
+        return;
+    }
+    if is_pe() {
+        return all_reduce_latencies();
+    }
+    // `HM_REPORT_HOSTS=a,a,a,a` measures the one-host root instead.
+    let hosts = std::env::var("HM_REPORT_HOSTS").unwrap_or_else(|_| "a,a,b,b".to_string());
+    let hosts: Vec<&str> = hosts.split(',').collect();
+    let mut options = Options::default().env(HOSTS_VARIABLE, hosts.join(","));
+    for (rank, host) in hosts.iter().enumerate() {
+        options = options.rank_env(rank, TEST_HOST_VARIABLE, host);
+    }
+    let result = Job::launch_with(
+        stringify!(all_reduce_across_hosts_report),
+        hosts.len(),
+        options,
+    )
+    .wait();
+    result.assert_all_succeeded();
+    for line in result.pe(0).lines_with("REPORT") {
+        println!("all_reduce, hosts {hosts:?}:{line}");
+    }
+}
+
+fn all_reduce_latencies() {
+    use std::time::{Duration, Instant};
+    let iters: usize = std::env::var("HM_REPORT_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100)
+        .max(1);
+    let (world, shmem) = start_runtime(Some(64 << 20)).unwrap();
+    for bytes in [8usize, 64 << 10, 1 << 20, 8 << 20] {
+        let len = bytes / 8;
+        let source = shmem.allocate::<u64>(len, None).unwrap();
+        let target = shmem.allocate::<u64>(len, None).unwrap();
+        shmem
+            .put(&source, &vec![shmem.rank() as u64; len], shmem.rank())
+            .unwrap();
+        // Fewer rounds for the large vectors, at least 5.
+        let rounds = (iters * 8192 / bytes.max(8192)).max(5);
+        let mut samples: Vec<Duration> = Vec::with_capacity(rounds);
+        shmem.barrier().unwrap();
+        for _ in 0..rounds {
+            let started = Instant::now();
+            shmem.all_reduce(&target, &source, ReduceOp::Sum).unwrap();
+            samples.push(started.elapsed());
+        }
+        samples.sort();
+        println!(
+            "REPORT {bytes} B: median {:.3} ms, min {:.3} ms ({rounds} rounds)",
+            samples[rounds / 2].as_secs_f64() * 1e3,
+            samples[0].as_secs_f64() * 1e3
+        );
+        shmem.barrier().unwrap();
+        shmem.free(target).unwrap();
+        shmem.free(source).unwrap();
+    }
+    finish(world, shmem);
+}

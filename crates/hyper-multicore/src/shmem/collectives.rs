@@ -1,7 +1,8 @@
-//! Collectives over the root, on the shared mapping: barrier, all-gather, broadcast,
-//! all-to-all and all-reduce. Each moves the data with direct copies into (or out of) the
-//! peers' heaps and synchronises with the shared-memory barrier, so no byte crosses the
-//! control plane.
+//! Collectives over the root: barrier, all-gather, broadcast, all-to-all and all-reduce. Each
+//! moves the data with put/get over every peer's route (copies on the shared mapping within a
+//! host, UCX across hosts) and synchronises with the root's barrier (the shared-memory barrier
+//! on one host, the hierarchical spanning barrier across hosts), so no data byte crosses the
+//! control plane. All-reduce across hosts is hierarchical (`reduce.rs`).
 
 use std::time::Instant;
 
@@ -131,7 +132,10 @@ impl Shmem {
 
     /// Combines every PE's `source` element-wise with `op` into every PE's `target` (same
     /// length). `target` and `source` may be the same allocation. The whole-root, typed form of
-    /// [`Shmem::reduce`] (`reduce.rs`).
+    /// [`Shmem::reduce`] (`reduce.rs`): on one host it combines in rank order; across hosts,
+    /// hierarchically — within each host in rank order, then the hosts in order — so every PE
+    /// gets the same bits, which for floats may differ from the rank-order combination by
+    /// association.
     pub fn all_reduce<T: Reducible + Element>(
         &self,
         target: &impl Symmetric<T>,

@@ -197,6 +197,8 @@ impl Transport for UcxTransport {
 
     fn get(&self, peer: UcxPeer, offset: usize, target: &mut [u8]) -> Result<()> {
         self.not_aborted("get")?;
+        #[cfg(feature = "fault-injection")]
+        gets_issued::count(target.len());
         let (remote, address) = self.remote(peer, offset);
         let endpoint = remote.endpoint.lock();
         let outcome = endpoint.get(target, address, &remote.rkey, self.deadline());
@@ -258,7 +260,35 @@ impl Transport for UcxTransport {
     }
 }
 
+/// Test-only (`fault-injection` builds): the gets this process has issued over UCX, so tests
+/// can see which reads of a collective cross hosts. Process-local counters, not shared memory.
+#[cfg(feature = "fault-injection")]
+mod gets_issued {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static GETS: AtomicU64 = AtomicU64::new(0);
+    static BYTES: AtomicU64 = AtomicU64::new(0);
+
+    /// Counts one get of `bytes` bytes.
+    pub(crate) fn count(bytes: usize) {
+        GETS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// The gets counted so far and their bytes.
+    pub(crate) fn total() -> (u64, u64) {
+        (GETS.load(Ordering::Relaxed), BYTES.load(Ordering::Relaxed))
+    }
+}
+
 impl UcxTransport {
+    /// Test-only (`fault-injection` builds): how many gets this process has issued over UCX,
+    /// and their bytes, since it started.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn gets_issued() -> (u64, u64) {
+        gets_issued::total()
+    }
+
     /// Progresses the worker once from the calling thread.
     pub(crate) fn progress(&self) {
         self.worker.progress();
