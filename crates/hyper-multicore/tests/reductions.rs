@@ -7,7 +7,8 @@
 use hm_testkit::{is_pe, start_runtime, Job, Options};
 use hyper_multicore::config::TRANSPORT;
 use hyper_multicore::shmem::{
-    ReduceOp, ReduceSet, Reducible, Shmem, Symmetric, TEST_HOST_VARIABLE,
+    ReduceOp, ReduceSet, Reducible, Shmem, Symmetric, HIERARCHICAL_REDUCE_MIN_BYTES,
+    TEST_HOST_VARIABLE,
 };
 use hyper_multicore::world::{Group, World};
 use hyper_multicore::ErrorKind;
@@ -288,21 +289,45 @@ fn hierarchical_sum<F: std::ops::Add<Output = F> + Copy>(
         .fold(partial(&groups[0]), |acc, group| acc + partial(group))
 }
 
+/// The documented order for a vector of `bytes`: hierarchical from
+/// [`HIERARCHICAL_REDUCE_MIN_BYTES`] on, else rank order (one group of every PE).
+fn order_for(groups: &[Vec<usize>], bytes: usize) -> Vec<Vec<usize>> {
+    if bytes as u64 >= HIERARCHICAL_REDUCE_MIN_BYTES {
+        groups.to_vec()
+    } else {
+        vec![groups
+            .iter()
+            .flatten()
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect()]
+    }
+}
+
 /// Float sums whose result depends on the association order: every PE's target (read back
-/// from every PE) holds exactly the documented order's bits, out of place and in place.
+/// from every PE) holds exactly the documented order's bits, out of place and in place — for
+/// a short vector (rank order) and one long enough to be combined hierarchically.
 fn float_sums_in_host_order(shmem: &Shmem, groups: &[Vec<usize>]) {
-    const N: usize = 37;
+    for n in [37, (HIERARCHICAL_REDUCE_MIN_BYTES / 4) as usize + 3] {
+        float_sums_of(shmem, groups, n);
+    }
+}
+
+/// [`float_sums_in_host_order`] for vectors of `N` elements.
+fn float_sums_of(shmem: &Shmem, groups: &[Vec<usize>], n: usize) {
     let (rank, size) = (shmem.rank(), shmem.size());
-    let source = shmem.allocate::<f64>(N, None).unwrap();
-    let target = shmem.allocate::<f64>(N, None).unwrap();
-    let single = shmem.allocate::<f32>(N, None).unwrap();
-    let want: Vec<u64> = (0..N)
-        .map(|i| hierarchical_sum(groups, |pe| float_sample(pe, i)).to_bits())
+    let source = shmem.allocate::<f64>(n, None).unwrap();
+    let target = shmem.allocate::<f64>(n, None).unwrap();
+    let single = shmem.allocate::<f32>(n, None).unwrap();
+    let (order, order32) = (order_for(groups, n * 8), order_for(groups, n * 4));
+    let want: Vec<u64> = (0..n)
+        .map(|i| hierarchical_sum(&order, |pe| float_sample(pe, i)).to_bits())
         .collect();
-    let want32: Vec<u32> = (0..N)
-        .map(|i| hierarchical_sum(groups, |pe| float_sample(pe, i) as f32).to_bits())
+    let want32: Vec<u32> = (0..n)
+        .map(|i| hierarchical_sum(&order32, |pe| float_sample(pe, i) as f32).to_bits())
         .collect();
-    let mine: Vec<f64> = (0..N).map(|i| float_sample(rank, i)).collect();
+    let mine: Vec<f64> = (0..n).map(|i| float_sample(rank, i)).collect();
     let mine32: Vec<f32> = mine.iter().map(|&x| x as f32).collect();
     shmem.put(&source, &mine, rank).unwrap();
     shmem.put(&single, &mine32, rank).unwrap();
@@ -313,12 +338,12 @@ fn float_sums_in_host_order(shmem: &Shmem, groups: &[Vec<usize>]) {
     shmem.barrier().unwrap();
     for pe in 0..size {
         for (what, region) in [("out of place", &target), ("in place", &source)] {
-            let mut out = vec![0f64; N];
+            let mut out = vec![0f64; n];
             shmem.get(&mut out, region, pe).unwrap();
             let bits: Vec<u64> = out.iter().map(|x| x.to_bits()).collect();
             assert_eq!(bits, want, "f64 sum {what} on PE {pe}, groups {groups:?}");
         }
-        let mut out = vec![0f32; N];
+        let mut out = vec![0f32; n];
         shmem.get(&mut out, &single, pe).unwrap();
         let bits: Vec<u32> = out.iter().map(|x| x.to_bits()).collect();
         assert_eq!(
@@ -333,14 +358,16 @@ fn float_sums_in_host_order(shmem: &Shmem, groups: &[Vec<usize>]) {
 }
 
 /// What crosses hosts: the UCX gets this PE issues in one whole-root reduction of `len` u64s.
-/// Hierarchical (some group holds several PEs): one get per other group, of this PE's share
-/// of the elements (none when the share is empty). Every PE alone (forced UCX): one get of the
-/// whole vector per other PE.
+/// Hierarchical (some group holds several PEs, a vector of at least
+/// [`HIERARCHICAL_REDUCE_MIN_BYTES`]): one get per other group, of this PE's share of the
+/// elements (none when the share is empty). Otherwise (every PE alone, as with forced UCX, or a
+/// shorter vector): one get of the whole vector per PE of another group.
 fn cross_host_reads_are_one_per_other_group(shmem: &Shmem, groups: &[Vec<usize>]) {
     let rank = shmem.rank();
     let group = groups.iter().find(|g| g.contains(&rank)).unwrap();
     let index = group.iter().position(|&pe| pe == rank).unwrap();
-    for len in [1usize, 5, 1000, 65_536] {
+    let outside = shmem.size() - group.len();
+    for len in [1usize, 5, 1000, 8192, 65_536] {
         let source = shmem.allocate::<u64>(len, None).unwrap();
         let target = shmem.allocate::<u64>(len, None).unwrap();
         shmem
@@ -352,8 +379,10 @@ fn cross_host_reads_are_one_per_other_group(shmem: &Shmem, groups: &[Vec<usize>]
             let after = shmem.ucx_gets_issued();
             let (gets, bytes) = (after.0 - before.0, after.1 - before.1);
             let share = len * (index + 1) / group.len() - len * index / group.len();
-            let (want_gets, want_bytes) = if groups.len() == shmem.size() {
-                (shmem.size() - 1, (shmem.size() - 1) * len * 8)
+            let hierarchical =
+                groups.len() < shmem.size() && (len * 8) as u64 >= HIERARCHICAL_REDUCE_MIN_BYTES;
+            let (want_gets, want_bytes) = if !hierarchical {
+                (outside, outside * len * 8)
             } else if share == 0 {
                 (0, 0)
             } else {

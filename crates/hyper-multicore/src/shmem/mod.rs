@@ -58,7 +58,7 @@ pub use allocation::{
 pub use data::{AtomicWord, Comparison, SignalOp};
 pub(crate) use initialize::Joining;
 pub use process::{latest_failure, runtime_state, FailureRecord, RuntimeState};
-pub use reduce::{ReduceOp, ReduceSet, Reducible};
+pub use reduce::{ReduceOp, ReduceSet, Reducible, HIERARCHICAL_REDUCE_MIN_BYTES};
 pub(crate) use segment::Segment;
 pub use segment::MAX_ALIGNMENT;
 /// True if the byte range `address..address + len` of this process overlaps any symmetric heap

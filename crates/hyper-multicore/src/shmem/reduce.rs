@@ -9,7 +9,9 @@
 //! - A root on one host (one locality group), a subgroup, and a root whose every PE is its own
 //!   group (`HYPER_MULTICORE_SHMEM_TRANSPORT=ucx`): every PE gets every member's source over its
 //!   route and combines them in member order (rank order for the root).
-//! - A root spanning several locality groups (hosts), hierarchical: within each group over
+//! - A root spanning several locality groups (hosts), for vectors of at least
+//!   [`HIERARCHICAL_REDUCE_MIN_BYTES`] (smaller ones as above: their cost is the barriers, and
+//!   this form needs two more), hierarchical: within each group over
 //!   shared memory, across groups over UCX. Each PE of a group of `g` combines its `1/g` share
 //!   of the elements from the group's sources (shared-memory reads) into the group's partial,
 //!   kept in the group leader's (lowest rank's) target; after a barrier it reads that share of
@@ -42,6 +44,12 @@ use crate::world::Group;
 use super::allocation::Region;
 use super::runtime::Shmem;
 use super::transport::Route;
+
+/// The smallest vector (in bytes) a whole-root reduction across hosts combines hierarchically;
+/// a smaller one is combined in rank order (two cross-host barriers instead of four: about
+/// 1 ms less for 8 bytes over TCP, while from 64 KiB on the hierarchical form is as fast or
+/// faster, 2× at 8 MiB — `bench/findings.md`).
+pub const HIERARCHICAL_REDUCE_MIN_BYTES: u64 = 64 << 10;
 
 /// Reduction operators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,7 +186,10 @@ impl Shmem {
             return Err(self.error(ErrorKind::InvalidArgument, OP, message));
         }
         if let ReduceSet::Root = pes {
-            if !self.transport.single_group() && self.transport.leaders().len() < self.size {
+            if !self.transport.single_group()
+                && self.transport.leaders().len() < self.size
+                && source.bytes >= HIERARCHICAL_REDUCE_MIN_BYTES
+            {
                 return self.reduce_across_groups::<T>(target, source, op);
             }
         }
