@@ -374,6 +374,20 @@ fn growth_keeps_data() {
     assert_eq!(read(&lease, &workspace, 1 << 20), pattern(me, 2, 1 << 20));
     // No growth when every rank's need is covered.
     assert!(dispatch.ensure_capacity(&lease, 6000).unwrap().is_none());
+    // Covered everywhere, but rank 0 makes another call (its budget, not the buffer): the
+    // quick check does not let it pass; Agree refuses it on every rank, nothing changes.
+    let differing = if me == 0 {
+        lease.grow(1)
+    } else {
+        dispatch.ensure_capacity(&lease, 6000)
+    };
+    let error = differing.unwrap_err();
+    assert!(
+        error.to_string().contains("the ranks grow different things"),
+        "{error}"
+    );
+    assert_eq!(error.recovery(), Some(Recovery::Retryable), "{error}");
+    assert_eq!(dispatch.record(&lease).unwrap(), grown);
     // The new heap works remotely.
     let peer = (me + 1) % World::global().unwrap().size();
     let word = vec![me as u8 + 1; 64];

@@ -14,9 +14,11 @@ use serde::{Deserialize, Serialize};
 
 use super::shared_root::{allocation_budget, show_bytes, Lease, Owned, Phase, HEAP_ROUNDING};
 use super::stage::{self, StageFailure};
-use super::{classify, restart_as, root_channel, with_hint, Replacement, Stage, StageTimings};
+use super::{
+    classify, guarded, restart_as, root_channel, with_hint, Replacement, Stage, StageTimings,
+};
 use crate::error::{Error, ErrorKind, Recovery, Result};
-use crate::shmem::registry::{on_behalf_of_consumer, set_managed};
+use crate::shmem::registry::{on_behalf_of_consumer, set_managed, GROWTH_CHECK};
 use crate::shmem::{AllocationId, AllocationRecord, AllocationSpec};
 
 /// The growth factor of a shared root unless set otherwise.
@@ -60,6 +62,15 @@ pub struct Growth {
 pub struct GrowableBuffer {
     /// The allocation as first made (followed through every growth by [`Lease::current`]).
     origin: AllocationId,
+}
+
+/// The call a rank makes (its consumer and buffers; not the amount), as one word: equal on
+/// every rank making the same call (the hash is the same in every process of one build).
+fn call_hash(need: &Need) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (&need.consumer, &need.buffers).hash(&mut hasher);
+    hasher.finish() | 1
 }
 
 /// What each rank brings to Agree.
@@ -154,6 +165,9 @@ impl Lease {
                 });
             (local, buffers)
         };
+        if self.covered_everywhere(&local, &buffers)? {
+            return Ok(None);
+        }
         // Without a runtime (the root failed) the local check's own error says why.
         let channel = match root_channel(OP) {
             Ok(channel) => channel,
@@ -240,6 +254,41 @@ impl Lease {
             record.timings
         );
         Ok(Some(Growth { record, replaced }))
+    }
+
+    /// The quick agreement of a growth that no rank needs, before the Agree stage: every rank
+    /// publishes which call it makes and whether its own need is covered, through the heap's
+    /// argument words (one shared-memory barrier on one host; the runtime's control plane
+    /// across hosts) instead of a round over the root's channel — an MoE layer asks on every
+    /// step, and under torch.distributed that channel is a gloo collective. True when every
+    /// rank made the same call and every need is covered: nothing to do. Otherwise every rank
+    /// goes on to Agree, which decides (and reports a mismatch or a lease error) as before.
+    fn covered_everywhere(&self, local: &Result<Need>, buffers: &[AllocationId]) -> Result<bool> {
+        let (call, covered) = match local {
+            Ok(need) => (call_hash(need), self.covered(need, buffers)),
+            Err(_) => (0, false),
+        };
+        let all = guarded(GROWTH_CHECK, |shmem| {
+            shmem.exchange_words(GROWTH_CHECK, [call, u64::from(covered), 0])
+        })
+        .map_err(|error| self.failed(StageFailure::Convergence(error)))?;
+        Ok(all.iter().all(|words| words[0] == call && words[1] == 1))
+    }
+
+    /// Whether this rank's own `need` is covered already (a budget, or every buffer's rows).
+    fn covered(&self, need: &Need, buffers: &[AllocationId]) -> bool {
+        let inner = self.shared.inner.lock();
+        let entry = &inner.consumers[self.consumer];
+        if buffers.is_empty() {
+            return need.amount <= entry.budget;
+        }
+        buffers.iter().all(|id| {
+            entry
+                .owned
+                .get(&id.index)
+                .filter(|o| o.record.id == *id)
+                .is_some_and(|o| o.record.spec.shape[0] as u64 >= need.amount)
+        })
     }
 
     /// A failure of Agree, classified as a lifecycle stage failure (a lost peer invalidates the

@@ -42,6 +42,52 @@ impl ArgumentSlots {
 }
 
 impl Shmem {
+    /// Collective: every rank's `stamped` words (call number first), in rank order — through
+    /// the argument slots and one shared-memory barrier on one host, else over the control
+    /// plane. The heap lock is held: the sequence of these exchanges is the heap's.
+    fn exchange_call_words(
+        &self,
+        heap: &mut Heap,
+        operation: &str,
+        stamped: [u64; 4],
+    ) -> Result<Vec<[u64; 4]>> {
+        if !self.transport.single_group() {
+            // The argument slots are not shared by every rank: over the control plane.
+            return self.gather_call_words(operation, stamped);
+        }
+        let slot = (heap.checks % 2) as usize;
+        self.transport
+            .own_pe_words()
+            .arguments
+            .publish(slot, stamped);
+        self.data_barrier(operation)?;
+        Ok((0..self.size)
+            .map(|pe| self.segment.pe_words(pe).arguments.read(slot))
+            .collect())
+    }
+
+    /// Collective: every rank's three `words`, in rank order (a small agreement that needs no
+    /// round over the root's channel: one shared-memory barrier on one host). Fails on every
+    /// rank alike if some rank is in another collective heap call.
+    pub(crate) fn exchange_words(&self, operation: &str, words: [u64; 3]) -> Result<Vec<[u64; 3]>> {
+        let mut heap = self.heap.lock();
+        heap.checks += 1;
+        let stamped = [heap.checks, words[0], words[1], words[2]];
+        let all = self.exchange_call_words(&mut heap, operation, stamped)?;
+        if let Some(pe) = all.iter().position(|w| w[0] != heap.checks) {
+            return Err(self.error(
+                ErrorKind::InvalidArgument,
+                operation,
+                format!(
+                    "root rank {pe} is in a different collective (call #{} instead of #{}); \
+                     every rank must make the same collective calls in the same order",
+                    all[pe][0], heap.checks
+                ),
+            ));
+        }
+        Ok(all.iter().map(|w| [w[1], w[2], w[3]]).collect())
+    }
+
     /// Publishes this rank's `call`, waits for every rank, and compares: every rank reads the
     /// same slots, so a mismatch fails everywhere alike (and nothing is allocated or freed).
     pub(crate) fn check_same_call(
@@ -51,21 +97,8 @@ impl Shmem {
         call: HeapCall,
     ) -> Result<()> {
         heap.checks += 1;
-        let slot = (heap.checks % 2) as usize;
         let stamped = call.encode(heap.checks);
-        let all: Vec<[u64; 4]> = if self.transport.single_group() {
-            self.transport
-                .own_pe_words()
-                .arguments
-                .publish(slot, stamped);
-            self.data_barrier(operation)?;
-            (0..self.size)
-                .map(|pe| self.segment.pe_words(pe).arguments.read(slot))
-                .collect()
-        } else {
-            // The argument slots are not shared by every rank: over the control plane.
-            self.gather_call_words(operation, stamped)?
-        };
+        let all = self.exchange_call_words(heap, operation, stamped)?;
         if all.iter().all(|words| *words == stamped) {
             return Ok(());
         }

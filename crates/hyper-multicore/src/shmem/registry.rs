@@ -81,7 +81,13 @@ pub(crate) fn bind_lease(generation: u64) {
 
 /// Calls admitted without a lease while a shared root manages the heap: the queries of this
 /// PE's rank and of the PE count, which touch neither the heap nor a peer.
-const UNLEASED: [&str; 2] = ["my_pe", "n_pes"];
+const UNLEASED: [&str; 3] = ["my_pe", "n_pes", GROWTH_CHECK];
+
+/// The operation name of a shared root's quick check that no rank needs a growth: every rank
+/// takes part whoever holds the lease (a rank that does not hold it still publishes its
+/// verdict, so the ranks fall through to the growth's Agree stage together and it reports the
+/// lease there).
+pub(crate) const GROWTH_CHECK: &str = "grow (quick check)";
 
 /// Refuses a guarded call (`operation`) while a shared root manages the heap and this thread
 /// does not act under the lease held now (see [`under_lease`], [`bind_lease`]).
