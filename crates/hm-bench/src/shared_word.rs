@@ -33,23 +33,21 @@ pub trait AtomicView: Sized {
     unsafe fn view<'a>(pointer: *mut Self::Plain) -> &'a Self;
 }
 
-impl AtomicView for AtomicU64 {
-    type Plain = u64;
+/// `impl AtomicView for $atomic { type Plain = $plain; … }`.
+macro_rules! atomic_view {
+    ($($atomic:ty => $plain:ty),*) => {$(
+        impl AtomicView for $atomic {
+            type Plain = $plain;
 
-    unsafe fn view<'a>(pointer: *mut u64) -> &'a AtomicU64 {
-        // SAFETY: the caller's contract.
-        unsafe { AtomicU64::from_ptr(pointer) }
-    }
+            unsafe fn view<'a>(pointer: *mut $plain) -> &'a $atomic {
+                // SAFETY: the caller's contract.
+                unsafe { <$atomic>::from_ptr(pointer) }
+            }
+        }
+    )*};
 }
 
-impl AtomicView for AtomicU32 {
-    type Plain = u32;
-
-    unsafe fn view<'a>(pointer: *mut u32) -> &'a AtomicU32 {
-        // SAFETY: the caller's contract.
-        unsafe { AtomicU32::from_ptr(pointer) }
-    }
-}
+atomic_view!(AtomicU64 => u64, AtomicU32 => u32);
 
 /// PE `pe`'s copy of the one-element allocation `word`, as an atomic.
 ///

@@ -383,7 +383,9 @@ fn growth_keeps_data() {
     };
     let error = differing.unwrap_err();
     assert!(
-        error.to_string().contains("the ranks grow different things"),
+        error
+            .to_string()
+            .contains("the ranks grow different things"),
         "{error}"
     );
     assert_eq!(error.recovery(), Some(Recovery::Retryable), "{error}");

@@ -111,24 +111,17 @@ impl Shmem {
     /// Initialize as `joining` says (the lifecycle's restart passes the previous segment).
     pub(crate) fn join(config: Config, joining: Joining<'_>) -> Result<Shmem> {
         process::begin_lifetime().inspect_err(|e| process::record_failure(e, "state check"))?;
-        let Joining {
-            rank,
-            size,
-            unique_id,
-            listener,
-            heap_size,
-            watch,
-            previous,
-        } = joining;
+        let (rank, size, heap_size) = (joining.rank, joining.size, joining.heap_size);
+        let unique_id = joining.unique_id;
         let mut phase = "rendezvous";
         let result = (|| {
             let plane = ControlPlane::connect_watched(
                 rank,
                 size,
                 unique_id,
-                listener,
+                joining.listener,
                 config.timeout,
-                watch,
+                joining.watch,
             )?;
             phase = "introduction";
             let introductions =
@@ -145,7 +138,7 @@ impl Shmem {
                 generation: introductions[0].generation,
                 heap_size,
                 deadline: Instant::now() + config.timeout,
-                previous,
+                previous: joining.previous,
                 shm: None,
             })?;
             Ok(Shmem::assemble(
