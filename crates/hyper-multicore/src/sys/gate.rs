@@ -23,7 +23,6 @@
 //! the gate closed meanwhile: the writer is waiting for it, as an `RwLock`'s recursive read
 //! does. A reader that finds the gate closed takes the read lock, which waits for the writer.
 
-use std::cell::Cell;
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::Once;
 use std::time::Duration;
@@ -46,11 +45,15 @@ static REGISTER: Once = Once::new();
 /// its thread has ended.
 static SLOTS: Mutex<Vec<usize>> = parking_lot::const_mutex(Vec::new());
 
+/// The bit of a slot that says it is in [`SLOTS`]; the other bits count how deeply the thread
+/// is inside gated calls (one thread-local per call: in a shared library each is a call to the
+/// dynamic loader).
+const REGISTERED: usize = 1 << (usize::BITS - 1);
+
 thread_local! {
-    /// How deeply this thread is inside gated calls (of any [`Gated`]).
+    /// This thread's slot: [`REGISTERED`] and how deeply it is inside gated calls (of any
+    /// [`Gated`]).
     static SLOT: AtomicUsize = const { AtomicUsize::new(0) };
-    /// Whether this thread's slot is in [`SLOTS`].
-    static REGISTERED: Cell<bool> = const { Cell::new(false) };
     /// Removes this thread's slot from [`SLOTS`] when the thread ends.
     static REGISTRATION: Registration = const { Registration };
 }
@@ -61,18 +64,19 @@ struct Registration;
 impl Drop for Registration {
     fn drop(&mut self) {
         // Later gated calls of this ending thread take the read lock (`register` fails now).
-        let _ = REGISTERED.try_with(|registered| registered.set(false));
         let _ = SLOT.try_with(|slot| {
             let address = slot as *const AtomicUsize as usize;
-            SLOTS.lock().retain(|&a| a != address);
+            let mut slots = SLOTS.lock();
+            slot.fetch_and(!REGISTERED, Ordering::Relaxed);
+            slots.retain(|&a| a != address);
         });
     }
 }
 
-/// Registers this thread's slot (once per thread; the first also registers the process for
+/// Registers this thread's `slot` (once per thread; the first also registers the process for
 /// `membarrier`). False if the thread is ending (its slot cannot be registered any more).
 #[cold]
-fn register() -> bool {
+fn register(slot: &AtomicUsize) -> bool {
     REGISTER.call_once(|| {
         use rustix::thread::{membarrier, MembarrierCommand};
         let registered = membarrier(MembarrierCommand::RegisterPrivateExpedited).is_ok();
@@ -82,11 +86,9 @@ fn register() -> bool {
     if REGISTRATION.try_with(|_| ()).is_err() {
         return false;
     }
-    let Ok(address) = SLOT.try_with(|slot| slot as *const AtomicUsize as usize) else {
-        return false;
-    };
-    SLOTS.lock().push(address);
-    REGISTERED.with(|registered| registered.set(true));
+    let mut slots = SLOTS.lock();
+    slots.push(slot as *const AtomicUsize as usize);
+    slot.fetch_or(REGISTERED, Ordering::Relaxed);
     true
 }
 
@@ -127,12 +129,15 @@ impl<T> Gated<T> {
     /// [`Gated::try_read_recursive`].
     #[inline]
     pub(crate) fn enter<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
-        if !REGISTERED.with(Cell::get) && !register() {
-            // The thread is ending: the caller takes the read lock.
-            return None;
-        }
         SLOT.with(|slot| {
-            let depth = slot.load(Ordering::Relaxed);
+            let mut depth = slot.load(Ordering::Relaxed);
+            if depth & REGISTERED == 0 {
+                if !register(slot) {
+                    // The thread is ending: the caller takes the read lock.
+                    return None;
+                }
+                depth |= REGISTERED;
+            }
             slot.store(depth + 1, Ordering::Relaxed);
             let leave = Leave(slot, depth);
             if ASYMMETRIC.load(Ordering::Relaxed) {
@@ -140,7 +145,7 @@ impl<T> Gated<T> {
             } else {
                 fence(Ordering::SeqCst);
             }
-            if depth == 0 && !self.gate.load(Ordering::Acquire) {
+            if depth == REGISTERED && !self.gate.load(Ordering::Acquire) {
                 return None;
             }
             // SAFETY: this thread's slot is raised and either the gate was open after it was
@@ -171,7 +176,7 @@ impl<T> Gated<T> {
         let lock = self.value.write();
         self.close();
         let mut pause = Duration::from_micros(10);
-        while !each_slot(|slot| slot.load(Ordering::Acquire) == 0) {
+        while !each_slot(|slot| slot.load(Ordering::Acquire) & !REGISTERED == 0) {
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(1));
         }
@@ -185,7 +190,7 @@ impl<T> Gated<T> {
     pub(crate) fn try_exclusive(&self) -> Option<Exclusive<'_, T>> {
         let lock = self.value.try_write()?;
         self.close();
-        if !each_slot(|slot| slot.load(Ordering::Acquire) == 0) {
+        if !each_slot(|slot| slot.load(Ordering::Acquire) & !REGISTERED == 0) {
             self.gate.store(true, Ordering::Release);
             return None;
         }
