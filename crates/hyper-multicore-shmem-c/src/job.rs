@@ -412,9 +412,11 @@ pub(crate) fn locate(address: usize, bytes: usize) -> Result<Located, String> {
     let epoch = TABLE_EPOCH.load(Ordering::Acquire);
     if let Some(([start, end, seen], block)) = CACHE.load() {
         let (start, end) = (start as usize, end as usize);
-        if seen == epoch && start <= address && address < end && bytes <= end - address {
-            let part = block.part((address - start) as u64, bytes as u64);
-            return part.ok_or_else(|| "a cached block lost its range".to_string());
+        if seen == epoch && start <= address && address < end {
+            // `part` also checks that the bytes end inside the block.
+            if let Some(part) = block.part((address - start) as u64, bytes as u64) {
+                return Ok(part);
+            }
         }
     }
     locate_in_tables(address, bytes, epoch)
