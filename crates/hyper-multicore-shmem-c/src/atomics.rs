@@ -67,7 +67,12 @@ fn word<T: AmoValue>(call: &str, address: usize) -> Located {
 fn apply<T: AmoValue>(call: &str, address: usize, op: AtomicOp<T::Word>, pe: c_int) -> T {
     let pe = job::target_pe(call, pe);
     let at = word::<T>(call, address);
-    T::from_word(job::run(call, |shmem| shmem.atomic_located(at, op, pe)))
+    // One reference captured (see `job::run`).
+    let args = &(at, op, pe);
+    T::from_word(job::run(call, move |shmem| {
+        let (at, op, pe) = args;
+        shmem.atomic_located(at, *op, *pe)
+    }))
 }
 
 /// PE `pe`'s copy of the symmetric `source`, read atomically.

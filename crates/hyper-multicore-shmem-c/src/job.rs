@@ -335,6 +335,10 @@ pub(crate) fn restart_heap(
 }
 
 /// Runs `f` on the runtime (a guarded call); any error ends the PE naming `call`.
+///
+/// The word-sized calls pass a closure that captures one reference (to a tuple of their
+/// arguments): the guard moves `f`, and a closure of several captures, just stored word by
+/// word, is copied in 16-byte halves, which stalls store-to-load forwarding on every call.
 pub(crate) fn run<R>(call: &str, f: impl FnOnce(&Shmem) -> hyper_multicore::Result<R>) -> R {
     if rank().is_none() {
         fail(call, NOT_INITIALIZED);
@@ -407,19 +411,25 @@ fn tables_changed() {
 /// Where the symmetric `bytes` bytes at `address` are: the runtime's [`Located`] range of the
 /// live allocation holding them (for the data plane's `_located` entries, which check only
 /// that the allocation is still live in the same runtime lifetime), or `Err` with the reason.
-#[inline]
 pub(crate) fn locate(address: usize, bytes: usize) -> Result<Located, String> {
     let epoch = TABLE_EPOCH.load(Ordering::Acquire);
-    if let Some(([start, end, seen], block)) = CACHE.load() {
-        let (start, end) = (start as usize, end as usize);
-        if seen == epoch && start <= address && address < end {
-            // `part` also checks that the bytes end inside the block.
-            if let Some(part) = block.part((address - start) as u64, bytes as u64) {
-                return Ok(part);
-            }
-        }
+    match cached(address, bytes, epoch) {
+        Some(at) => Ok(at),
+        None => locate_in_tables(address, bytes, epoch),
     }
-    locate_in_tables(address, bytes, epoch)
+}
+
+/// The part of the cached block holding the `bytes` bytes at `address`, if the cache holds
+/// that block as of table epoch `epoch`.
+#[inline(always)]
+fn cached(address: usize, bytes: usize, epoch: u64) -> Option<Located> {
+    let ([start, end, seen], block) = CACHE.load()?;
+    let (start, end) = (start as usize, end as usize);
+    if seen == epoch && start <= address && address < end {
+        // `part` also checks that the bytes end inside the block.
+        return block.part((address - start) as u64, bytes as u64);
+    }
+    None
 }
 
 /// [`locate`] past the cached block: looks the block up in the tables (under the job's
@@ -514,9 +524,24 @@ fn find_block(address: usize, bytes: usize) -> Result<Block, String> {
 }
 
 /// [`locate`], ending the PE on failure.
-#[inline]
+///
+/// The cached block's path is inlined and hands the range back by value, with no `Result` in
+/// between: moving a just-built range through a `Result` (stored as words, reloaded as 16-byte
+/// halves) stalled store-to-load forwarding on every call.
+#[inline(always)]
 pub(crate) fn located(call: &str, address: usize, bytes: usize) -> Located {
-    locate(address, bytes).unwrap_or_else(|why| fail(call, why))
+    let epoch = TABLE_EPOCH.load(Ordering::Acquire);
+    if let Some(at) = cached(address, bytes, epoch) {
+        return at;
+    }
+    located_in_tables(call, address, bytes, epoch)
+}
+
+/// [`located`] past the cached block.
+#[cold]
+#[inline(never)]
+fn located_in_tables(call: &str, address: usize, bytes: usize, epoch: u64) -> Located {
+    locate_in_tables(address, bytes, epoch).unwrap_or_else(|why| fail(call, why))
 }
 
 /// [`located`] as a region (for the runtime's checked entries).

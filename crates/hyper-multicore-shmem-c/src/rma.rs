@@ -44,9 +44,14 @@ pub(crate) fn put(call: &str, dest: usize, source: CallerBuffer, pe: c_int, nbi:
     let pe = job::target_pe(call, pe);
     source.with_source(|bytes| {
         let at = job::located(call, dest, bytes.len());
-        job::run(call, |shmem| match nbi {
-            false => shmem.put_located(at, bytes, pe),
-            true => shmem.put_nbi::<u8>(&At(at.region()), bytes, pe),
+        // One reference captured (see `job::run`).
+        let args = &(at, bytes, pe, nbi);
+        job::run(call, move |shmem| {
+            let (at, bytes, pe, nbi) = args;
+            match nbi {
+                false => shmem.put_located(at, bytes, *pe),
+                true => shmem.put_nbi::<u8>(&At(at.region()), bytes, *pe),
+            }
         });
     });
 }
@@ -56,9 +61,14 @@ pub(crate) fn get(call: &str, target: CallerBuffer, source: usize, pe: c_int, nb
     let pe = job::target_pe(call, pe);
     target.with_target(|bytes| {
         let at = job::located(call, source, bytes.len());
-        job::run(call, |shmem| match nbi {
-            false => shmem.get_located(bytes, at, pe),
-            true => shmem.get_nbi::<u8>(bytes, &At(at.region()), pe),
+        // One reference captured (see `job::run`).
+        let args = &mut (at, bytes, pe, nbi);
+        job::run(call, move |shmem| {
+            let (at, bytes, pe, nbi) = args;
+            match nbi {
+                false => shmem.get_located(bytes, at, *pe),
+                true => shmem.get_nbi::<u8>(bytes, &At(at.region()), *pe),
+            }
         });
     });
 }
@@ -152,16 +162,25 @@ pub(crate) fn p<R: bytemuck::Pod>(call: &str, dest: usize, value: R, pe: c_int) 
     let bytes = bytemuck::bytes_of(&value);
     let at = job::located(call, dest, bytes.len());
     let aligned = dest % bytes.len().max(1) == 0;
-    job::run(call, |shmem| match bytes.len() {
-        4 if aligned => {
-            let value = bytemuck::pod_read_unaligned::<u32>(bytes);
-            shmem.atomic_located(at, AtomicOp::Set(value), pe).map(drop)
+    // One reference captured (see `job::run`).
+    let args = &(at, bytes, pe, aligned);
+    job::run(call, move |shmem| {
+        let (at, bytes, pe, aligned) = *args;
+        match bytes.len() {
+            4 if aligned => {
+                let value = bytemuck::pod_read_unaligned::<u32>(bytes);
+                shmem
+                    .atomic_located(&at, AtomicOp::Set(value), pe)
+                    .map(drop)
+            }
+            8 if aligned => {
+                let value = bytemuck::pod_read_unaligned::<u64>(bytes);
+                shmem
+                    .atomic_located(&at, AtomicOp::Set(value), pe)
+                    .map(drop)
+            }
+            _ => shmem.put_located(&at, bytes, pe),
         }
-        8 if aligned => {
-            let value = bytemuck::pod_read_unaligned::<u64>(bytes);
-            shmem.atomic_located(at, AtomicOp::Set(value), pe).map(drop)
-        }
-        _ => shmem.put_located(at, bytes, pe),
     });
 }
 
@@ -170,8 +189,11 @@ pub(crate) fn g<R: bytemuck::Pod>(call: &str, source: usize, pe: c_int) -> R {
     let pe = job::target_pe(call, pe);
     let mut value = R::zeroed();
     let at = job::located(call, source, std::mem::size_of::<R>());
-    job::run(call, |shmem| {
-        shmem.get_located(bytemuck::bytes_of_mut(&mut value), at, pe)
+    // One reference captured (see `job::run`).
+    let args = &mut (at, &mut value, pe);
+    job::run(call, move |shmem| {
+        let (at, value, pe) = args;
+        shmem.get_located(bytemuck::bytes_of_mut(*value), at, *pe)
     });
     value
 }

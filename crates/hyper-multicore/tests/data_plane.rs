@@ -406,29 +406,29 @@ fn located_ranges() {
     let counter = whole.part(8 * (size + rank) as u64, 8).unwrap();
     for pe in 0..size {
         shmem
-            .put_located(slot, &(rank as u64 + 100).to_ne_bytes(), pe)
+            .put_located(&slot, &(rank as u64 + 100).to_ne_bytes(), pe)
             .unwrap();
         let before: u64 = shmem
-            .atomic_located(counter, AtomicOp::FetchAdd(5), pe)
+            .atomic_located(&counter, AtomicOp::FetchAdd(5), pe)
             .unwrap();
         assert_eq!(before, 0);
         let op = AtomicOp::CompareSwap {
             expected: 5u64,
             desired: 7,
         };
-        assert_eq!(shmem.atomic_located(counter, op, pe).unwrap(), 5);
+        assert_eq!(shmem.atomic_located(&counter, op, pe).unwrap(), 5);
         assert_eq!(
             shmem
-                .atomic_located(counter, AtomicOp::Swap(9u64), pe)
+                .atomic_located(&counter, AtomicOp::Swap(9u64), pe)
                 .unwrap(),
             7
         );
         shmem
-            .atomic_located(counter, AtomicOp::Set(11u64), pe)
+            .atomic_located(&counter, AtomicOp::Set(11u64), pe)
             .unwrap();
         assert_eq!(
             shmem
-                .atomic_located::<u64>(counter, AtomicOp::Fetch, pe)
+                .atomic_located::<u64>(&counter, AtomicOp::Fetch, pe)
                 .unwrap(),
             11
         );
@@ -438,7 +438,7 @@ fn located_ranges() {
         for writer in 0..size {
             let mut back = [0u8; 8];
             let part = whole.part(8 * writer as u64, 8).unwrap();
-            shmem.get_located(&mut back, part, pe).unwrap();
+            shmem.get_located(&mut back, &part, pe).unwrap();
             assert_eq!(
                 u64::from_ne_bytes(back),
                 writer as u64 + 100,
@@ -447,17 +447,17 @@ fn located_ranges() {
         }
     }
     // The checks the checked entries make, with their errors.
-    let error = shmem.put_located(slot, &[0u8; 8], size).unwrap_err();
+    let error = shmem.put_located(&slot, &[0u8; 8], size).unwrap_err();
     assert!(
         error
             .to_string()
             .contains(&format!("PE {size} is out of range")),
         "{error}"
     );
-    let error = shmem.get_located(&mut [0u8; 4], slot, 0).unwrap_err();
+    let error = shmem.get_located(&mut [0u8; 4], &slot, 0).unwrap_err();
     assert!(error.to_string().contains("byte-count mismatch"), "{error}");
     let error = shmem
-        .atomic_located(counter, AtomicOp::FetchAdd(1u32), 0)
+        .atomic_located(&counter, AtomicOp::FetchAdd(1u32), 0)
         .unwrap_err();
     assert!(
         error.to_string().contains("exactly one 4-byte word"),
@@ -475,11 +475,11 @@ fn located_ranges() {
         );
     };
     for pe in 0..size {
-        freed(shmem.put_located(slot, &[0u8; 8], pe), "put_located");
-        freed(shmem.get_located(&mut [0u8; 8], slot, pe), "get_located");
+        freed(shmem.put_located(&slot, &[0u8; 8], pe), "put_located");
+        freed(shmem.get_located(&mut [0u8; 8], &slot, pe), "get_located");
         freed(
             shmem
-                .atomic_located(counter, AtomicOp::FetchAdd(1u64), pe)
+                .atomic_located(&counter, AtomicOp::FetchAdd(1u64), pe)
                 .map(drop),
             "atomic_located",
         );

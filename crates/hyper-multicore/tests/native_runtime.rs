@@ -389,11 +389,11 @@ fn located_ranges_of_an_earlier_lifetime_are_refused() {
             );
         };
         for pe in 0..second.size() {
-            refused(second.put_located(stale, &[1u8; 8], pe), "put_located");
-            refused(second.get_located(&mut [0u8; 8], stale, pe), "get_located");
+            refused(second.put_located(&stale, &[1u8; 8], pe), "put_located");
+            refused(second.get_located(&mut [0u8; 8], &stale, pe), "get_located");
             refused(
                 second
-                    .atomic_located(stale, AtomicOp::FetchAdd(1u64), pe)
+                    .atomic_located(&stale, AtomicOp::FetchAdd(1u64), pe)
                     .map(drop),
                 "atomic_located",
             );

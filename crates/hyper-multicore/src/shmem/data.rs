@@ -8,7 +8,9 @@
 //! Fronts that address the heap by raw address (the OpenSHMEM C API) check a range once
 //! ([`Shmem::locate_region`]) and keep the [`Located`] it returns (in a [`LocatedCache`]): the
 //! `_located` entries ([`Shmem::put_located`], [`Shmem::get_located`],
-//! [`Shmem::atomic_located`]) then only check that the runtime lifetime is the same and the
+//! [`Shmem::atomic_located`], which take it by reference: a front calls them right after
+//! building it, and a by-value copy of a just-stored 32-byte value may stall store-to-load
+//! forwarding) then only check that the runtime lifetime is the same and the
 //! allocation still live, and go through the same transport calls as every other entry.
 
 use std::ptr::NonNull;
@@ -307,7 +309,7 @@ impl Shmem {
     /// the one it was located in, its allocation is still live, `pe` is a PE of the root and
     /// the lengths match. Its span is not looked at again (see [`Located`]).
     #[inline]
-    fn still_located(&self, at: Located, bytes: usize, pe: usize) -> bool {
+    fn still_located(&self, at: &Located, bytes: usize, pe: usize) -> bool {
         at.region.id.generation == self.segment.generation()
             && self.live.is_live(at.region.id.index)
             && pe < self.size
@@ -324,7 +326,7 @@ impl Shmem {
 
     /// [`Shmem::put_bytes`] into a range located before (see [`Located`]).
     #[inline]
-    pub fn put_located(&self, target: Located, source: &[u8], pe: usize) -> Result<()> {
+    pub fn put_located(&self, target: &Located, source: &[u8], pe: usize) -> Result<()> {
         let offset = match self.still_located(target, source.len(), pe) {
             true => target.region.heap_offset as usize,
             false => {
@@ -336,7 +338,7 @@ impl Shmem {
 
     /// [`Shmem::get_bytes`] out of a range located before (see [`Located`]).
     #[inline]
-    pub fn get_located(&self, target: &mut [u8], source: Located, pe: usize) -> Result<()> {
+    pub fn get_located(&self, target: &mut [u8], source: &Located, pe: usize) -> Result<()> {
         let offset = match self.still_located(source, target.len(), pe) {
             true => source.region.heap_offset as usize,
             false => {
@@ -351,7 +353,7 @@ impl Shmem {
     #[inline]
     pub fn atomic_located<W: AtomicWord>(
         &self,
-        target: Located,
+        target: &Located,
         op: AtomicOp<W>,
         pe: usize,
     ) -> Result<W> {
