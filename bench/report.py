@@ -8,6 +8,9 @@ Inputs (bench/results/ by default, as bench/run_all.sh writes them):
   machine.txt    the machine description, embedded verbatim
   commands.txt   the exact commands run, embedded verbatim
   oshmem.txt     notes on the OSHMEM runs (failures, skipped counts); optional
+  c_api.jsonl    the same bench/oshmem/oshmem_bench.c built with `hmcc` against the OpenSHMEM
+                 C API (libhmshmem) and run under `hmrun` (layers "c-api" and
+                 "reference_c-api"); optional, a section of its own
   shmem_ucx.jsonl, oshmem_ucx.jsonl, ucx_machine.txt, ucx_commands.txt, ucx_oshmem.txt
                  the UCX route (`hm-bench shmem --transport ucx`, layer "shmem-ucx", next to
                  OSHMEM's spml ucx); optional, a section of its own
@@ -169,6 +172,50 @@ def ucx_section(ours, oshmem):
             f"{human_ns(peer['min_ns']) if peer else '—'} | "
             f"{human_ns(peer['max_ns']) if peer else '—'} | "
             f"{f'{ratio:.2f}×' if ratio is not None else '—'} | {bar} | {verdict(judged)} |")
+    return lines, met, missed
+
+
+C_API_RATIO = 1.1
+
+
+def c_api_section(c_api, ours, oshmem):
+    """The C API's table — each row next to the Rust API's (its guarded figure where one was
+    measured: a front pays one guard per call) and OSHMEM's: (lines, met, missed)."""
+    lines = [
+        "| op | PEs | bytes | C API median | min | max | Rust API median | Rust API, guarded "
+        "| OSHMEM median | C / Rust | C / OSHMEM | bar | |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    met = missed = 0
+    for row in c_api:
+        if row["layer"] != "c-api":
+            continue
+        op, bytes_, pes = row["op"], row["bytes"], row["pes"]
+        rust = find(ours, "shmem", op, bytes_, pes)
+        guarded = find(ours, "shmem", op + "_guarded", bytes_, pes)
+        peer = find(oshmem, "oshmem", op, bytes_, pes)
+        against = guarded or rust
+        to_rust = row["median_ns"] / against["median_ns"] if against else None
+        to_oshmem = row["median_ns"] / peer["median_ns"] if peer else None
+        checks, bars = [], []
+        if to_rust is not None:
+            checks.append(to_rust <= C_API_RATIO)
+            bars.append(f"≤ {C_API_RATIO:.1f}× Rust" + (" guarded" if guarded else ""))
+        if to_oshmem is not None:
+            checks.append(to_oshmem <= 1.0)
+            bars.append("≤ OSHMEM")
+        judged = all(checks) if checks else None
+        met += judged is True
+        missed += judged is False
+        lines.append(
+            f"| `{op}` | {pes} | {human_bytes(bytes_)} | {human_ns(row['median_ns'])} | "
+            f"{human_ns(row['min_ns'])} | {human_ns(row['max_ns'])} | "
+            f"{human_ns(rust['median_ns']) if rust else '—'} | "
+            f"{human_ns(guarded['median_ns']) if guarded else '—'} | "
+            f"{human_ns(peer['median_ns']) if peer else '—'} | "
+            f"{f'{to_rust:.2f}×' if to_rust is not None else '—'} | "
+            f"{f'{to_oshmem:.2f}×' if to_oshmem is not None else '—'} | "
+            f"{' and '.join(bars) or '—'} | {verdict(judged)} |")
     return lines, met, missed
 
 
@@ -455,6 +502,7 @@ def main():
     if not ours:
         sys.exit(f"report.py: no rows in {args.results}/shmem.jsonl; run bench/run_all.sh")
     oshmem = load(os.path.join(args.results, "oshmem.jsonl"))
+    c_api = load(os.path.join(args.results, "c_api.jsonl"))
     control = load(os.path.join(args.results, "control.jsonl"))
     machine = read_text(os.path.join(args.results, "machine.txt"))
     commands = read_text(os.path.join(args.results, "commands.txt"))
@@ -512,6 +560,9 @@ def main():
       "run with `oshrun --allow-run-as-root --oversubscribe --mca osc ucx`) runs the same "
       "patterns with the same method right after ours. It has no put-with-signal (1.4), so "
       "that row is `shmem_putmem` + `shmem_fence` + `shmem_long_p`.")
+    if c_api:
+        w("- The C API (section below): the same `oshmem_bench.c`, unchanged, built with "
+          "`hmcc -O2` against libhmshmem and run under `hmrun -n 2`, right after OSHMEM.")
     w("")
     w("## Summary: every row against the bar")
     w("")
@@ -562,14 +613,30 @@ def main():
             doc.extend(scale_lines)
             w("")
 
+    if c_api:
+        c_lines, c_met, c_missed = c_api_section(c_api, ours, oshmem)
+        w("## The OpenSHMEM C API (libhmshmem)")
+        w("")
+        w("`bench/oshmem/oshmem_bench.c` built with `hmcc` and run under `hmrun`, next to the "
+          "Rust API's rows above (`hm-bench shmem`; for the 8-byte put, get and fetch-add the "
+          "guarded figure, one `lifecycle::guarded` per call, which is what a front pays) "
+          "and OSHMEM's. Bar (issue 12): within "
+          f"{C_API_RATIO:.1f}× of the Rust API and no slower than OSHMEM.")
+        w("")
+        doc.extend(c_lines)
+        w("")
+        w(f"Bars met: {c_met}; missed: {c_missed}.")
+        w("")
+
     refs = [r for r in ours if r["layer"] == "reference"]
     refs_oshmem = [r for r in oshmem if r["layer"] == "reference_oshmem"]
-    if refs or refs_oshmem:
+    refs_c_api = [r for r in c_api if r["layer"] == "reference_c-api"]
+    if refs or refs_oshmem or refs_c_api:
         w("## Same-run references and raw floors")
         w("")
         w("| run | op | PEs | bytes | median | min | max |")
         w("|---|---|---:|---:|---:|---:|---:|")
-        for run, group in (("ours", refs), ("OSHMEM", refs_oshmem)):
+        for run, group in (("ours", refs), ("OSHMEM", refs_oshmem), ("C API", refs_c_api)):
             for r in group:
                 w(f"| {run} | `{r['op']}` | {r['pes']} | {human_bytes(r['bytes'])} | "
                   f"{human_ns(r['median_ns'])} | {human_ns(r['min_ns'])} | "

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark in a release build — `hm-bench shmem` (2, 4, 8, 16, 32 PEs), Open MPI
-# OSHMEM's run of the same patterns (if `oshcc`/`oshrun` are installed), the UCX route (ours with
+# OSHMEM's run of the same patterns (if `oshcc`/`oshrun` are installed), the same patterns'
+# source built with `hmcc` against our OpenSHMEM C API (2 PEs), the UCX route (ours with
 # `--transport ucx` next to OSHMEM's `spml ucx`, both over UCX_TLS=tcp,self), `hm-bench control`
 # — into bench/results/, then regenerates docs/benchmarks.md and docs/benchmarks/*.png with
 # bench/report.py. Takes a few minutes. The machine should be otherwise idle: every figure is
@@ -14,6 +15,7 @@
 # Environment: CARGO_TARGET_DIR (default target), HM_BENCH_PES (default 2,4,8,16,32),
 # OSHMEM_BARRIER_PES (PE counts besides 2 for OSHMEM's barrier, default "4 8 16 32"),
 # HM_BENCH_SHMEM=0 to skip our shared-memory run, OSHMEM=0 to skip OSHMEM's shared-memory run,
+# HM_BENCH_C_API=0 to skip the C API's run,
 # HM_BENCH_UCX=0 to skip the UCX route, HM_BENCH_CONTROL=0 to skip the control plane,
 # HM_BENCH_QUICK=1 for the smoke-test method everywhere (to check the plumbing; its figures mean
 # nothing). A step that is skipped leaves its earlier results in bench/results/ as they were.
@@ -36,12 +38,13 @@ if command -v oshcc >/dev/null && command -v oshrun >/dev/null; then
 fi
 shared_memory=0
 if [[ "${HM_BENCH_SHMEM:-1}" != 0 || ("${OSHMEM:-1}" != 0 && $have_oshmem == 1) ||
-    "${HM_BENCH_CONTROL:-1}" != 0 ]]; then
+    "${HM_BENCH_C_API:-1}" != 0 || "${HM_BENCH_CONTROL:-1}" != 0 ]]; then
     shared_memory=1
     rm -f "$results"/{machine,commands}.txt
 fi
 [[ "${HM_BENCH_SHMEM:-1}" == 0 ]] || rm -f "$results/shmem.jsonl"
 [[ "${OSHMEM:-1}" == 0 ]] || rm -f "$results"/oshmem.{jsonl,txt}
+[[ "${HM_BENCH_C_API:-1}" == 0 ]] || rm -f "$results/c_api.jsonl"
 [[ "${HM_BENCH_CONTROL:-1}" == 0 ]] || rm -f "$results/control.jsonl"
 [[ "${HM_BENCH_UCX:-1}" == 0 ]] || rm -f "$results"/{shmem_ucx,oshmem_ucx}.jsonl "$results"/ucx_{machine,commands,oshmem}.txt
 # The file the commands of the current step are recorded in.
@@ -141,6 +144,24 @@ if [[ "${OSHMEM:-1}" != 0 && $have_oshmem == 1 ]]; then
     } >>"$notes"
 elif [[ "${OSHMEM:-1}" != 0 ]]; then
     echo "OSHMEM not run (oshcc/oshrun not installed)" >"$results/oshmem.txt"
+fi
+
+# The C API: bench/oshmem/oshmem_bench.c unchanged, built with hmcc (libhmshmem) and run under
+# hmrun. Its rows carry the source's labels ("oshmem", "reference_oshmem") behind hmrun's "[0] "
+# prefix; they are stored as layers "c-api" and "reference_c-api".
+if [[ "${HM_BENCH_C_API:-1}" != 0 ]]; then
+    c_api_bench="$target/oshmem_bench_hm"
+    printf 'cargo build --release -p hyper-multicore-shmem-c -p hmrun\n' >>"$commands"
+    cargo build --release -p hyper-multicore-shmem-c -p hmrun
+    printf '%s -O2 -std=gnu11 -o %s bench/oshmem/oshmem_bench.c\n' "$target/release/hmcc" \
+        "$c_api_bench" >>"$commands"
+    "$target/release/hmcc" -O2 -std=gnu11 -o "$c_api_bench" bench/oshmem/oshmem_bench.c
+    relabel='s/"layer":"\(reference_\)\{0,1\}oshmem"/"layer":"\1c-api"/'
+    printf "%s -n 2 -- %s %s| sed -n 's/^\\[0\\] //p' | sed '%s' >>%s\n" \
+        "$target/release/hmrun" "$c_api_bench" "${quick[*]}${quick[*]:+ }" "$relabel" \
+        "$results/c_api.jsonl" >>"$commands"
+    "$target/release/hmrun" -n 2 -- "$c_api_bench" "${quick[@]}" |
+        sed -n 's/^\[0\] //p' | sed "$relabel" >>"$results/c_api.jsonl"
 fi
 
 if [[ "${HM_BENCH_CONTROL:-1}" != 0 ]]; then

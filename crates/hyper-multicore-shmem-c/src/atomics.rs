@@ -8,7 +8,7 @@
 
 use std::ffi::c_int;
 
-use hyper_multicore::shmem::{AtomicWord, Shmem};
+use hyper_multicore::shmem::{AtomicOp, AtomicWord, Located, Shmem};
 use hyper_multicore::Result;
 
 use crate::job::{self, At};
@@ -57,31 +57,37 @@ pub(crate) enum Bitwise {
     Xor,
 }
 
-fn word<T: AmoValue>(call: &str, address: usize) -> At {
-    At(job::region(call, address, std::mem::size_of::<T>()))
+fn word<T: AmoValue>(call: &str, address: usize) -> Located {
+    job::located(call, address, std::mem::size_of::<T>())
+}
+
+/// The atomic `op` on PE `pe`'s copy of the symmetric word `address` (of a `T`); returns the
+/// previous value.
+#[inline]
+fn apply<T: AmoValue>(call: &str, address: usize, op: AtomicOp<T::Word>, pe: c_int) -> T {
+    let pe = job::target_pe(call, pe);
+    let at = word::<T>(call, address);
+    // One reference captured (see `job::run`).
+    let args = &(at, op, pe);
+    T::from_word(job::run(call, move |shmem| {
+        let (at, op, pe) = args;
+        shmem.atomic_located(at, *op, *pe)
+    }))
 }
 
 /// PE `pe`'s copy of the symmetric `source`, read atomically.
 pub(crate) fn fetch<T: AmoValue>(call: &str, source: usize, pe: c_int) -> T {
-    let pe = job::target_pe(call, pe);
-    let at = word::<T>(call, source);
-    T::from_word(job::run(call, |shmem| shmem.atomic_fetch(&at, pe)))
+    apply(call, source, AtomicOp::Fetch, pe)
 }
 
 /// Stores `value` into PE `pe`'s copy of `dest` atomically.
 pub(crate) fn set<T: AmoValue>(call: &str, dest: usize, value: T, pe: c_int) {
-    let pe = job::target_pe(call, pe);
-    let at = word::<T>(call, dest);
-    job::run(call, |shmem| shmem.atomic_set(&at, value.to_word(), pe));
+    apply::<T>(call, dest, AtomicOp::Set(value.to_word()), pe);
 }
 
 /// Replaces PE `pe`'s copy of `dest` by `value`; returns the previous value.
 pub(crate) fn swap<T: AmoValue>(call: &str, dest: usize, value: T, pe: c_int) -> T {
-    let pe = job::target_pe(call, pe);
-    let at = word::<T>(call, dest);
-    T::from_word(job::run(call, |shmem| {
-        shmem.atomic_swap(&at, value.to_word(), pe)
-    }))
+    apply(call, dest, AtomicOp::Swap(value.to_word()), pe)
 }
 
 /// Sets PE `pe`'s copy of `dest` to `value` if it equals `cond`; returns the previous value.
@@ -92,20 +98,16 @@ pub(crate) fn compare_swap<T: AmoValue>(
     value: T,
     pe: c_int,
 ) -> T {
-    let pe = job::target_pe(call, pe);
-    let at = word::<T>(call, dest);
-    T::from_word(job::run(call, |shmem| {
-        shmem.atomic_compare_swap(&at, cond.to_word(), value.to_word(), pe)
-    }))
+    let op = AtomicOp::CompareSwap {
+        expected: cond.to_word(),
+        desired: value.to_word(),
+    };
+    apply(call, dest, op, pe)
 }
 
 /// Adds `value` (wrapping) to PE `pe`'s copy of `dest`; returns the previous value.
 pub(crate) fn fetch_add<T: AmoValue>(call: &str, dest: usize, value: T, pe: c_int) -> T {
-    let pe = job::target_pe(call, pe);
-    let at = word::<T>(call, dest);
-    T::from_word(job::run(call, |shmem| {
-        shmem.atomic_fetch_add(&at, value.to_word(), pe)
-    }))
+    apply(call, dest, AtomicOp::FetchAdd(value.to_word()), pe)
 }
 
 /// `fetch_add` of one.
@@ -122,7 +124,7 @@ pub(crate) fn fetch_bitwise<T: AmoValue>(
     pe: c_int,
 ) -> T {
     let pe = job::target_pe(call, pe);
-    let at = word::<T>(call, dest);
+    let at = At(word::<T>(call, dest).region());
     let operand = value.to_word().to_bits();
     T::from_word(job::run(call, |shmem| bitwise(shmem, &at, operand, op, pe)))
 }

@@ -15,11 +15,12 @@
 //! (preserved, first) and maps its pages over the data and bss again.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use hyper_multicore::lifecycle::{self, Replacement};
 use hyper_multicore::shmem::{
-    AllocationId, AllocationRecord, AllocationSpec, Dtype, Element, Region, Shmem, Symmetric,
+    AllocationId, AllocationRecord, AllocationSpec, Dtype, Element, Located, LocatedCache, Region,
+    Shmem, Symmetric,
 };
 use parking_lot::RwLock;
 
@@ -334,6 +335,10 @@ pub(crate) fn restart_heap(
 }
 
 /// Runs `f` on the runtime (a guarded call); any error ends the PE naming `call`.
+///
+/// The word-sized calls pass a closure that captures one reference (to a tuple of their
+/// arguments): the guard moves `f`, and a closure of several captures, just stored word by
+/// word, is copied in 16-byte halves, which stalls store-to-load forwarding on every call.
 pub(crate) fn run<R>(call: &str, f: impl FnOnce(&Shmem) -> hyper_multicore::Result<R>) -> R {
     if rank().is_none() {
         fail(call, NOT_INITIALIZED);
@@ -377,104 +382,74 @@ struct Block {
 }
 
 impl Block {
-    /// The `bytes` bytes at `address` (inside this block) as a runtime region.
-    #[inline]
-    fn region(&self, address: usize, bytes: usize) -> Region {
+    /// The whole block as a runtime region.
+    fn region(&self) -> Region {
         Region {
             id: self.id,
-            heap_offset: self.offset + (address - self.start) as u64,
-            bytes: bytes as u64,
+            heap_offset: self.offset,
+            bytes: (self.end - self.start) as u64,
         }
     }
 }
 
 /// Bumped whenever the tables change (an allocation made or freed, init, finalize): a cached
-/// [`Block`] of an older epoch is looked up again.
+/// block of an older epoch is looked up again.
 static TABLE_EPOCH: AtomicU64 = AtomicU64::new(0);
 
-/// The block located last (by any thread), readable without a lock: a seqlock over its words
-/// — start, end, allocation index, generation, heap offset, and the table epoch it was found
-/// in. [`CACHE_VERSION`] is odd while a thread rewrites them. Consecutive calls on the same
-/// buffer (the common case) skip the job's lock and the table, and, unlike a thread-local
-/// cache, pay no thread-local lookup (a call into the dynamic loader in a shared library).
-static CACHE: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
-static CACHE_VERSION: AtomicU64 = AtomicU64::new(0);
-
-/// The cached block and the table epoch it was found in, if no thread is rewriting it.
-#[inline]
-fn cached_block() -> Option<(u64, Block)> {
-    let version = CACHE_VERSION.load(Ordering::Acquire);
-    if version & 1 == 1 {
-        return None;
-    }
-    let [start, end, index, generation, offset, epoch] =
-        std::array::from_fn(|i| CACHE[i].load(Ordering::Relaxed));
-    fence(Ordering::Acquire);
-    if CACHE_VERSION.load(Ordering::Relaxed) != version {
-        return None;
-    }
-    let block = Block {
-        start: start as usize,
-        end: end as usize,
-        id: AllocationId { index, generation },
-        offset,
-    };
-    Some((epoch, block))
-}
-
-/// Caches `block`, found in table epoch `epoch` (skipped while another thread rewrites it).
-fn cache_block(epoch: u64, block: Block) {
-    let version = CACHE_VERSION.load(Ordering::Relaxed);
-    if version & 1 == 1
-        || CACHE_VERSION
-            .compare_exchange(version, version + 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-    {
-        return;
-    }
-    fence(Ordering::Release);
-    let words = [
-        block.start as u64,
-        block.end as u64,
-        block.id.index,
-        block.id.generation,
-        block.offset,
-        epoch,
-    ];
-    for (cached, word) in CACHE.iter().zip(words) {
-        cached.store(word, Ordering::Relaxed);
-    }
-    CACHE_VERSION.store(version + 2, Ordering::Release);
-}
+/// The block located last (by any thread), readable without a lock: the runtime's
+/// [`Located`] of the whole block (checked once, when it was found in the tables), keyed by
+/// the block's start and end in this process and the table epoch it was found in.
+/// Consecutive calls on the same buffer (the common case) skip the job's lock, the table and
+/// the runtime's full region check, and, unlike a thread-local cache, pay no thread-local
+/// lookup (a call into the dynamic loader in a shared library).
+static CACHE: LocatedCache = LocatedCache::new();
 
 fn tables_changed() {
     TABLE_EPOCH.fetch_add(1, Ordering::Release);
 }
 
-/// Where the symmetric `bytes` bytes at `address` are: the runtime region of the live
-/// allocation holding them, or `Err` with the reason.
-#[inline]
-pub(crate) fn locate(address: usize, bytes: usize) -> Result<Region, String> {
+/// Where the symmetric `bytes` bytes at `address` are: the runtime's [`Located`] range of the
+/// live allocation holding them (for the data plane's `_located` entries, which check only
+/// that the allocation is still live in the same runtime lifetime), or `Err` with the reason.
+pub(crate) fn locate(address: usize, bytes: usize) -> Result<Located, String> {
     let epoch = TABLE_EPOCH.load(Ordering::Acquire);
-    if let Some((seen, block)) = cached_block() {
-        if seen == epoch
-            && block.start <= address
-            && address < block.end
-            && address.saturating_add(bytes) <= block.end
-        {
-            return Ok(block.region(address, bytes));
-        }
+    match cached(address, bytes, epoch) {
+        Some(at) => Ok(at),
+        None => locate_in_tables(address, bytes, epoch),
     }
-    locate_in_tables(address, bytes, epoch)
 }
 
-/// [`locate`] past the cached block: looks the block up in the tables (under the
-/// job's lock) and caches it, or explains why the bytes are not symmetric.
+/// The part of the cached block holding the `bytes` bytes at `address`, if the cache holds
+/// that block as of table epoch `epoch`.
+#[inline(always)]
+fn cached(address: usize, bytes: usize, epoch: u64) -> Option<Located> {
+    let ([start, end, seen], block) = CACHE.load()?;
+    let (start, end) = (start as usize, end as usize);
+    if seen == epoch && start <= address && address < end {
+        // `part` also checks that the bytes end inside the block.
+        return block.part((address - start) as u64, bytes as u64);
+    }
+    None
+}
+
+/// [`locate`] past the cached block: looks the block up in the tables (under the job's
+/// lock), has the runtime check it, and caches it; or explains why the bytes are not
+/// symmetric.
 #[cold]
 #[inline(never)]
-fn locate_in_tables(address: usize, bytes: usize, epoch: u64) -> Result<Region, String> {
+fn locate_in_tables(address: usize, bytes: usize, epoch: u64) -> Result<Located, String> {
     let block = find_block(address, bytes)?;
-    cache_block(epoch, block);
+    let whole = lifecycle::guarded("locate", |shmem| {
+        shmem.locate_region("locate", block.region())
+    })
+    .map_err(|error| {
+        format!(
+            "the symmetric block {:#x}..{:#x} holding address {address:#x} is not usable: \
+             {error}",
+            block.start, block.end
+        )
+    })?;
+    CACHE.store([block.start as u64, block.end as u64, epoch], whole);
     if address.saturating_add(bytes) > block.end {
         return Err(format!(
             "bytes {address:#x}..{:#x} run past the end of the symmetric block they start in \
@@ -484,7 +459,9 @@ fn locate_in_tables(address: usize, bytes: usize, epoch: u64) -> Result<Region, 
             block.end
         ));
     }
-    Ok(block.region(address, bytes))
+    whole
+        .part((address - block.start) as u64, bytes as u64)
+        .ok_or_else(|| "bytes past the block's end".to_string())
 }
 
 /// The block holding `address` (`bytes` long: an address just past a block's end is in it only
@@ -547,8 +524,29 @@ fn find_block(address: usize, bytes: usize) -> Result<Block, String> {
 }
 
 /// [`locate`], ending the PE on failure.
+///
+/// The cached block's path is inlined and hands the range back by value, with no `Result` in
+/// between: moving a just-built range through a `Result` (stored as words, reloaded as 16-byte
+/// halves) stalled store-to-load forwarding on every call.
+#[inline(always)]
+pub(crate) fn located(call: &str, address: usize, bytes: usize) -> Located {
+    let epoch = TABLE_EPOCH.load(Ordering::Acquire);
+    if let Some(at) = cached(address, bytes, epoch) {
+        return at;
+    }
+    located_in_tables(call, address, bytes, epoch)
+}
+
+/// [`located`] past the cached block.
+#[cold]
+#[inline(never)]
+fn located_in_tables(call: &str, address: usize, bytes: usize, epoch: u64) -> Located {
+    locate_in_tables(address, bytes, epoch).unwrap_or_else(|why| fail(call, why))
+}
+
+/// [`located`] as a region (for the runtime's checked entries).
 pub(crate) fn region(call: &str, address: usize, bytes: usize) -> Region {
-    locate(address, bytes).unwrap_or_else(|why| fail(call, why))
+    located(call, address, bytes).region()
 }
 
 /// The address of heap offset `offset` on this PE.

@@ -5,7 +5,7 @@
 
 use std::ffi::c_int;
 
-use hyper_multicore::shmem::SignalOp;
+use hyper_multicore::shmem::{AtomicOp, SignalOp};
 
 use crate::failure::fail;
 use crate::job::{self, At};
@@ -43,10 +43,15 @@ pub(crate) fn strided_bytes(call: &str, nelems: usize, stride: isize, size: usiz
 pub(crate) fn put(call: &str, dest: usize, source: CallerBuffer, pe: c_int, nbi: bool) {
     let pe = job::target_pe(call, pe);
     source.with_source(|bytes| {
-        let region = job::region(call, dest, bytes.len());
-        job::run(call, |shmem| match nbi {
-            false => shmem.put_bytes(region, bytes, pe),
-            true => shmem.put_nbi::<u8>(&At(region), bytes, pe),
+        let at = job::located(call, dest, bytes.len());
+        // One reference captured (see `job::run`).
+        let args = &(at, bytes, pe, nbi);
+        job::run(call, move |shmem| {
+            let (at, bytes, pe, nbi) = args;
+            match nbi {
+                false => shmem.put_located(at, bytes, *pe),
+                true => shmem.put_nbi::<u8>(&At(at.region()), bytes, *pe),
+            }
         });
     });
 }
@@ -55,10 +60,15 @@ pub(crate) fn put(call: &str, dest: usize, source: CallerBuffer, pe: c_int, nbi:
 pub(crate) fn get(call: &str, target: CallerBuffer, source: usize, pe: c_int, nbi: bool) {
     let pe = job::target_pe(call, pe);
     target.with_target(|bytes| {
-        let region = job::region(call, source, bytes.len());
-        job::run(call, |shmem| match nbi {
-            false => shmem.get_bytes(bytes, region, pe),
-            true => shmem.get_nbi::<u8>(bytes, &At(region), pe),
+        let at = job::located(call, source, bytes.len());
+        // One reference captured (see `job::run`).
+        let args = &mut (at, bytes, pe, nbi);
+        job::run(call, move |shmem| {
+            let (at, bytes, pe, nbi) = args;
+            match nbi {
+                false => shmem.get_located(bytes, at, *pe),
+                true => shmem.get_nbi::<u8>(bytes, &At(at.region()), *pe),
+            }
         });
     });
 }
@@ -150,12 +160,27 @@ pub(crate) fn signal_fetch(call: &str, signal: usize) -> u64 {
 pub(crate) fn p<R: bytemuck::Pod>(call: &str, dest: usize, value: R, pe: c_int) {
     let pe = job::target_pe(call, pe);
     let bytes = bytemuck::bytes_of(&value);
-    let region = At(job::region(call, dest, bytes.len()));
+    let at = job::located(call, dest, bytes.len());
     let aligned = dest % bytes.len().max(1) == 0;
-    job::run(call, |shmem| match bytes.len() {
-        4 if aligned => shmem.atomic_set(&region, bytemuck::pod_read_unaligned::<u32>(bytes), pe),
-        8 if aligned => shmem.atomic_set(&region, bytemuck::pod_read_unaligned::<u64>(bytes), pe),
-        _ => shmem.put_bytes(region.0, bytes, pe),
+    // One reference captured (see `job::run`).
+    let args = &(at, bytes, pe, aligned);
+    job::run(call, move |shmem| {
+        let (at, bytes, pe, aligned) = *args;
+        match bytes.len() {
+            4 if aligned => {
+                let value = bytemuck::pod_read_unaligned::<u32>(bytes);
+                shmem
+                    .atomic_located(&at, AtomicOp::Set(value), pe)
+                    .map(drop)
+            }
+            8 if aligned => {
+                let value = bytemuck::pod_read_unaligned::<u64>(bytes);
+                shmem
+                    .atomic_located(&at, AtomicOp::Set(value), pe)
+                    .map(drop)
+            }
+            _ => shmem.put_located(&at, bytes, pe),
+        }
     });
 }
 
@@ -163,9 +188,12 @@ pub(crate) fn p<R: bytemuck::Pod>(call: &str, dest: usize, value: R, pe: c_int) 
 pub(crate) fn g<R: bytemuck::Pod>(call: &str, source: usize, pe: c_int) -> R {
     let pe = job::target_pe(call, pe);
     let mut value = R::zeroed();
-    let region = job::region(call, source, std::mem::size_of::<R>());
-    job::run(call, |shmem| {
-        shmem.get_bytes(bytemuck::bytes_of_mut(&mut value), region, pe)
+    let at = job::located(call, source, std::mem::size_of::<R>());
+    // One reference captured (see `job::run`).
+    let args = &mut (at, &mut value, pe);
+    job::run(call, move |shmem| {
+        let (at, value, pe) = args;
+        shmem.get_located(bytemuck::bytes_of_mut(*value), at, *pe)
     });
     value
 }

@@ -336,6 +336,58 @@ fn a_heap_restart_naming_no_block_start_fails_every_pe() {
 }
 
 #[test]
+fn a_freed_block_used_again_fails_every_pe() {
+    // The block was located (and cached) by the first add; the second is refused.
+    fails_fast(
+        "freed",
+        2,
+        |code| code == 1,
+        &[
+            "PE 0: shmem_long_atomic_fetch_add: bytes 0x",
+            "PE 1: shmem_long_atomic_fetch_add: bytes 0x",
+        ],
+    );
+    let program = compile("failures");
+    let finished = run(&program.binary, 1, &["freed"], "600");
+    assert!(
+        finished
+            .stderr
+            .contains("are not inside one live shmem_malloc allocation (freed"),
+        "{finished:?}"
+    );
+}
+
+#[test]
+fn bytes_past_a_block_and_a_pe_past_the_last_fail_every_pe() {
+    fails_fast(
+        "past_end",
+        2,
+        |code| code == 1,
+        &[
+            "PE 0: shmem_putmem: bytes 0x",
+            "PE 1: shmem_putmem: bytes 0x",
+        ],
+    );
+    let program = compile("failures");
+    let finished = run(&program.binary, 1, &["past_end"], "600");
+    assert!(
+        finished
+            .stderr
+            .contains("run past the end of the symmetric block they start in"),
+        "{finished:?}"
+    );
+    fails_fast(
+        "bad_pe",
+        2,
+        |code| code == 1,
+        &[
+            "PE 0: shmem_long_p: PE 2 does not exist: the job has PEs 0..2",
+            "PE 1: shmem_long_p: PE 2 does not exist: the job has PEs 0..2",
+        ],
+    );
+}
+
+#[test]
 fn reductions_every_operator_and_type_on_teams_and_active_sets() {
     passes_on_1_2_4_pes("reductions");
 }

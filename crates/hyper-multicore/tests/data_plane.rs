@@ -379,6 +379,114 @@ fn freed_and_foreign_regions_are_refused() {
     finish(shmem);
 }
 
+/// The `_located` entries: a range checked once by `locate_region` (and parts of it) moves
+/// data and runs every atomic to every PE; a `LocatedCache` gives back what was stored; and
+/// the entries still refuse a freed allocation, a PE out of range, a length or word-size
+/// mismatch, with the checked entries' errors.
+fn located_ranges() {
+    use hyper_multicore::shmem::{AtomicOp, LocatedCache};
+    use hyper_multicore::ErrorKind;
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let (rank, size) = (shmem.rank(), shmem.size());
+    let words = shmem.allocate::<u64>(2 * size, None).unwrap();
+    let whole = shmem.locate_region("test", words.region()).unwrap();
+    assert_eq!(whole.region(), words.region());
+    assert!(
+        whole.part(0, 16 * size as u64 + 1).is_none(),
+        "past the end"
+    );
+    assert!(whole.part(u64::MAX, 2).is_none(), "overflowing");
+    let cache = LocatedCache::new();
+    assert!(cache.load().is_none());
+    cache.store([1, 2, 3], whole);
+    assert_eq!(cache.load(), Some(([1, 2, 3], whole)));
+    shmem.barrier().unwrap();
+    // Slot `rank` of every PE gets this PE's bytes; slot `size + rank` counts atomically.
+    let slot = whole.part(8 * rank as u64, 8).unwrap();
+    let counter = whole.part(8 * (size + rank) as u64, 8).unwrap();
+    for pe in 0..size {
+        shmem
+            .put_located(&slot, &(rank as u64 + 100).to_ne_bytes(), pe)
+            .unwrap();
+        let before: u64 = shmem
+            .atomic_located(&counter, AtomicOp::FetchAdd(5), pe)
+            .unwrap();
+        assert_eq!(before, 0);
+        let op = AtomicOp::CompareSwap {
+            expected: 5u64,
+            desired: 7,
+        };
+        assert_eq!(shmem.atomic_located(&counter, op, pe).unwrap(), 5);
+        assert_eq!(
+            shmem
+                .atomic_located(&counter, AtomicOp::Swap(9u64), pe)
+                .unwrap(),
+            7
+        );
+        shmem
+            .atomic_located(&counter, AtomicOp::Set(11u64), pe)
+            .unwrap();
+        assert_eq!(
+            shmem
+                .atomic_located::<u64>(&counter, AtomicOp::Fetch, pe)
+                .unwrap(),
+            11
+        );
+    }
+    shmem.barrier().unwrap();
+    for pe in 0..size {
+        for writer in 0..size {
+            let mut back = [0u8; 8];
+            let part = whole.part(8 * writer as u64, 8).unwrap();
+            shmem.get_located(&mut back, &part, pe).unwrap();
+            assert_eq!(
+                u64::from_ne_bytes(back),
+                writer as u64 + 100,
+                "PE {pe}, writer {writer}"
+            );
+        }
+    }
+    // The checks the checked entries make, with their errors.
+    let error = shmem.put_located(&slot, &[0u8; 8], size).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("PE {size} is out of range")),
+        "{error}"
+    );
+    let error = shmem.get_located(&mut [0u8; 4], &slot, 0).unwrap_err();
+    assert!(error.to_string().contains("byte-count mismatch"), "{error}");
+    let error = shmem
+        .atomic_located(&counter, AtomicOp::FetchAdd(1u32), 0)
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("exactly one 4-byte word"),
+        "{error}"
+    );
+    // A freed allocation is refused through a range located while it was live.
+    shmem.barrier().unwrap();
+    shmem.free(words).unwrap();
+    let freed = |result: hyper_multicore::Result<()>, what: &str| {
+        let error = result.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::DoubleFree, "{what}: {error}");
+        assert!(
+            error.to_string().contains("has been freed"),
+            "{what}: {error}"
+        );
+    };
+    for pe in 0..size {
+        freed(shmem.put_located(&slot, &[0u8; 8], pe), "put_located");
+        freed(shmem.get_located(&mut [0u8; 8], &slot, pe), "get_located");
+        freed(
+            shmem
+                .atomic_located(&counter, AtomicOp::FetchAdd(1u64), pe)
+                .map(drop),
+            "atomic_located",
+        );
+    }
+    finish(shmem);
+}
+
 /// A get from a PE whose main thread is busy — computing, never calling the runtime — completes:
 /// over UCX (forced here) the target's progress thread serves it. PE 1 spins (yielding) on a word
 /// of its own heap through a raw pointer until PE 0, after its get, puts the release value there.
@@ -447,6 +555,7 @@ on_pes!(atomics: atomics_2_pes = 2, atomics_4_pes = 4);
 on_pes!(collectives: collectives_2_pes = 2, collectives_4_pes = 4);
 on_pes!(barriers: barriers_2_pes = 2, barriers_4_pes = 4, barriers_8_pes = 8);
 on_pes!(freed_and_foreign_regions_are_refused: freed_and_foreign_regions_are_refused_2_pes = 2);
+on_pes!(located_ranges: located_ranges_2_pes = 2, located_ranges_4_pes = 4);
 
 /// A root spanning two simulated hosts (`HYPER_MULTICORE_TEST_HOST`: ranks 0–1 on "a", 2–3 on
 /// "b"): shared memory within each host's segment, UCX between them, barriers and the allocate

@@ -365,6 +365,56 @@ fn handles_of_an_earlier_lifetime_are_rejected() {
         .assert_all_succeeded();
 }
 
+/// A range located in one runtime lifetime is refused by the `_located` entries in the next,
+/// even though an allocation of the same index is live there: the generation tells them apart.
+#[test]
+fn located_ranges_of_an_earlier_lifetime_are_refused() {
+    use hyper_multicore::shmem::{AtomicOp, Symmetric};
+    if is_pe() {
+        let world = World::from_env().unwrap();
+        let first = initialize_over(&world, HEAP).unwrap();
+        let old = first.allocate::<u64>(1, None).unwrap();
+        let stale = first.locate_region("test", old.region()).unwrap();
+        first.barrier().unwrap();
+        first.free(old).unwrap();
+        first.shutdown().unwrap();
+        let second = initialize_over(&world, HEAP).unwrap();
+        let fresh = second.allocate::<u64>(1, None).unwrap();
+        assert_eq!(fresh.id().index, stale.region().id.index);
+        let refused = |result: hyper_multicore::Result<()>, what: &str| {
+            let error = result.unwrap_err();
+            assert!(
+                error.to_string().contains("another runtime lifetime"),
+                "{what}: {error}"
+            );
+        };
+        for pe in 0..second.size() {
+            refused(second.put_located(&stale, &[1u8; 8], pe), "put_located");
+            refused(second.get_located(&mut [0u8; 8], &stale, pe), "get_located");
+            refused(
+                second
+                    .atomic_located(&stale, AtomicOp::FetchAdd(1u64), pe)
+                    .map(drop),
+                "atomic_located",
+            );
+        }
+        let mut back = [9u64];
+        second.get(&mut back, &fresh, second.rank()).unwrap();
+        assert_eq!(
+            back,
+            [0],
+            "the stale range wrote into the new lifetime's allocation"
+        );
+        second.barrier().unwrap();
+        second.free(fresh).unwrap();
+        second.shutdown().unwrap();
+        return;
+    }
+    Job::launch("located_ranges_of_an_earlier_lifetime_are_refused", 2)
+        .wait()
+        .assert_all_succeeded();
+}
+
 #[test]
 fn a_mapping_keepalive_outlives_the_runtime() {
     if is_pe() {

@@ -67,6 +67,10 @@ fn shared(address: usize, len: usize) -> bool {
 /// per thread, still costs a thread-local access in a shared library).
 const SMALL: usize = 64;
 
+/// The most common small buffer (a `long`, a `double`): copied as one word, not through
+/// `memcpy` with a length known only at run time.
+const WORD: usize = 8;
+
 /// `len` bytes of the C caller's memory at `address`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct CallerBuffer {
@@ -110,6 +114,12 @@ impl CallerBuffer {
         if self.len == 0 {
             return f(&[]);
         }
+        if self.len == WORD {
+            // SAFETY: readable for `len` = 8 bytes (constructor contract), unaligned allowed;
+            // shared bytes are plain data (module contract).
+            let copy = unsafe { (self.address as *const [u8; WORD]).read_unaligned() };
+            return f(&copy);
+        }
         if self.len <= SMALL {
             let mut copy = [0u8; SMALL];
             // SAFETY: readable for `len` bytes (constructor contract); the copy is private, at
@@ -148,6 +158,13 @@ impl CallerBuffer {
     pub(crate) fn with_target<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         if self.len == 0 {
             return f(&mut []);
+        }
+        if self.len == WORD {
+            let mut copy = [0u8; WORD];
+            let result = f(&mut copy);
+            // SAFETY: writable for `len` = 8 bytes (constructor contract), unaligned allowed.
+            unsafe { (self.address as *mut [u8; WORD]).write_unaligned(copy) };
+            return result;
         }
         if self.len <= SMALL {
             let mut copy = [0u8; SMALL];

@@ -4,7 +4,10 @@
  *   not_symmetric  PE 0 puts to a stack address;
  *   malloc_sizes   every PE asks shmem_malloc for a different size;
  *   active_set     every PE calls shmem_barrier on an active set reaching past the last PE;
- *   restart_block  every PE asks shmemx_restart_heap to replace an address inside a block.
+ *   restart_block  every PE asks shmemx_restart_heap to replace an address inside a block;
+ *   freed          every PE adds to a block atomically, frees it, and adds to it again;
+ *   past_end       every PE puts 8 bytes to an 8-byte block, then 16;
+ *   bad_pe         every PE puts a long to its own copy, then to PE n.
  * Every PE first prints its process id, so the harness can check none is left behind. */
 #include <shmem.h>
 #include <shmemx.h>
@@ -41,6 +44,20 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[1], "restart_block") == 0) {
         shmemx_heap_replacement_t inside = {(char *)flag + 2, 64, 1, NULL};
         shmemx_restart_heap(1 << 20, &inside, 1);
+    } else if (strcmp(argv[1], "freed") == 0) {
+        long *block = shmem_calloc(1, sizeof(long));
+        shmem_long_atomic_fetch_add(block, 1, me);
+        shmem_free(block);
+        shmem_long_atomic_fetch_add(block, 1, me);
+    } else if (strcmp(argv[1], "past_end") == 0) {
+        long *block = shmem_calloc(1, sizeof(long));
+        long values[2] = {1, 2};
+        shmem_putmem(block, values, sizeof(long), me);
+        shmem_putmem(block, values, sizeof values, me);
+    } else if (strcmp(argv[1], "bad_pe") == 0) {
+        long *block = shmem_calloc(1, sizeof(long));
+        shmem_long_p(block, 1, me);
+        shmem_long_p(block, 1, n);
     }
     printf("PE %d reached the end, which it must not\n", me);
     return 0;

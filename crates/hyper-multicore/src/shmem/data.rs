@@ -4,9 +4,17 @@
 //! Every operation goes through the transport layer (`super::transport`), which routes it per
 //! peer: for a PE whose heap is mapped here it is a copy or an atomic instruction on the shared
 //! mapping — no thread or syscall is involved unless a waiter must sleep.
+//!
+//! Fronts that address the heap by raw address (the OpenSHMEM C API) check a range once
+//! ([`Shmem::locate_region`]) and keep the [`Located`] it returns (in a [`LocatedCache`]): the
+//! `_located` entries ([`Shmem::put_located`], [`Shmem::get_located`],
+//! [`Shmem::atomic_located`], which take it by reference: a front calls them right after
+//! building it, and a by-value copy of a just-stored 32-byte value may stall store-to-load
+//! forwarding) then only check that the runtime lifetime is the same and the
+//! allocation still live, and go through the same transport calls as every other entry.
 
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::allocation::{Element, Region, Symmetric};
@@ -87,6 +95,172 @@ macro_rules! atomic_words {
 }
 atomic_words!(u32 => u32, i32 => u32, u64 => u64, i64 => u64);
 
+/// A byte range of one allocation that a checked call ([`Shmem::locate_region`]) found inside
+/// its live allocation, in the runtime lifetime of the allocation's generation.
+///
+/// Only checked calls make one (and [`Located::part`], a sub-range of one), so the `_located`
+/// entries need not look at the allocation's span again: allocation indices are never reused
+/// within a lifetime, so while the generation is the runtime's and the allocation is live the
+/// span is the one that was checked. They still check both (a generation compare and one
+/// lock-free load): a `Located` kept past a free, a shutdown or a restart is refused with the
+/// same error as a stale [`Region`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Located {
+    region: Region,
+}
+
+impl Located {
+    /// The range as a [`Region`] (for the checked entries).
+    pub fn region(&self) -> Region {
+        self.region
+    }
+
+    /// The `bytes` bytes at `offset` from this range's start, if they lie inside it.
+    #[inline]
+    pub fn part(&self, offset: u64, bytes: u64) -> Option<Located> {
+        let end = offset.checked_add(bytes)?;
+        (end <= self.region.bytes).then_some(Located {
+            region: Region {
+                id: self.region.id,
+                heap_offset: self.region.heap_offset + offset,
+                bytes,
+            },
+        })
+    }
+}
+
+/// One [`Located`] and three words of the caller's (a key: e.g. the address range it covers
+/// and the epoch of the caller's tables), readable and replaceable by any thread without a
+/// lock: a sequence lock over atomic words (the version is odd while a thread rewrites them).
+/// What [`LocatedCache::load`] returns is always a pair some thread stored, never a mix, so a
+/// `Located` taken out of it was made by a checked call.
+///
+/// ```
+/// use hyper_multicore::shmem::LocatedCache;
+/// static LAST: LocatedCache = LocatedCache::new();
+/// assert!(LAST.load().is_none(), "empty until a Located is stored");
+/// ```
+#[derive(Debug)]
+pub struct LocatedCache {
+    /// Even: the words are consistent (0: nothing stored yet); odd: a thread rewrites them.
+    version: AtomicU64,
+    /// The key, then the allocation index and generation, heap offset and length.
+    words: [AtomicU64; 7],
+}
+
+impl Default for LocatedCache {
+    fn default() -> Self {
+        LocatedCache::new()
+    }
+}
+
+impl LocatedCache {
+    /// An empty cache.
+    pub const fn new() -> LocatedCache {
+        LocatedCache {
+            version: AtomicU64::new(0),
+            words: [const { AtomicU64::new(0) }; 7],
+        }
+    }
+
+    /// The key and the `Located` stored last, if any and no thread is rewriting them.
+    #[inline]
+    pub fn load(&self) -> Option<([u64; 3], Located)> {
+        let version = self.version.load(Ordering::Acquire);
+        if version == 0 || version & 1 == 1 {
+            return None;
+        }
+        let [a, b, c, index, generation, heap_offset, bytes] =
+            std::array::from_fn(|i| self.words[i].load(Ordering::Relaxed));
+        fence(Ordering::Acquire);
+        if self.version.load(Ordering::Relaxed) != version {
+            return None;
+        }
+        let region = Region {
+            id: super::allocation::AllocationId { index, generation },
+            heap_offset,
+            bytes,
+        };
+        Some(([a, b, c], Located { region }))
+    }
+
+    /// Stores `located` under `key` (skipped while another thread rewrites the cache: the
+    /// cache is a hint, a miss only costs a checked call).
+    pub fn store(&self, key: [u64; 3], located: Located) {
+        let version = self.version.load(Ordering::Relaxed);
+        if version & 1 == 1
+            || self
+                .version
+                .compare_exchange(version, version + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        fence(Ordering::Release);
+        let region = located.region;
+        let words = [
+            key[0],
+            key[1],
+            key[2],
+            region.id.index,
+            region.id.generation,
+            region.heap_offset,
+            region.bytes,
+        ];
+        for (word, value) in self.words.iter().zip(words) {
+            word.store(value, Ordering::Relaxed);
+        }
+        self.version.store(version + 2, Ordering::Release);
+    }
+}
+
+/// An atomic operation of [`Shmem::atomic_located`] on a word of type `W`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp<W> {
+    /// Read the word ([`Shmem::atomic_fetch`]).
+    Fetch,
+    /// Store the value ([`Shmem::atomic_set`]).
+    Set(W),
+    /// Store the value, return the previous one ([`Shmem::atomic_swap`]).
+    Swap(W),
+    /// Store `desired` if the word equals `expected` ([`Shmem::atomic_compare_swap`]).
+    CompareSwap {
+        /// The value the word must hold.
+        expected: W,
+        /// The value stored then.
+        desired: W,
+    },
+    /// Add the value, wrapping ([`Shmem::atomic_fetch_add`]).
+    FetchAdd(W),
+}
+
+impl<W: AtomicWord> AtomicOp<W> {
+    /// The operation's name in errors (that of its checked entry).
+    fn name(&self) -> &'static str {
+        match self {
+            AtomicOp::Fetch => "atomic_fetch",
+            AtomicOp::Set(_) => "atomic_set",
+            AtomicOp::Swap(_) => "atomic_swap",
+            AtomicOp::CompareSwap { .. } => "atomic_compare_swap",
+            AtomicOp::FetchAdd(_) => "atomic_fetch_add",
+        }
+    }
+
+    /// The transport's read-modify-write.
+    fn rmw(self) -> Rmw {
+        match self {
+            AtomicOp::Fetch => Rmw::Load,
+            AtomicOp::Set(value) => Rmw::Store(value.to_bits()),
+            AtomicOp::Swap(value) => Rmw::Swap(value.to_bits()),
+            AtomicOp::CompareSwap { expected, desired } => Rmw::CompareSwap {
+                expected: expected.to_bits(),
+                desired: desired.to_bits(),
+            },
+            AtomicOp::FetchAdd(value) => Rmw::Add(value.to_bits()),
+        }
+    }
+}
+
 impl Shmem {
     /// The offset of `region` in PE `pe`'s heap, after checking both.
     fn locate(&self, operation: &str, region: Region, pe: usize) -> Result<usize> {
@@ -122,6 +296,76 @@ impl Shmem {
                 region.bytes
             ),
         ))
+    }
+
+    /// Checks `region` once for the `_located` entries: of this runtime lifetime, its
+    /// allocation live, the range inside it (the check every data-plane call makes).
+    pub fn locate_region(&self, operation: &str, region: Region) -> Result<Located> {
+        self.check_region(operation, region)?;
+        Ok(Located { region })
+    }
+
+    /// True if `at` may still be used on PE `pe` for `bytes` bytes: the runtime lifetime is
+    /// the one it was located in, its allocation is still live, `pe` is a PE of the root and
+    /// the lengths match. Its span is not looked at again (see [`Located`]).
+    #[inline]
+    fn still_located(&self, at: &Located, bytes: usize, pe: usize) -> bool {
+        at.region.id.generation == self.segment.generation()
+            && self.live.is_live(at.region.id.index)
+            && pe < self.size
+            && at.region.bytes == bytes as u64
+    }
+
+    /// Why `at` was refused by [`Shmem::still_located`]: the checked entry's own check of its
+    /// region (`check`), which names the cause.
+    #[cold]
+    #[inline(never)]
+    fn refuse_located<R>(&self, check: impl FnOnce() -> Result<R>) -> Result<R> {
+        check()
+    }
+
+    /// [`Shmem::put_bytes`] into a range located before (see [`Located`]).
+    #[inline]
+    pub fn put_located(&self, target: &Located, source: &[u8], pe: usize) -> Result<()> {
+        let offset = match self.still_located(target, source.len(), pe) {
+            true => target.region.heap_offset as usize,
+            false => {
+                self.refuse_located(|| self.locate_bytes("put", target.region, source.len(), pe))?
+            }
+        };
+        self.transport.put(pe, offset, source)
+    }
+
+    /// [`Shmem::get_bytes`] out of a range located before (see [`Located`]).
+    #[inline]
+    pub fn get_located(&self, target: &mut [u8], source: &Located, pe: usize) -> Result<()> {
+        let offset = match self.still_located(source, target.len(), pe) {
+            true => source.region.heap_offset as usize,
+            false => {
+                self.refuse_located(|| self.locate_bytes("get", source.region, target.len(), pe))?
+            }
+        };
+        self.transport.get(pe, offset, target)
+    }
+
+    /// The atomic `op` on PE `pe`'s copy of the one-`W` word `target`, located before (see
+    /// [`Located`]); returns the previous value (the value read, for [`AtomicOp::Fetch`]).
+    #[inline]
+    pub fn atomic_located<W: AtomicWord>(
+        &self,
+        target: &Located,
+        op: AtomicOp<W>,
+        pe: usize,
+    ) -> Result<W> {
+        let width = std::mem::size_of::<W>();
+        let offset = match self.still_located(target, width, pe) {
+            true => target.region.heap_offset as usize,
+            false => self.refuse_located(|| {
+                self.locate_word::<W>(op.name(), target.region, pe)
+                    .map(|(offset, _)| offset)
+            })?,
+        };
+        self.rmw_at(pe, offset, Width::of_bytes(width), op.rmw())
     }
 
     /// The byte range `offset..offset + bytes` of live allocation `id` (fails if the allocation
@@ -262,6 +506,13 @@ impl Shmem {
         rmw: Rmw,
     ) -> Result<W> {
         let (offset, width) = self.locate_word::<W>(operation, target, pe)?;
+        self.rmw_at(pe, offset, width, rmw)
+    }
+
+    /// The transport's `rmw` on the word at heap offset `offset` of PE `pe` (located and
+    /// checked by the caller).
+    #[inline]
+    fn rmw_at<W: AtomicWord>(&self, pe: usize, offset: usize, width: Width, rmw: Rmw) -> Result<W> {
         let previous = self.transport.atomic(pe, offset, width, rmw)?;
         Ok(W::from_bits(previous))
     }

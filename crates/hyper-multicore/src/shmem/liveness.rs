@@ -120,6 +120,7 @@ impl Liveness {
     }
 
     /// True if allocation `index` is live (whatever range is asked for).
+    #[inline]
     pub(crate) fn is_live(&self, index: u64) -> bool {
         self.span(index)
             .is_some_and(|span| span.end.load(Ordering::Acquire) != 0)

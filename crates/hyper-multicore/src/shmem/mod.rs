@@ -55,7 +55,7 @@ pub use allocation::{
     Allocation, AllocationId, AllocationRecord, AllocationSpec, Dtype, Element, Region, Symmetric,
     View,
 };
-pub use data::{AtomicWord, Comparison, SignalOp};
+pub use data::{AtomicOp, AtomicWord, Comparison, Located, LocatedCache, SignalOp};
 pub(crate) use initialize::Joining;
 pub use process::{latest_failure, runtime_state, FailureRecord, RuntimeState};
 pub use reduce::{ReduceOp, ReduceSet, Reducible, HIERARCHICAL_REDUCE_MIN_BYTES};

@@ -94,7 +94,19 @@ pub(crate) const GROWTH_CHECK: &str = "grow (quick check)";
 #[inline]
 pub(crate) fn check_leased(operation: &str) -> Result<()> {
     let word = LEASE_WORD.load(Ordering::Acquire);
-    if word == 0 || THREAD_LEASE.with(Cell::get) == word {
+    if word == 0 {
+        return Ok(());
+    }
+    check_thread_lease(operation, word)
+}
+
+/// [`check_leased`] while a shared root manages the heap: compares the lease word with this
+/// thread's. Out of line so that the thread-local access stays here: inlined, the compiler may
+/// compute the thread-local's address before the test of the lease word, and in a shared
+/// library (libhmshmem) that is a call into the dynamic loader on every guarded call.
+#[inline(never)]
+fn check_thread_lease(operation: &str, word: u64) -> Result<()> {
+    if THREAD_LEASE.with(Cell::get) == word {
         return Ok(());
     }
     unleased(operation, word)

@@ -12,24 +12,85 @@
 use std::io;
 use std::os::fd::AsFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64};
+use std::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use rustix::mm::{mmap, mmap_anonymous, munmap, MapFlags, ProtFlags};
 
 /// Every [`SharedMapping`] alive in this process, as `(start address, length)`: registered when
 /// mapped, removed just before it is unmapped. Fronts check local buffers against it so that no
-/// reference is ever formed over memory other processes write ([`overlaps_any`]).
+/// reference is ever formed over memory other processes write ([`overlaps_any`]). Changed only
+/// under its lock, which also republishes it in [`PUBLISHED`].
 static MAPPED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// How many ranges [`PUBLISHED`] holds; a process maps a few (a runtime's segment, a mapping
+/// kept alive across a restart), so more are rare and checked under [`MAPPED`]'s lock.
+const PUBLISHED_RANGES: usize = 8;
+
+/// [`MAPPED`] published for lock-free reads: a sequence lock over atomic words, rewritten by
+/// the holder of `MAPPED`'s lock after every change.
+struct Published {
+    /// Even while the words are consistent; odd while they are rewritten.
+    version: AtomicUsize,
+    /// The number of ranges in `MAPPED` (more than [`PUBLISHED_RANGES`]: readers take the lock).
+    count: AtomicUsize,
+    /// The first `count` ranges' starts and lengths.
+    ranges: [[AtomicUsize; 2]; PUBLISHED_RANGES],
+}
+
+static PUBLISHED: Published = Published {
+    version: AtomicUsize::new(0),
+    count: AtomicUsize::new(0),
+    ranges: [const { [AtomicUsize::new(0), AtomicUsize::new(0)] }; PUBLISHED_RANGES],
+};
+
+/// Republishes `mapped` (the contents of [`MAPPED`], whose lock the caller holds: one writer at
+/// a time).
+fn publish(mapped: &[(usize, usize)]) {
+    let version = PUBLISHED.version.load(Ordering::Relaxed);
+    PUBLISHED.version.store(version + 1, Ordering::Relaxed);
+    fence(Ordering::Release);
+    PUBLISHED.count.store(mapped.len(), Ordering::Relaxed);
+    for (slot, &(start, len)) in PUBLISHED.ranges.iter().zip(mapped) {
+        slot[0].store(start, Ordering::Relaxed);
+        slot[1].store(len, Ordering::Relaxed);
+    }
+    PUBLISHED.version.store(version + 2, Ordering::Release);
+}
+
+/// [`overlaps_any`] from [`PUBLISHED`], without a lock; `None` if a writer was rewriting it or
+/// it overflowed (then ask under the lock).
+#[inline]
+fn overlaps_published(address: usize, end: usize) -> Option<bool> {
+    let version = PUBLISHED.version.load(Ordering::Acquire);
+    if version & 1 == 1 {
+        return None;
+    }
+    let count = PUBLISHED.count.load(Ordering::Relaxed);
+    if count > PUBLISHED_RANGES {
+        return None;
+    }
+    let overlaps = PUBLISHED.ranges[..count].iter().any(|slot| {
+        let start = slot[0].load(Ordering::Relaxed);
+        let len = slot[1].load(Ordering::Relaxed);
+        address < start.saturating_add(len) && start < end
+    });
+    fence(Ordering::Acquire);
+    (PUBLISHED.version.load(Ordering::Relaxed) == version).then_some(overlaps)
+}
 
 /// True if `address..address + len` overlaps any shared mapping alive in this process (a
 /// zero-length range overlaps nothing; a range that wraps around the address space overlaps
-/// everything it could).
+/// everything it could). Without a lock while few mappings are alive and none is being added
+/// or removed at the moment; else under [`MAPPED`]'s lock.
 pub(crate) fn overlaps_any(address: usize, len: usize) -> bool {
     if len == 0 {
         return false;
     }
     let end = address.saturating_add(len);
+    if let Some(overlaps) = overlaps_published(address, end) {
+        return overlaps;
+    }
     MAPPED
         .lock()
         .iter()
@@ -120,7 +181,10 @@ impl SharedMapping {
             }
         };
         let base = NonNull::new(mapped.cast::<u8>()).expect("mmap never returns null on success");
-        MAPPED.lock().push((base.as_ptr() as usize, len));
+        let mut mapped = MAPPED.lock();
+        mapped.push((base.as_ptr() as usize, len));
+        publish(&mapped);
+        drop(mapped);
         Ok(SharedMapping { base, len })
     }
 
@@ -292,12 +356,62 @@ impl Drop for SharedMapping {
             let start = self.base.as_ptr() as usize;
             if let Some(index) = mapped.iter().position(|&entry| entry == (start, self.len)) {
                 mapped.swap_remove(index);
+                publish(&mapped);
             }
         }
         // SAFETY: we own this mapping; every borrow derived from it has ended (they borrow
         // `self`).
         unsafe {
             let _ = munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memfd_mapping(len: usize) -> SharedMapping {
+        let fd = rustix::fs::memfd_create("mapping-test", rustix::fs::MemfdFlags::CLOEXEC)
+            .expect("memfd_create");
+        rustix::fs::ftruncate(&fd, len as u64).expect("ftruncate");
+        SharedMapping::map(&fd, len, 4096).expect("map")
+    }
+
+    /// Every live mapping is seen, with fewer mappings than are published and with more (the
+    /// locked fallback), and a dropped one is not seen any more.
+    #[test]
+    fn overlaps_see_every_live_mapping() {
+        for count in [1, PUBLISHED_RANGES + 3] {
+            let mappings: Vec<_> = (0..count).map(|_| memfd_mapping(8192)).collect();
+            let ranges: Vec<_> = mappings
+                .iter()
+                .map(|m| (m.address(0) as usize, m.len))
+                .collect();
+            for &(start, len) in &ranges {
+                assert!(overlaps_any(start, 1), "{count} mappings: the first byte");
+                assert!(
+                    overlaps_any(start + len - 1, 1),
+                    "{count} mappings: the last byte"
+                );
+                assert!(
+                    overlaps_any(start - 8, 9),
+                    "{count} mappings: straddling the start"
+                );
+                assert!(!overlaps_any(start, 0), "{count} mappings: zero bytes");
+            }
+            drop(mappings);
+            for &(start, len) in &ranges {
+                // Another test's mapping may land there meanwhile; only ours are known gone.
+                let reused = MAPPED
+                    .lock()
+                    .iter()
+                    .any(|&(s, l)| start < s + l && s < start + len);
+                assert!(
+                    reused || !overlaps_any(start, len),
+                    "{count} mappings: dropped"
+                );
+            }
         }
     }
 }
