@@ -1034,13 +1034,9 @@ pub fn guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Resul
         return Err(invalidated_error(operation));
     }
     check_leased(operation)?;
-    let mut f = Some(f);
-    if let Some(result) =
-        RUNTIME.enter(|runtime| with_runtime(operation, runtime.as_ref(), f.take().unwrap()))
-    {
-        return result;
+    if let Some(runtime) = RUNTIME.enter() {
+        return with_runtime(operation, runtime.as_ref(), f);
     }
-    let f = f.take().expect("the gate was closed, so f did not run");
     let runtime = match RUNTIME.try_read_recursive() {
         Some(runtime) => runtime,
         None => {
@@ -1065,13 +1061,9 @@ pub fn try_guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> R
         return Err(invalidated_error(operation));
     }
     check_leased(operation)?;
-    let mut f = Some(f);
-    if let Some(result) =
-        RUNTIME.enter(|runtime| with_runtime(operation, runtime.as_ref(), f.take().unwrap()))
-    {
-        return result;
+    if let Some(runtime) = RUNTIME.enter() {
+        return with_runtime(operation, runtime.as_ref(), f);
     }
-    let f = f.take().expect("the gate was closed, so f did not run");
     let Some(runtime) = RUNTIME.try_read_recursive() else {
         return Err(in_progress(operation, "on another thread"));
     };

@@ -23,6 +23,7 @@
 //! the gate closed meanwhile: the writer is waiting for it, as an `RwLock`'s recursive read
 //! does. A reader that finds the gate closed takes the read lock, which waits for the writer.
 
+use std::marker::PhantomData;
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::Once;
 use std::time::Duration;
@@ -92,14 +93,40 @@ fn register(slot: &AtomicUsize) -> bool {
     true
 }
 
-/// Lowers this thread's slot back to `depth` when the call ends (also on unwinding).
-struct Leave<'a>(&'a AtomicUsize, usize);
+/// The value of a [`Gated`] past its gate, on this thread: no writer changes it while this
+/// lives; dropping it (also on unwinding) lowers this thread's slot again. Not `Send`: the slot
+/// is this thread's.
+pub(crate) struct Entered<'a, T> {
+    value: &'a T,
+    slot: &'a AtomicUsize,
+    depth: usize,
+    _thread: PhantomData<*const ()>,
+}
 
-impl Drop for Leave<'_> {
+impl<T> std::ops::Deref for Entered<'_, T> {
+    type Target = T;
+
+    #[inline]
+    fn deref(&self) -> &T {
+        self.value
+    }
+}
+
+impl<T> Drop for Entered<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        self.0.store(self.1, Ordering::Release);
+        self.slot.store(self.depth, Ordering::Release);
     }
+}
+
+/// This thread's slot, for as long as the thread lives.
+#[inline]
+fn this_threads_slot() -> &'static AtomicUsize {
+    let slot = SLOT.with(|slot| slot as *const AtomicUsize);
+    // SAFETY: `SLOT` is a const-initialised thread-local without a destructor, so its storage
+    // stays valid until this thread ends; every borrow made from it here is held by a value
+    // that is not `Send` (`Entered`) or ends within this call, so none outlives the thread.
+    unsafe { &*slot }
 }
 
 /// Calls `check` on every registered slot, with the list locked (so every slot's thread is
@@ -124,40 +151,39 @@ impl<T> Gated<T> {
         }
     }
 
-    /// Runs `f` on the value past the gate; `None` (and `f` not run) if a writer holds the
-    /// gate closed — then read through [`Gated::read_recursive`] or
-    /// [`Gated::try_read_recursive`].
+    /// The value past the gate, or `None` if a writer holds the gate closed (then read through
+    /// [`Gated::read_recursive`] or [`Gated::try_read_recursive`]) or this thread is ending.
     #[inline]
-    pub(crate) fn enter<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
-        SLOT.with(|slot| {
-            let mut depth = slot.load(Ordering::Relaxed);
-            if depth & REGISTERED == 0 {
-                if !register(slot) {
-                    // The thread is ending: the caller takes the read lock.
-                    return None;
-                }
-                depth |= REGISTERED;
-            }
-            slot.store(depth + 1, Ordering::Relaxed);
-            let leave = Leave(slot, depth);
-            if ASYMMETRIC.load(Ordering::Relaxed) {
-                compiler_fence(Ordering::SeqCst);
-            } else {
-                fence(Ordering::SeqCst);
-            }
-            if depth == REGISTERED && !self.gate.load(Ordering::Acquire) {
+    pub(crate) fn enter(&self) -> Option<Entered<'_, T>> {
+        let slot = this_threads_slot();
+        let mut depth = slot.load(Ordering::Relaxed);
+        if depth & REGISTERED == 0 {
+            if !register(slot) {
                 return None;
             }
-            // SAFETY: this thread's slot is raised and either the gate was open after it was
-            // raised (so a writer's scan, which follows its closing of the gate and a
-            // process-wide barrier, sees the slot and waits for it) or this thread was already
-            // inside (a writer is waiting for it). So no `Exclusive` changes the value until
-            // `leave` drops, and every change made before the gate opened is visible (acquire
-            // load of the gate).
-            let value = unsafe { &*self.value.data_ptr() };
-            let result = f(value);
-            drop(leave);
-            Some(result)
+            depth |= REGISTERED;
+        }
+        slot.store(depth + 1, Ordering::Relaxed);
+        if ASYMMETRIC.load(Ordering::Relaxed) {
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
+        }
+        if depth == REGISTERED && !self.gate.load(Ordering::Acquire) {
+            slot.store(depth, Ordering::Release);
+            return None;
+        }
+        // SAFETY: this thread's slot is raised and either the gate was open after it was
+        // raised (so a writer's scan, which follows its closing of the gate and a process-wide
+        // barrier, sees the slot and waits for it) or this thread was already inside (a writer
+        // is waiting for it). So no `Exclusive` changes the value until the `Entered` drops,
+        // and every change made before the gate opened is visible (acquire load of the gate).
+        let value = unsafe { &*self.value.data_ptr() };
+        Some(Entered {
+            value,
+            slot,
+            depth,
+            _thread: PhantomData,
         })
     }
 
