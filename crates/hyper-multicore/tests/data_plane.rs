@@ -5,6 +5,7 @@ use hyper_multicore::config::TRANSPORT;
 use hyper_multicore::shmem::{
     Comparison, ReduceOp, Shmem, SignalOp, Symmetric, TEST_HOST_VARIABLE,
 };
+use hyper_multicore::ErrorKind;
 
 const HEAP: Option<u64> = Some(16 << 20);
 
@@ -328,7 +329,6 @@ fn barriers() {
 /// refused by every data-plane operation, on every PE.
 fn freed_and_foreign_regions_are_refused() {
     use hyper_multicore::shmem::Region;
-    use hyper_multicore::ErrorKind;
     let (_world, shmem) = start_runtime(HEAP).unwrap();
     let size = shmem.size();
     let keep = shmem.allocate::<u64>(4, None).unwrap();
@@ -336,14 +336,6 @@ fn freed_and_foreign_regions_are_refused() {
     let copy = doomed.region();
     shmem.barrier().unwrap();
     shmem.free_id(doomed.id()).unwrap();
-    let freed = |result: hyper_multicore::Result<()>, what: &str| {
-        let error = result.unwrap_err();
-        assert_eq!(error.kind(), ErrorKind::DoubleFree, "{what}: {error}");
-        assert!(
-            error.to_string().contains("has been freed"),
-            "{what}: {error}"
-        );
-    };
     for pe in 0..size {
         freed(shmem.put_bytes(copy, &[0u8; 32], pe), "put_bytes");
         freed(shmem.get_bytes(&mut [0u8; 32], copy, pe), "get_bytes");
@@ -385,7 +377,6 @@ fn freed_and_foreign_regions_are_refused() {
 /// mismatch, with the checked entries' errors.
 fn located_ranges() {
     use hyper_multicore::shmem::{AtomicOp, LocatedCache};
-    use hyper_multicore::ErrorKind;
     let (_world, shmem) = start_runtime(HEAP).unwrap();
     let (rank, size) = (shmem.rank(), shmem.size());
     let words = shmem.allocate::<u64>(2 * size, None).unwrap();
@@ -466,14 +457,6 @@ fn located_ranges() {
     // A freed allocation is refused through a range located while it was live.
     shmem.barrier().unwrap();
     shmem.free(words).unwrap();
-    let freed = |result: hyper_multicore::Result<()>, what: &str| {
-        let error = result.unwrap_err();
-        assert_eq!(error.kind(), ErrorKind::DoubleFree, "{what}: {error}");
-        assert!(
-            error.to_string().contains("has been freed"),
-            "{what}: {error}"
-        );
-    };
     for pe in 0..size {
         freed(shmem.put_located(&slot, &[0u8; 8], pe), "put_located");
         freed(shmem.get_located(&mut [0u8; 8], &slot, pe), "get_located");
@@ -720,4 +703,14 @@ fn ucx_route_latencies() {
         shmem.free(allocation).unwrap();
     }
     finish(shmem);
+}
+
+/// Asserts that `result` is the refusal of an allocation that has been freed.
+fn freed(result: hyper_multicore::Result<()>, what: &str) {
+    let error = result.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::DoubleFree, "{what}: {error}");
+    assert!(
+        error.to_string().contains("has been freed"),
+        "{what}: {error}"
+    );
 }
