@@ -169,9 +169,21 @@ fn single<W: SyncValue>(ivar: usize, cmp: c_int, value: W) -> Words<W> {
     }
 }
 
-/// Waits until this PE's `ivar` compares `cmp` to `value`.
+/// Waits until this PE's `ivar` compares `cmp` to `value`: [`wait_words`] for one word, without
+/// its lists (the common case, on every ping-pong's path).
 pub(crate) fn wait_until<W: SyncValue>(call: &str, ivar: usize, cmp: c_int, value: W) {
-    wait_words(call, &single(ivar, cmp, value), Quantifier::All, true);
+    check_comparison(call, cmp);
+    let size = std::mem::size_of::<W>();
+    let word_size = std::mem::size_of::<W::Word>();
+    let region = job::region(call, ivar & !(word_size - size), word_size);
+    job::run(call, |shmem| {
+        shmem.wait_words::<W::Word>(
+            call,
+            std::slice::from_ref(&region),
+            |values| holds(cmp, W::from_word(values[0], ivar), value),
+            None,
+        )
+    });
 }
 
 /// 1 if this PE's `ivar` compares `cmp` to `value` now, else 0.
