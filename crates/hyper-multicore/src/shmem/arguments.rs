@@ -193,16 +193,16 @@ mod loom_tests {
     //!
     //! `RUSTFLAGS="--cfg loom" cargo test -p hyper-multicore --lib --release loom_tests`
 
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use loom::sync::Arc;
     use loom::thread;
 
     use super::ArgumentSlots;
-    use crate::shmem::sync::{barrier, AbortWord, BarrierWords, WaitPolicy};
+    use crate::shmem::sync::{dissemination_barrier, AbortWord, Deadline, TestWords, WaitPolicy};
 
     struct Header {
-        barrier: BarrierWords,
+        barrier: TestWords,
         abort: AbortWord,
         slots: [ArgumentSlots; 2],
     }
@@ -210,13 +210,16 @@ mod loom_tests {
     fn pe(header: &Header, me: usize) {
         let policy = WaitPolicy {
             spin: false,
-            deadline: Instant::now() + Duration::from_secs(3600),
+            deadline: Deadline::After(Duration::from_secs(3600)),
         };
         for call in 1..=3u64 {
             let slot = (call % 2) as usize;
             let words = [call, 1 << 56, call * 10, 64];
             header.slots[me].publish(slot, words);
-            assert_eq!(barrier(&header.barrier, 2, &header.abort, &policy), Ok(()));
+            let epoch = call as u32;
+            let outcome =
+                dissemination_barrier(&header.barrier, me, 2, epoch, &header.abort, &policy);
+            assert_eq!(outcome, Ok(()));
             for peer in 0..2 {
                 assert_eq!(
                     header.slots[peer].read(slot),
@@ -235,7 +238,7 @@ mod loom_tests {
         }
         builder.check(|| {
             let header = Arc::new(Header {
-                barrier: BarrierWords::new(),
+                barrier: TestWords::new(2),
                 abort: AbortWord::new(),
                 slots: [ArgumentSlots::new(), ArgumentSlots::new()],
             });

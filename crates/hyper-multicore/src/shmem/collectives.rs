@@ -4,12 +4,10 @@
 //! on one host, the hierarchical spanning barrier across hosts), so no data byte crosses the
 //! control plane. All-reduce across hosts is hierarchical (`reduce.rs`).
 
-use std::time::Instant;
-
 use super::allocation::{Element, Symmetric};
 use super::reduce::{ReduceOp, ReduceSet, Reducible};
 use super::runtime::Shmem;
-use super::sync::{self, WaitPolicy};
+use super::sync::{Deadline, WaitPolicy};
 use crate::error::{ErrorKind, Result};
 
 impl Shmem {
@@ -24,26 +22,19 @@ impl Shmem {
             return self.spanning_barrier(operation);
         }
         self.quiet();
-        self.segment_barrier(operation, self.size, Instant::now())
+        self.segment_barrier(operation, Deadline::After(self.config.timeout))
     }
 
-    /// The shared-memory barrier of the `pes` PEs that share this process's segment (the whole
-    /// root on one host; this PE's locality group in a root spanning several), with the
-    /// configured timeout from `started`.
+    /// The shared-memory barrier of the PEs that share this process's segment (the whole root
+    /// on one host; this PE's locality group in a root spanning several), until `deadline`.
     #[inline]
-    pub(crate) fn segment_barrier(
-        &self,
-        operation: &str,
-        pes: usize,
-        started: Instant,
-    ) -> Result<()> {
+    pub(crate) fn segment_barrier(&self, operation: &str, deadline: Deadline) -> Result<()> {
         let policy = WaitPolicy {
             spin: self.spin,
-            deadline: started + self.config.timeout,
+            deadline,
         };
-        let control = self.segment.control();
-        let outcome = sync::barrier(&control.barrier, pes as u32, &control.abort, &policy);
-        self.wait_outcome(operation, outcome, started, || {
+        let outcome = self.transport.segment_barrier(&policy);
+        self.wait_outcome(operation, outcome, || {
             "not every PE reached the barrier".to_string()
         })
     }

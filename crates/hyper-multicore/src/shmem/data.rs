@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::allocation::{Element, Region, Symmetric};
 use super::runtime::Shmem;
-use super::sync::{self, WaitError, WaitPolicy};
+use super::sync::{self, Deadline, WaitError, WaitPolicy};
 use super::transport::{Rmw, Width};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -636,9 +636,8 @@ impl Shmem {
         comparison: Comparison,
         timeout: Option<Duration>,
     ) -> Result<W> {
-        self.wait_for_signal(signal, value, comparison, |started| {
-            started + timeout.unwrap_or(self.config.timeout)
-        })
+        let timeout = timeout.unwrap_or(self.config.timeout);
+        self.wait_for_signal(signal, value, comparison, Deadline::After(timeout))
     }
 
     /// [`Shmem::wait_signal`] with a deadline.
@@ -649,18 +648,17 @@ impl Shmem {
         comparison: Comparison,
         deadline: Instant,
     ) -> Result<W> {
-        self.wait_for_signal(signal, value, comparison, |_| deadline)
+        self.wait_for_signal(signal, value, comparison, Deadline::At(deadline))
     }
 
-    /// The signal wait: a satisfied condition returns before the clock is even read; otherwise
-    /// one clock read sets the deadline (`deadline(start)`), and nothing is formatted unless the
-    /// wait fails.
+    /// The signal wait: the clock is not read unless the wait outlasts its spin phase (see
+    /// [`Deadline::After`]), and nothing is formatted unless the wait fails.
     fn wait_for_signal<W: AtomicWord>(
         &self,
         signal: &impl Symmetric<W>,
         value: W,
         comparison: Comparison,
-        deadline: impl FnOnce(Instant) -> Instant,
+        deadline: Deadline,
     ) -> Result<W> {
         const OP: &str = "wait_signal";
         let region = signal.region();
@@ -681,10 +679,9 @@ impl Shmem {
                 (None, None) => unreachable!("atomic words are 4 or 8 bytes"),
             }
         };
-        let started = Instant::now();
         let policy = WaitPolicy {
             spin: self.spin,
-            deadline: deadline(started),
+            deadline,
         };
         let (bell, abort) = (transport.own_doorbell(), transport.abort_word());
         let mut look = || {
@@ -709,7 +706,7 @@ impl Shmem {
             // Without UCX (a one-host root): the look alone, as before the transport layer.
             sync::wait_until(&mut look, bell, abort, &policy)
         };
-        self.wait_outcome(OP, outcome, started, || {
+        self.wait_outcome(OP, outcome, || {
             format!("the signal is {seen:?}, waiting for {comparison:?} {value:?}")
         })?;
         Ok(seen)
@@ -720,13 +717,12 @@ impl Shmem {
         &self,
         operation: &str,
         outcome: std::result::Result<(), WaitError>,
-        started: Instant,
         waiting_for: impl FnOnce() -> String,
     ) -> Result<()> {
         match outcome {
             Ok(()) => Ok(()),
-            Err(WaitError::Timeout) => {
-                Err(Error::timeout(operation, started.elapsed(), &waiting_for()).on_rank(self.rank))
+            Err(WaitError::Timeout { waited }) => {
+                Err(Error::timeout(operation, waited, &waiting_for()).on_rank(self.rank))
             }
             Err(WaitError::Aborted { lost_rank }) => {
                 // The control plane's own report is the most precise; the shared abort word may

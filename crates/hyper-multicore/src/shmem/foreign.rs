@@ -14,12 +14,12 @@
 //! ```
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::allocation::Region;
 use super::data::AtomicWord;
 use super::runtime::Shmem;
-use super::sync::{self, WaitPolicy};
+use super::sync::{self, Deadline, WaitPolicy};
 use crate::error::{ErrorKind, Result};
 
 impl Shmem {
@@ -75,10 +75,9 @@ impl Shmem {
         if ready(&values) {
             return Ok(());
         }
-        let started = Instant::now();
         let policy = WaitPolicy {
             spin: self.spin,
-            deadline: started + timeout.unwrap_or(self.config.timeout),
+            deadline: Deadline::After(timeout.unwrap_or(self.config.timeout)),
         };
         let outcome = sync::wait_until(
             || {
@@ -91,7 +90,7 @@ impl Shmem {
             transport.abort_word(),
             &policy,
         );
-        self.wait_outcome(operation, outcome, started, || {
+        self.wait_outcome(operation, outcome, || {
             format!("the words are {values:?}, and the condition does not hold")
         })
     }

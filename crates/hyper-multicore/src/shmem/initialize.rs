@@ -167,13 +167,12 @@ impl Shmem {
         let watched = Arc::clone(&segment);
         plane.on_break(move |_, peer, _| {
             let lost = peer.unwrap_or(size) as u32;
-            let control = watched.control();
-            sync::abort(&control.abort, lost, &control.barrier, watched.doorbells());
+            watched.abort(lost);
         });
         Shmem {
             rank,
             size,
-            spin: sync::WaitPolicy::new(transport.local_pes(), Instant::now()).spin,
+            spin: sync::spins(transport.local_pes()),
             heap: Mutex::new(Heap {
                 allocator: Allocator::new(heap_size),
                 records: BTreeMap::new(),

@@ -43,6 +43,7 @@ use crate::world::Group;
 
 use super::allocation::Region;
 use super::runtime::Shmem;
+use super::sync::Deadline;
 use super::transport::Route;
 
 /// The smallest vector (in bytes) a whole-root reduction across hosts combines hierarchically;
@@ -300,7 +301,7 @@ impl Shmem {
             && source.heap_offset < target.heap_offset + target.bytes
             && target.heap_offset < source.heap_offset + source.bytes;
         if overlapping {
-            self.segment_barrier(OP, group.len(), std::time::Instant::now())?;
+            self.segment_barrier(OP, Deadline::After(self.config.timeout))?;
         }
         if !share.is_empty() {
             self.put_bytes(part(target), bytemuck::cast_slice(&partial), leader)?;

@@ -1,9 +1,9 @@
-//! The heap segment: one memfd per runtime lifetime holding a control block (header, barrier and
-//! abort words, one block of words per PE) followed by every PE's heap.
+//! The heap segment: one memfd per runtime lifetime holding a control block (header, central
+//! barrier and abort words, one block of words per PE) followed by every PE's heap.
 //!
 //! ```text
-//! 0                 ControlBlock: SegmentHeader | BarrierWords | AbortWord
-//! size_of(Control)  PeWords × pes               (doorbell, allocation-argument slots)
+//! 0                 ControlBlock: SegmentHeader | CentralWords | AbortWord
+//! size_of(Control)  PeWords × pes               (doorbell, barrier flags, argument slots)
 //! heaps_offset      heap of PE 0 | heap of PE 1 | …   (`heap_stride` apart: twice the heap
 //!                   rounded up to 2 MiB, plus 2 MiB so copies are never a power of two apart)
 //! ```
@@ -25,7 +25,9 @@ use std::sync::Arc;
 
 use rustix::fs::{fcntl_add_seals, ftruncate, memfd_create, MemfdFlags, SealFlags};
 
-use super::sync::Doorbell;
+use super::sync::{
+    self, BarrierFlags, BarrierKind, BarrierWords, CentralWords, Doorbell, MAX_SEGMENT_PES,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::mapping::SharedMapping;
 pub(crate) use crate::sys::segment_words::{ControlBlock, PeWords};
@@ -33,7 +35,7 @@ pub(crate) use crate::sys::segment_words::{ControlBlock, PeWords};
 /// `"HMSHMEM1"` as a little-endian word: the first word of every segment.
 pub(crate) const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"HMSHMEM1");
 /// Version of the layout described in the module docs.
-pub(crate) const LAYOUT_VERSION: u64 = 1;
+pub(crate) const LAYOUT_VERSION: u64 = 2;
 /// Alignment of the mapping and of every heap (so allocations aligned up to 2 MiB are aligned
 /// in every process's address space).
 pub(crate) const HEAP_ALIGNMENT: usize = 2 << 20;
@@ -54,6 +56,16 @@ pub(crate) struct Layout {
 impl Layout {
     /// The layout for `pes` heaps of `heap_size` bytes, or an error if it cannot be mapped.
     pub(crate) fn new(pes: usize, heap_size: u64) -> Result<Layout> {
+        if pes > MAX_SEGMENT_PES {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "initialize",
+                format!(
+                    "{pes} PEs on one host are more than one heap segment holds \
+                     ({MAX_SEGMENT_PES}); run fewer PEs per host"
+                ),
+            ));
+        }
         let too_large = || {
             Error::new(
                 ErrorKind::InvalidArgument,
@@ -260,6 +272,21 @@ impl Segment {
         Ok(())
     }
 
+    /// The barrier the segment's creator chose for its PEs (read after [`Segment::check_header`]).
+    pub(crate) fn barrier_kind(&self) -> Result<BarrierKind> {
+        let word = self.control().header.barrier_kind.load(Ordering::Relaxed);
+        BarrierKind::from_word(word).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Protocol,
+                "initialize",
+                format!(
+                    "the heap segment names barrier {word}, which this build does not know; \
+                     every rank must run the same build"
+                ),
+            )
+        })
+    }
+
     /// The memfd (handed to the group's other members).
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
@@ -292,9 +319,30 @@ impl Segment {
             .words(std::mem::size_of::<ControlBlock>() + pe * std::mem::size_of::<PeWords>())
     }
 
-    /// Every PE's doorbell, in rank order (for waking everyone on abort).
-    pub(crate) fn doorbells(&self) -> impl Iterator<Item = &Doorbell> {
+    /// Every PE's doorbell, in slot order.
+    fn doorbells(&self) -> impl Iterator<Item = &Doorbell> {
         (0..self.layout.pes).map(|pe| &self.pe_words(pe).doorbell)
+    }
+
+    /// Records that rank `lost` was lost and wakes every wait on this segment (see
+    /// [`sync::abort`]).
+    pub(crate) fn abort(&self, lost: u32) {
+        let control = self.control();
+        sync::abort(&control.abort, lost, &control.barrier, self.doorbells());
+    }
+}
+
+impl BarrierWords for Segment {
+    fn central(&self) -> &CentralWords {
+        &self.control().barrier
+    }
+
+    fn flags(&self, pe: usize) -> &BarrierFlags {
+        &self.pe_words(pe).barrier
+    }
+
+    fn bell(&self, pe: usize) -> &Doorbell {
+        &self.pe_words(pe).doorbell
     }
 }
 
@@ -312,6 +360,9 @@ fn write_header(mapping: &SharedMapping, layout: Layout, generation: u64) {
     header
         .heaps_offset
         .store(layout.heaps_offset as u64, Ordering::Relaxed);
+    header
+        .barrier_kind
+        .store(BarrierKind::for_pes(layout.pes) as u64, Ordering::Relaxed);
     header
         .layout_version
         .store(LAYOUT_VERSION, Ordering::Release);

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicU64;
 
 use super::mapping::SharedWords;
 use crate::shmem::arguments::ArgumentSlots;
-use crate::shmem::sync::{AbortWord, BarrierWords, Doorbell};
+use crate::shmem::sync::{AbortWord, BarrierFlags, CentralWords, Doorbell};
 
 /// The first words of the segment, written once by root rank 0.
 #[repr(C, align(64))]
@@ -19,6 +19,8 @@ pub(crate) struct SegmentHeader {
     pub(crate) heap_size: AtomicU64,
     pub(crate) heap_stride: AtomicU64,
     pub(crate) heaps_offset: AtomicU64,
+    /// The barrier every PE of the segment runs (`sync::BarrierKind` as a number).
+    pub(crate) barrier_kind: AtomicU64,
 }
 
 /// Header and job-wide synchronisation words.
@@ -26,16 +28,18 @@ pub(crate) struct SegmentHeader {
 #[derive(Debug)]
 pub(crate) struct ControlBlock {
     pub(crate) header: SegmentHeader,
-    pub(crate) barrier: BarrierWords,
+    pub(crate) barrier: CentralWords,
     pub(crate) abort: AbortWord,
 }
 
-/// Words owned by one PE: the doorbell its waiters sleep on, and the two (double-buffered)
-/// slots where it publishes the arguments of its current collective allocate/free.
+/// Words of one PE: the doorbell its waiters sleep on, its barrier flags (written by its
+/// barrier partners), and the two (double-buffered) slots where it publishes the arguments of
+/// its current collective allocate/free.
 #[repr(C, align(64))]
 #[derive(Debug)]
 pub(crate) struct PeWords {
     pub(crate) doorbell: Doorbell,
+    pub(crate) barrier: BarrierFlags,
     pub(crate) arguments: ArgumentSlots,
 }
 
@@ -43,5 +47,6 @@ pub(crate) struct PeWords {
 unsafe impl SharedWords for SegmentHeader {}
 // SAFETY: repr(C), made only of atomic-only repr(C) words.
 unsafe impl SharedWords for ControlBlock {}
-// SAFETY: repr(C), made only of atomic-only repr(C) words (the doorbell, the argument slots).
+// SAFETY: repr(C), made only of atomic-only repr(C) words (the doorbell, the barrier flags,
+// the argument slots).
 unsafe impl SharedWords for PeWords {}

@@ -35,7 +35,7 @@ use std::time::Instant;
 
 use super::converge::converge;
 use super::segment::Segment;
-use super::sync::{AbortWord, Doorbell};
+use super::sync::{AbortWord, Deadline, Doorbell, WaitError, WaitPolicy};
 use crate::config::TransportMode;
 use crate::control::ControlPlane;
 use crate::error::{Error, ErrorKind, Result};
@@ -376,11 +376,6 @@ impl Transports {
         self.local_pes
     }
 
-    /// How many PEs share this PE's segment (its locality group, itself included).
-    pub(crate) fn group_size(&self) -> usize {
-        self.group.len()
-    }
-
     /// The PEs that share this PE's segment (its locality group, itself included), ascending.
     pub(crate) fn group(&self) -> &[usize] {
         &self.group
@@ -540,6 +535,15 @@ impl Transports {
         self.shm.own_doorbell()
     }
 
+    /// This PE's next barrier with the PEs of its segment (see [`ShmTransport::barrier`]).
+    #[inline]
+    pub(crate) fn segment_barrier(
+        &self,
+        policy: &WaitPolicy,
+    ) -> std::result::Result<(), WaitError> {
+        self.shm.barrier(policy)
+    }
+
     /// The abort word this PE's waits watch.
     pub(crate) fn abort_word(&self) -> &AbortWord {
         &self.shm.segment().control().abort
@@ -564,12 +568,11 @@ impl super::runtime::Shmem {
         self.transport
             .quiet()
             .map_err(|e| as_operation(e, operation).on_rank(self.rank))?;
-        let started = Instant::now();
-        let group = self.transport.group_size();
-        self.segment_barrier(operation, group, started)?;
-        self.leaders_barrier(started + self.config.timeout)
+        let deadline = Instant::now() + self.config.timeout;
+        self.segment_barrier(operation, Deadline::At(deadline))?;
+        self.leaders_barrier(deadline)
             .map_err(|e| as_operation(e, operation).on_rank(self.rank))?;
-        self.segment_barrier(operation, group, started)
+        self.segment_barrier(operation, Deadline::At(deadline))
     }
 
     /// The leaders' part of [`Shmem::spanning_barrier`] (nothing for a PE that leads no group).

@@ -20,7 +20,7 @@ use super::{Rmw, Start, Transport, Width};
 use crate::error::{Error, ErrorKind, Result};
 use crate::shmem::handoff::{self, HandoffListener};
 use crate::shmem::segment::{Layout, PeWords, Segment};
-use crate::shmem::sync::{self, Doorbell};
+use crate::shmem::sync::{self, BarrierKind, Doorbell, WaitError, WaitPolicy};
 use crate::sys::mapping::{SharedMapping, SharedWords};
 
 /// The shared-memory transport of one PE.
@@ -31,6 +31,10 @@ pub(crate) struct ShmTransport {
     members: Box<[usize]>,
     /// This PE's slot.
     own_slot: usize,
+    /// The barrier of the segment's PEs, as its creator chose.
+    barrier_kind: BarrierKind,
+    /// The epoch of this PE's latest barrier on the segment (see [`sync::barrier`]).
+    barrier_epoch: AtomicU32,
 }
 
 /// How to reach one PE of the segment: its heap's offset in the mapping and its slot (words,
@@ -129,9 +133,11 @@ impl Transport for ShmTransport {
             .position(|&pe| pe == rank)
             .expect("a rank is a member of its own group");
         Ok(ShmTransport {
+            barrier_kind: segment.barrier_kind()?,
             segment: Arc::new(segment),
             members,
             own_slot,
+            barrier_epoch: AtomicU32::new(0),
         })
     }
 
@@ -284,5 +290,28 @@ impl ShmTransport {
     /// This PE's doorbell.
     pub(crate) fn own_doorbell(&self) -> &Doorbell {
         &self.own_pe_words().doorbell
+    }
+
+    /// This PE's next barrier with every PE of the segment ([`sync::barrier`] of the segment's
+    /// kind). This PE counts its epochs: every member makes the same calls, so all count alike,
+    /// and a new segment lifetime starts from zeroed words and a new count.
+    #[inline]
+    pub(crate) fn barrier(&self, policy: &WaitPolicy) -> std::result::Result<(), WaitError> {
+        // Only this PE's barrier calls touch the count, and they do not overlap (a barrier is
+        // collective): a load and a store, no read-modify-write.
+        let epoch = self.barrier_epoch.load(Ordering::Relaxed).wrapping_add(1);
+        self.barrier_epoch.store(epoch, Ordering::Relaxed);
+        let abort = &self.segment.control().abort;
+        let pes = self.members.len();
+        let words = &*self.segment;
+        sync::barrier(
+            self.barrier_kind,
+            words,
+            self.own_slot,
+            pes,
+            epoch,
+            abort,
+            policy,
+        )
     }
 }

@@ -329,13 +329,7 @@ impl UcxTransport {
         if let Err(error) = &outcome {
             if error.kind() == ErrorKind::PeerLost {
                 let lost = error.peer().unwrap_or(usize::MAX - 1) as u32;
-                let control = self.segment.control();
-                sync::abort(
-                    &control.abort,
-                    lost,
-                    &control.barrier,
-                    self.segment.doorbells(),
-                );
+                self.segment.abort(lost);
             }
         }
         outcome
