@@ -1029,6 +1029,7 @@ fn invalidated_error(operation: &str) -> Error {
 /// While a [`SharedRoot`] is active, a call is admitted only on a thread acting under the
 /// lease held now ([`Lease::run`], [`Lease::bind_thread`]); any other is refused naming the
 /// shared root (but `my_pe` and `n_pes`, which touch neither the heap nor a peer).
+#[inline]
 pub fn guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Result<R> {
     if process::is_invalidated() {
         return Err(invalidated_error(operation));
@@ -1056,6 +1057,7 @@ pub fn guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Resul
 
 /// [`guarded`] that never waits: while a release or restart of the runtime is in progress it
 /// fails at once (invalid state, retryable: call again after it).
+#[inline]
 pub fn try_guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Result<R> {
     if process::is_invalidated() {
         return Err(invalidated_error(operation));
@@ -1070,6 +1072,7 @@ pub fn try_guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> R
     with_runtime(operation, runtime.as_ref(), f)
 }
 
+#[inline]
 fn with_runtime<R>(
     operation: &str,
     runtime: Option<&Shmem>,

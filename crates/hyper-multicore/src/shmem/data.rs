@@ -263,6 +263,7 @@ impl<W: AtomicWord> AtomicOp<W> {
 
 impl Shmem {
     /// The offset of `region` in PE `pe`'s heap, after checking both.
+    #[inline]
     fn locate(&self, operation: &str, region: Region, pe: usize) -> Result<usize> {
         self.check_region(operation, region)?;
         if pe >= self.size {
@@ -476,6 +477,7 @@ impl Shmem {
 
     /// [`Shmem::locate`] of a one-`W` word and its width (fails unless `target` is exactly one
     /// `W`).
+    #[inline]
     fn locate_word<W: AtomicWord>(
         &self,
         operation: &str,
@@ -498,6 +500,7 @@ impl Shmem {
     }
 
     /// Performs `rmw` on the one-element `target` at PE `pe`; returns the previous value.
+    #[inline]
     fn rmw<W: AtomicWord>(
         &self,
         operation: &str,

@@ -13,7 +13,7 @@
 //! # let _ = start; Ok(()) }
 //! ```
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::allocation::Region;
@@ -61,18 +61,40 @@ impl Shmem {
                 ));
             }
         }
+        // Each word is located once, not on every look of the wait; a few (one, in every
+        // `wait_until` of the C API) in arrays on the stack: the wait sits on ping-pong paths.
         let transport = &self.transport;
-        let load = |word: &Region| -> W {
+        let locate = |word: &Region| -> OwnWord<'_> {
             let offset = word.heap_offset as usize;
             match width {
-                4 => W::from_bits(u64::from(
-                    transport.own_word32(offset).load(Ordering::SeqCst),
-                )),
-                _ => W::from_bits(transport.own_word64(offset).load(Ordering::SeqCst)),
+                4 => OwnWord::W32(transport.own_word32(offset)),
+                _ => OwnWord::W64(transport.own_word64(offset)),
             }
         };
-        let mut values: Vec<W> = words.iter().map(load).collect();
-        if ready(&values) {
+        const INLINE: usize = 8;
+        let (mut inline_words, mut inline_values) = ([None; INLINE], [W::from_bits(0); INLINE]);
+        let (mut spilled_words, mut spilled_values) = (Vec::new(), Vec::new());
+        let (own, values): (&mut [Option<OwnWord<'_>>], &mut [W]) = if words.len() <= INLINE {
+            (
+                &mut inline_words[..words.len()],
+                &mut inline_values[..words.len()],
+            )
+        } else {
+            spilled_words.resize(words.len(), None);
+            spilled_values.resize(words.len(), W::from_bits(0));
+            (&mut spilled_words, &mut spilled_values)
+        };
+        for (slot, word) in own.iter_mut().zip(words) {
+            *slot = Some(locate(word));
+        }
+        let own: &[Option<OwnWord<'_>>] = own;
+        let look = |values: &mut [W]| {
+            for (value, word) in values.iter_mut().zip(own.iter().flatten()) {
+                *value = word.load();
+            }
+        };
+        look(values);
+        if ready(values) {
             return Ok(());
         }
         let policy = WaitPolicy {
@@ -81,10 +103,8 @@ impl Shmem {
         };
         let outcome = sync::wait_until(
             || {
-                for (value, word) in values.iter_mut().zip(words) {
-                    *value = load(word);
-                }
-                ready(&values)
+                look(values);
+                ready(values)
             },
             transport.own_doorbell(),
             transport.abort_word(),
@@ -93,5 +113,23 @@ impl Shmem {
         self.wait_outcome(operation, outcome, || {
             format!("the words are {values:?}, and the condition does not hold")
         })
+    }
+}
+
+/// One word of this PE's own heap, located.
+#[derive(Clone, Copy)]
+enum OwnWord<'a> {
+    W32(&'a AtomicU32),
+    W64(&'a AtomicU64),
+}
+
+impl OwnWord<'_> {
+    /// Its value (zero-extended), read atomically.
+    #[inline]
+    fn load<W: AtomicWord>(self) -> W {
+        match self {
+            OwnWord::W32(word) => W::from_bits(u64::from(word.load(Ordering::SeqCst))),
+            OwnWord::W64(word) => W::from_bits(word.load(Ordering::SeqCst)),
+        }
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! 0                 ControlBlock: SegmentHeader | CentralWords | AbortWord
-//! size_of(Control)  PeWords × pes               (doorbell, barrier flags, argument slots)
+//! size_of(Control)  PeWords × pes               (doorbells, barrier flags, argument slots)
 //! heaps_offset      heap of PE 0 | heap of PE 1 | …   (`heap_stride` apart: twice the heap
 //!                   rounded up to 2 MiB, plus 2 MiB so copies are never a power of two apart)
 //! ```
@@ -101,6 +101,7 @@ impl Layout {
     }
 
     /// Offset in the segment of PE `pe`'s heap.
+    #[inline]
     pub(crate) fn heap_offset(&self, pe: usize) -> usize {
         self.heaps_offset + pe * self.heap_stride
     }
@@ -293,35 +294,43 @@ impl Segment {
     }
 
     /// The mapping, shared with everything that must keep it alive (views, tensors).
+    #[inline]
     pub(crate) fn mapping(&self) -> &Arc<SharedMapping> {
         &self.mapping
     }
 
     /// The sizes.
+    #[inline]
     pub(crate) fn layout(&self) -> &Layout {
         &self.layout
     }
 
     /// The runtime lifetime this segment belongs to.
+    #[inline]
     pub(crate) fn generation(&self) -> u64 {
         self.generation
     }
 
     /// Header and job-wide synchronisation words.
+    #[inline]
     pub(crate) fn control(&self) -> &ControlBlock {
         self.mapping.words(0)
     }
 
     /// PE `pe`'s own words.
+    #[inline]
     pub(crate) fn pe_words(&self, pe: usize) -> &PeWords {
         assert!(pe < self.layout.pes);
         self.mapping
             .words(std::mem::size_of::<ControlBlock>() + pe * std::mem::size_of::<PeWords>())
     }
 
-    /// Every PE's doorbell, in slot order.
+    /// Every PE's doorbells (signal and barrier waits), in slot order.
     fn doorbells(&self) -> impl Iterator<Item = &Doorbell> {
-        (0..self.layout.pes).map(|pe| &self.pe_words(pe).doorbell)
+        (0..self.layout.pes).flat_map(|pe| {
+            let words = self.pe_words(pe);
+            [&words.doorbell, &words.barrier_bell]
+        })
     }
 
     /// Records that rank `lost` was lost and wakes every wait on this segment (see
@@ -342,7 +351,7 @@ impl BarrierWords for Segment {
     }
 
     fn bell(&self, pe: usize) -> &Doorbell {
-        &self.pe_words(pe).doorbell
+        &self.pe_words(pe).barrier_bell
     }
 }
 

@@ -3,9 +3,9 @@
 //!
 //! Every PE of a host maps the same memfd, so these words are shared by processes: they hold
 //! only atomics (through [`crate::primitive`], which loom swaps out), never pointers or locks.
-//! The runtime places one [`AbortWord`] and one [`CentralWords`] per segment and, per PE, one
-//! [`Doorbell`] and one [`BarrierFlags`] in the segment's words and hands out references into
-//! the mapping.
+//! The runtime places one [`AbortWord`] and one [`CentralWords`] per segment and, per PE, two
+//! [`Doorbell`]s (one for signal waits, one for barrier waits) and one [`BarrierFlags`] in the
+//! segment's words and hands out references into the mapping.
 //!
 //! Roles:
 //!
@@ -188,7 +188,8 @@ pub(crate) trait BarrierWords {
     fn central(&self) -> &CentralWords;
     /// PE `pe`'s barrier flags.
     fn flags(&self, pe: usize) -> &BarrierFlags;
-    /// PE `pe`'s doorbell.
+    /// The doorbell PE `pe`'s barrier waits sleep on: not the one its signal waits use, so that
+    /// atomics and signals into its memory do not wake it while it waits in a barrier.
     fn bell(&self, pe: usize) -> &Doorbell;
 }
 
@@ -359,6 +360,7 @@ pub(crate) fn wait_until(
 /// The update must be a `SeqCst` store or read-modify-write, or be followed by
 /// `fence(SeqCst)`: then either the sleeper's re-check sees the update, or this load sees the
 /// sleeper. When nobody sleeps this costs one load of the doorbell's line.
+#[inline]
 pub(crate) fn ring(bell: &Doorbell) {
     if bell.sleepers.load(Ordering::SeqCst) > 0 {
         bell.ring.fetch_add(1, Ordering::SeqCst);
@@ -367,7 +369,7 @@ pub(crate) fn ring(bell: &Doorbell) {
 }
 
 /// Marks rank `lost` as lost and wakes every sleeper: on the central barrier's `generation`
-/// and on every doorbell (signal waits and dissemination-barrier waits sleep there).
+/// and on every doorbell in `bells` (pass every PE's signal and barrier doorbells).
 ///
 /// Idempotent, and the first lost rank wins. No barrier is released (that would release one
 /// the lost rank never reached): the abort flag bit of the central `generation` is set and each
@@ -398,6 +400,7 @@ pub(crate) fn abort<'a>(
 }
 
 /// The rank whose loss aborted the job, if any.
+#[inline]
 pub(crate) fn aborted(abort: &AbortWord) -> Option<u32> {
     match abort.word.load(Ordering::Acquire) {
         0 => None,
@@ -406,6 +409,7 @@ pub(crate) fn aborted(abort: &AbortWord) -> Option<u32> {
 }
 
 /// The outcome once the wait is over: `done` wins over an abort.
+#[inline]
 fn settled(done: &mut impl FnMut() -> bool, abort: &AbortWord) -> Option<Result<(), WaitError>> {
     if done() {
         Some(Ok(()))

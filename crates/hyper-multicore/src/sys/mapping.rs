@@ -332,6 +332,7 @@ impl SharedMapping {
     }
 
     /// The shared words of type `W` at `offset`.
+    #[inline]
     pub(crate) fn words<W: SharedWords>(&self, offset: usize) -> &W {
         self.check(offset, std::mem::size_of::<W>());
         let pointer = self.address(offset);

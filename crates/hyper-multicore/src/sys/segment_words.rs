@@ -32,13 +32,15 @@ pub(crate) struct ControlBlock {
     pub(crate) abort: AbortWord,
 }
 
-/// Words of one PE: the doorbell its waiters sleep on, its barrier flags (written by its
-/// barrier partners), and the two (double-buffered) slots where it publishes the arguments of
-/// its current collective allocate/free.
+/// Words of one PE: the doorbell its signal waits sleep on, the one its barrier waits sleep on
+/// (apart, so that updates of its memory never wake a PE sleeping in a barrier), its barrier
+/// flags (written by its barrier partners), and the two (double-buffered) slots where it
+/// publishes the arguments of its current collective allocate/free.
 #[repr(C, align(64))]
 #[derive(Debug)]
 pub(crate) struct PeWords {
     pub(crate) doorbell: Doorbell,
+    pub(crate) barrier_bell: Doorbell,
     pub(crate) barrier: BarrierFlags,
     pub(crate) arguments: ArgumentSlots,
 }
@@ -47,6 +49,6 @@ pub(crate) struct PeWords {
 unsafe impl SharedWords for SegmentHeader {}
 // SAFETY: repr(C), made only of atomic-only repr(C) words.
 unsafe impl SharedWords for ControlBlock {}
-// SAFETY: repr(C), made only of atomic-only repr(C) words (the doorbell, the barrier flags,
+// SAFETY: repr(C), made only of atomic-only repr(C) words (the doorbells, the barrier flags,
 // the argument slots).
 unsafe impl SharedWords for PeWords {}

@@ -516,11 +516,13 @@ impl Transports {
     }
 
     /// The 32-bit word at `offset` of this PE's own heap (signal waits).
+    #[inline]
     pub(crate) fn own_word32(&self, offset: usize) -> &AtomicU32 {
         self.shm.own_words(offset)
     }
 
     /// The 64-bit word at `offset` of this PE's own heap (signal waits).
+    #[inline]
     pub(crate) fn own_word64(&self, offset: usize) -> &AtomicU64 {
         self.shm.own_words(offset)
     }
@@ -531,6 +533,7 @@ impl Transports {
     }
 
     /// This PE's doorbell: writers of its signal words ring it.
+    #[inline]
     pub(crate) fn own_doorbell(&self) -> &Doorbell {
         self.shm.own_doorbell()
     }
@@ -545,6 +548,7 @@ impl Transports {
     }
 
     /// The abort word this PE's waits watch.
+    #[inline]
     pub(crate) fn abort_word(&self) -> &AbortWord {
         &self.shm.segment().control().abort
     }

@@ -263,6 +263,7 @@ impl ShmTransport {
     }
 
     /// The words of type `W` at `offset` of this PE's own heap.
+    #[inline]
     pub(crate) fn own_words<W: SharedWords>(&self, offset: usize) -> &W {
         let heap = self.segment.layout().heap_offset(self.own_slot);
         self.mapping().words(heap + offset)
@@ -283,11 +284,13 @@ impl ShmTransport {
     }
 
     /// This PE's own words (doorbell, argument slots).
+    #[inline]
     pub(crate) fn own_pe_words(&self) -> &PeWords {
         self.segment.pe_words(self.own_slot)
     }
 
     /// This PE's doorbell.
+    #[inline]
     pub(crate) fn own_doorbell(&self) -> &Doorbell {
         &self.own_pe_words().doorbell
     }
