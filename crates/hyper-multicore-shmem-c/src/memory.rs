@@ -1,10 +1,14 @@
 //! The symmetric heap: `shmem_malloc`, `shmem_calloc`, `shmem_align`, `shmem_realloc`,
 //! `shmem_free`, `shmem_malloc_with_hints` and the legacy `shmalloc`, `shmemalign`, `shrealloc`,
 //! `shfree`. Each is
-//! collective and ends with a barrier (as the standard requires), so a peer may access the new
-//! block as soon as the call returns. A request the heap cannot hold returns null on every PE (the
-//! reason goes to `shmemx_last_error`); sizes that differ across PEs or a bad alignment end the
-//! PE with the runtime's explanation.
+//! collective and synchronises the PEs as the standard's barriers do: the runtime's cross-rank
+//! argument check of every allocate and free is itself a barrier (with a quiet before it), taken
+//! before anything is allocated or freed. So when `shmem_malloc` returns, every PE has entered it
+//! and places the block at the same offset (the call writes no heap byte, so a peer's put into
+//! the block cannot be lost), and `shmem_free` frees nothing before every PE has stopped using
+//! the block. A request the heap cannot hold returns null on every PE (the reason goes to
+//! `shmemx_last_error`); sizes that differ across PEs or a bad alignment end the PE with the
+//! runtime's explanation.
 
 use std::ffi::c_void;
 
@@ -26,11 +30,7 @@ fn allocate(call: &str, size: usize, alignment: Option<u64>) -> *mut c_void {
         dtype: Dtype::U8,
         alignment: alignment.map(|a| if a.is_power_of_two() { a.max(4) } else { a }),
     };
-    let outcome = job::run(call, |shmem| {
-        let outcome = shmem.allocate_spec(&spec);
-        shmem.barrier()?;
-        Ok(outcome)
-    });
+    let outcome = job::run(call, |shmem| Ok(shmem.allocate_spec(&spec)));
     match outcome {
         Ok(record) => {
             let address = job::address_of(record.offset);
@@ -47,7 +47,7 @@ fn allocate(call: &str, size: usize, alignment: Option<u64>) -> *mut c_void {
     }
 }
 
-/// Collective: frees the block at `address` (null: nothing) after a barrier.
+/// Collective: frees the block at `address` (null: nothing, but still a barrier).
 fn free(call: &str, address: *mut c_void) {
     if address.is_null() {
         // Still collective: peers freeing a block wait for this PE at the barrier.
@@ -55,10 +55,7 @@ fn free(call: &str, address: *mut c_void) {
         return;
     }
     let record = job::remove_allocation(call, address as usize);
-    job::run(call, |shmem| {
-        shmem.barrier()?;
-        shmem.free_id(record.id)
-    });
+    job::run(call, |shmem| shmem.free_id(record.id));
 }
 
 /// Collective: `size` bytes of symmetric memory, or null.
