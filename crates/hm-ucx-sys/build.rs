@@ -1,4 +1,5 @@
-//! Generates the ucp bindings with bindgen from the system's UCX headers and links libucp/libucs.
+//! Generates the ucp bindings with bindgen from the system's UCX headers, as a table of
+//! functions that `src/lib.rs` loads from `libucp.so.0` at run time (nothing is linked).
 
 use std::path::PathBuf;
 
@@ -6,15 +7,57 @@ const HINT: &str = "install the system packages with `scripts/install_system_pac
 (Debian/Ubuntu: `apt-get install -y libucx-dev libclang-dev`), or build hyper-multicore \
 without the UCX transport: `cargo build --no-default-features`";
 
+/// The functions `hyper_multicore::sys::ucx` calls: the table loads exactly these, so a
+/// library missing one fails to load as a whole, with its name, before anything is called.
+const USED_FUNCTIONS: &[&str] = &[
+    "ucs_status_string",
+    "ucp_get_version",
+    "ucp_get_version_string",
+    "ucp_config_read",
+    "ucp_config_modify",
+    "ucp_config_release",
+    "ucp_init_version",
+    "ucp_cleanup",
+    "ucp_worker_create",
+    "ucp_worker_destroy",
+    "ucp_worker_query",
+    "ucp_worker_get_address",
+    "ucp_worker_release_address",
+    "ucp_worker_progress",
+    "ucp_worker_get_efd",
+    "ucp_worker_arm",
+    "ucp_worker_fence",
+    "ucp_worker_flush_nbx",
+    "ucp_worker_set_am_recv_handler",
+    "ucp_ep_create",
+    "ucp_ep_close_nbx",
+    "ucp_ep_flush_nbx",
+    "ucp_ep_rkey_unpack",
+    "ucp_rkey_pack",
+    "ucp_rkey_buffer_release",
+    "ucp_rkey_destroy",
+    "ucp_mem_map",
+    "ucp_mem_unmap",
+    "ucp_mem_query",
+    "ucp_put_nbx",
+    "ucp_get_nbx",
+    "ucp_atomic_op_nbx",
+    "ucp_am_send_nbx",
+    "ucp_request_check_status",
+    "ucp_request_free",
+];
+
 fn main() {
     println!("cargo:rerun-if-changed=wrapper.h");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
 
-    // pkg-config gives the include path and `-lucp -luct -lucs -lucm`; fall back to the
-    // standard location when the .pc file is missing but the headers are there.
+    // pkg-config gives the include path (its link flags are not used: the library is loaded
+    // at run time, so a program that never takes the UCX route does not even load UCX); fall
+    // back to the standard location when the .pc file is missing but the headers are there.
     let include_paths = match pkg_config::Config::new()
         .atleast_version("1.10")
+        .cargo_metadata(false)
         .probe("ucx")
     {
         Ok(library) => library.include_paths,
@@ -22,17 +65,14 @@ fn main() {
             if !std::path::Path::new("/usr/include/ucp/api/ucp.h").exists() {
                 panic!("UCX (libucp >= 1.10) was not found ({error}); {HINT}");
             }
-            println!("cargo:rustc-link-lib=ucp");
-            println!("cargo:rustc-link-lib=ucs");
             Vec::new()
         }
     };
 
-    let mut builder = bindgen::Builder::default()
+    let builder = bindgen::Builder::default()
         .header("wrapper.h")
         .clang_args(include_paths.iter().map(|p| format!("-I{}", p.display())))
-        .allowlist_function("ucp_.*")
-        .allowlist_function("ucs_status_string")
+        .allowlist_function(USED_FUNCTIONS.join("|"))
         .allowlist_type("ucp_.*")
         .allowlist_type("ucs_status_t")
         .allowlist_type("ucs_status_ptr_t")
@@ -43,18 +83,11 @@ fn main() {
         .default_enum_style(bindgen::EnumVariation::Consts)
         .prepend_enum_name(false)
         .derive_default(true)
+        // Functions as a table loaded with `dlopen` (`Ucp::new`), every one required.
+        .dynamic_library_name("Ucp")
+        .dynamic_link_require_all(true)
         .layout_tests(true)
         .generate_comments(false);
-    // The FILE*-printing helpers drag in libc's stdio types; nothing here needs them.
-    for skipped in [
-        "ucp_config_print",
-        "ucp_context_print_info",
-        "ucp_worker_print_info",
-        "ucp_ep_print_info",
-        "ucp_mem_print_info",
-    ] {
-        builder = builder.blocklist_function(skipped);
-    }
     let bindings = builder
         .generate()
         .unwrap_or_else(|error| panic!("bindgen over <ucp/api/ucp.h> failed ({error}); {HINT}"));

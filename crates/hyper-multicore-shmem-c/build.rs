@@ -825,9 +825,10 @@ fn c_header() -> String {
 
 /// The system libraries a static link of `libhmshmem.a` needs (`Libs.private` of the pkg-config
 /// file): what `cargo rustc -p hyper-multicore-shmem-c --lib --crate-type staticlib --
-/// --print native-static-libs` prints, less the C library itself — UCX (the runtime's transport
-/// between hosts), the unwinder of Rust's panics, and glibc's parts.
-const STATIC_LINK_LIBS: &str = "-lucp -luct -lucs -lucm -lgcc_s -lutil -lrt -lpthread -lm -ldl";
+/// --print native-static-libs` prints, less the C library itself — the unwinder of Rust's panics
+/// and glibc's parts (`-ldl`: UCX, the runtime's transport between hosts, is loaded with
+/// `dlopen` when a job first takes it, not linked).
+const STATIC_LINK_LIBS: &str = "-lgcc_s -lutil -lrt -lpthread -lm -ldl";
 
 fn write_if_changed(path: &Path, contents: &str) {
     if std::fs::read_to_string(path).ok().as_deref() != Some(contents) {

@@ -2,6 +2,12 @@
 //! `<ucp/api/ucp.h>` at build time, plus the few header *macros* bindgen cannot translate
 //! (`UCS_PTR_IS_ERR`, `UCS_PTR_STATUS`, `ucp_dt_make_contig`) and the `static inline` `ucp_init`.
 //!
+//! The functions are a table ([`Ucp`]) loaded from `libucp.so.0` with `dlopen` the first time
+//! [`ucp`] is called, not linked: a program that never takes the UCX route does not load UCX at
+//! all (loading it ran UCX's start-up code in every process: 3.3 ms of each PE's start here),
+//! and one that does, on a host without UCX, gets an error naming the library instead of failing
+//! to start.
+//!
 //! Nothing here is safe to call directly: the safe wrapper is `hyper_multicore::sys::ucx`, and
 //! every other crate goes through it.
 //!
@@ -14,8 +20,8 @@
 //! by accident; on a machine with autotools it would build and link a private UCX 1.12 next to the
 //! system's 1.13 transport modules (`/usr/lib/x86_64-linux-gnu/ucx/*.so`), a version mismatch
 //! waiting to happen. It also pins bindgen 0.59. This crate instead generates bindings from
-//! exactly the headers of the UCX that is linked (found with pkg-config, `ucx.pc`) and links
-//! `libucp`/`libucs` dynamically, so the headers, the library and its modules always agree.
+//! exactly the headers of the system's UCX (found with pkg-config, `ucx.pc`) and loads that
+//! system's `libucp`, so the headers, the library and its modules always agree.
 //!
 //! Requires `libucx-dev` (UCX >= 1.10 for the `*_nbx` API; tested with 1.13.1) and `libclang-dev`
 //! for bindgen: `scripts/install_system_packages.sh` installs both.
@@ -55,19 +61,45 @@ pub const fn ucp_dt_make_contig(elem_size: usize) -> ucp_datatype_t {
     ((elem_size as ucp_datatype_t) << UCP_DATATYPE_SHIFT) | (UCP_DATATYPE_CONTIG as ucp_datatype_t)
 }
 
-/// `ucp_init` (a `static inline` in the header, so bindgen does not emit it).
-///
-/// # Safety
-///
-/// As for `ucp_init_version`: `params` must be valid, `config` NULL or from `ucp_config_read`,
-/// `context_p` writable.
-#[inline]
-pub unsafe fn ucp_init(
-    params: *const ucp_params_t,
-    config: *const ucp_config_t,
-    context_p: *mut ucp_context_h,
-) -> ucs_status_t {
-    ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, params, config, context_p)
+/// The file loaded: the soname of the UCX 1.x `ucp` library.
+pub const LIBRARY: &str = "libucp.so.0";
+
+/// The `ucp` functions, loaded on the first call (and kept for the life of the process), or why
+/// they could not be: the library is missing, or lacks one of the functions.
+pub fn ucp() -> Result<&'static Ucp, &'static str> {
+    static LOADED: std::sync::OnceLock<Result<Ucp, String>> = std::sync::OnceLock::new();
+    LOADED
+        .get_or_init(|| {
+            use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
+            // SAFETY: loading libucp runs its initialisers, which have no preconditions; the
+            // table's types come from the same UCX's headers (build.rs), and every symbol is
+            // resolved now (`RTLD_NOW`); global, as UCX's own transport modules expect.
+            unsafe {
+                Library::open(Some(LIBRARY), RTLD_NOW | RTLD_GLOBAL)
+                    .and_then(|library| Ucp::from_library(library))
+                    .map_err(|error| format!("cannot load {LIBRARY}: {error}"))
+            }
+        })
+        .as_ref()
+        .map_err(String::as_str)
+}
+
+impl Ucp {
+    /// `ucp_init` (a `static inline` in the header, so bindgen does not emit it).
+    ///
+    /// # Safety
+    ///
+    /// As for `ucp_init_version`: `params` must be valid, `config` NULL or from
+    /// `ucp_config_read`, `context_p` writable.
+    #[inline]
+    pub unsafe fn ucp_init(
+        &self,
+        params: *const ucp_params_t,
+        config: *const ucp_config_t,
+        context_p: *mut ucp_context_h,
+    ) -> ucs_status_t {
+        self.ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, params, config, context_p)
+    }
 }
 
 #[cfg(test)]
@@ -89,10 +121,11 @@ mod tests {
     }
 
     #[test]
-    fn the_linked_library_reports_its_version() {
+    fn the_loaded_library_reports_its_version() {
+        let ucp = ucp().expect("libucp loads (scripts/install_system_packages.sh installs it)");
         let (mut major, mut minor, mut release) = (0, 0, 0);
         // SAFETY: three writable out-parameters, as the header asks.
-        unsafe { ucp_get_version(&mut major, &mut minor, &mut release) };
+        unsafe { ucp.ucp_get_version(&mut major, &mut minor, &mut release) };
         assert!(
             major >= 1 && (major > 1 || minor >= 10),
             "UCX {major}.{minor}"

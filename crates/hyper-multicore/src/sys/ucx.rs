@@ -134,8 +134,14 @@ const MT_MUTEX_VARIABLE: &str = "UCX_USE_MT_MUTEX";
 fn status_name(status: ffi::ucs_status_t) -> String {
     // SAFETY: ucs_status_string returns a pointer to a static NUL-terminated string for every
     // value (unknown codes give a static "unknown" text).
-    let text = unsafe { CStr::from_ptr(ffi::ucs_status_string(status)) };
+    let text = unsafe { CStr::from_ptr(ucp().ucs_status_string(status)) };
     text.to_string_lossy().into_owned()
+}
+
+/// The loaded `ucp` functions. Every caller holds a UCX object, and the first of them (a
+/// [`Context`]) exists only once [`Context::new`] has loaded the library.
+fn ucp() -> &'static ffi::Ucp {
+    ffi::ucp().expect("a UCX object exists only once Context::new has loaded libucp")
 }
 
 /// A [`ErrorKind::Backend`] error for a failed UCX call.
@@ -179,7 +185,7 @@ impl Drop for ContextHandle {
     fn drop(&mut self) {
         // SAFETY: the handle came from ucp_init; every worker and memory handle holds an Arc of
         // this value, so none is left when it drops.
-        unsafe { ffi::ucp_cleanup(self.0) };
+        unsafe { ucp().ucp_cleanup(self.0) };
     }
 }
 
@@ -201,6 +207,17 @@ impl Context {
     /// worker lock a mutex unless `UCX_USE_MT_MUTEX` is set (see [`MT_MUTEX_VARIABLE`]).
     pub fn new() -> Result<Context> {
         const OP: &str = "ucx context";
+        ffi::ucp().map_err(|why| {
+            Error::new(
+                ErrorKind::Backend,
+                OP,
+                format!(
+                    "{why}; install UCX (Debian: `apt-get install libucx0`), or keep every pair \
+                     of PEs on one host with {}=shm",
+                    crate::config::TRANSPORT
+                ),
+            )
+        })?;
         let params = ffi::ucp_params_t {
             field_mask: u64::from(
                 ffi::UCP_PARAM_FIELD_FEATURES
@@ -220,34 +237,36 @@ impl Context {
         };
         let mut config: *mut ffi::ucp_config_t = ptr::null_mut();
         // SAFETY: NULL prefix and file: UCX reads its UCX_* environment; writable out-pointer.
-        let status = unsafe { ffi::ucp_config_read(ptr::null(), ptr::null(), &mut config) };
+        let status = unsafe { ucp().ucp_config_read(ptr::null(), ptr::null(), &mut config) };
         check(OP, "ucp_config_read failed", status)?;
         let mut status = ffi::UCS_OK;
         if std::env::var_os(MT_MUTEX_VARIABLE).is_none() {
             // SAFETY: live config from ucp_config_read; both strings are static and
             // NUL-terminated (UCX copies the value).
             status =
-                unsafe { ffi::ucp_config_modify(config, c"USE_MT_MUTEX".as_ptr(), c"y".as_ptr()) };
+                unsafe { ucp().ucp_config_modify(config, c"USE_MT_MUTEX".as_ptr(), c"y".as_ptr()) };
         }
         let mut handle: ffi::ucp_context_h = ptr::null_mut();
         if status == ffi::UCS_OK {
             // SAFETY: params is a valid, fully initialised ucp_params_t (fields outside
             // field_mask are zero); config is live; handle is a writable out-pointer.
-            status = unsafe { ffi::ucp_init(&params, config, &mut handle) };
+            status = unsafe { ucp().ucp_init(&params, config, &mut handle) };
         }
         // SAFETY: config came from ucp_config_read and is released once; ucp_init copied it.
-        unsafe { ffi::ucp_config_release(config) };
+        unsafe { ucp().ucp_config_release(config) };
         check(OP, "ucp_init (or setting USE_MT_MUTEX) failed", status)?;
         Ok(Context {
             handle: Arc::new(ContextHandle(handle)),
         })
     }
 
-    /// The UCX library version this process runs, e.g. `"1.13.1"`.
-    pub fn version() -> String {
+    /// The UCX library version this process runs, e.g. `"1.13.1"` (loading the library), or
+    /// why it cannot be loaded.
+    pub fn version() -> std::result::Result<String, &'static str> {
+        let ucp = ffi::ucp()?;
         // SAFETY: returns a pointer to a static NUL-terminated string.
-        let text = unsafe { CStr::from_ptr(ffi::ucp_get_version_string()) };
-        text.to_string_lossy().into_owned()
+        let text = unsafe { CStr::from_ptr(ucp.ucp_get_version_string()) };
+        Ok(text.to_string_lossy().into_owned())
     }
 }
 
@@ -358,7 +377,7 @@ impl MemoryRegion {
         // SAFETY: the context is alive (we hold it); for a registration, `memory` keeps the
         // `len` bytes at `base` mapped for as long as the handle exists (it is stored next to it
         // and dropped after ucp_mem_unmap); for ALLOCATE, UCX owns the memory.
-        let status = unsafe { ffi::ucp_mem_map(context.handle.0, &params, &mut memh) };
+        let status = unsafe { ucp().ucp_mem_map(context.handle.0, &params, &mut memh) };
         check(OP, "ucp_mem_map failed", status)?;
         let mut region = MemoryRegion {
             context: context.handle.clone(),
@@ -376,7 +395,7 @@ impl MemoryRegion {
                 ..Default::default()
             };
             // SAFETY: memh is the live handle just created; attr is writable.
-            let status = unsafe { ffi::ucp_mem_query(memh, &mut attr) };
+            let status = unsafe { ucp().ucp_mem_query(memh, &mut attr) };
             check(OP, "ucp_mem_query failed", status)?;
             region.base = NonNull::new(attr.address.cast()).ok_or_else(|| {
                 Error::new(ErrorKind::Backend, OP, "UCX allocated memory at address 0")
@@ -387,13 +406,13 @@ impl MemoryRegion {
         let mut size = 0usize;
         // SAFETY: live context and memory handle; out-pointers writable.
         let status =
-            unsafe { ffi::ucp_rkey_pack(region.context.0, region.memh, &mut buffer, &mut size) };
+            unsafe { ucp().ucp_rkey_pack(region.context.0, region.memh, &mut buffer, &mut size) };
         check(OP, "ucp_rkey_pack failed", status)?;
         // SAFETY: on success UCX returns `size` readable bytes at `buffer`, which we copy and then
         // release exactly once with ucp_rkey_buffer_release.
         region.rkey = unsafe {
             let bytes = std::slice::from_raw_parts(buffer.cast::<u8>(), size).to_vec();
-            ffi::ucp_rkey_buffer_release(buffer);
+            ucp().ucp_rkey_buffer_release(buffer);
             bytes
         };
         Ok(region)
@@ -462,7 +481,7 @@ impl Drop for MemoryRegion {
     fn drop(&mut self) {
         // SAFETY: memh came from ucp_mem_map on this (still alive) context and is unmapped once;
         // the bytes stay mapped until `memory` drops after this.
-        let status = unsafe { ffi::ucp_mem_unmap(self.context.0, self.memh) };
+        let status = unsafe { ucp().ucp_mem_unmap(self.context.0, self.memh) };
         if status != ffi::UCS_OK {
             tracing::warn!("ucp_mem_unmap failed: {}", status_name(status));
         }
@@ -512,14 +531,14 @@ impl Drop for WorkerHandle {
     fn drop(&mut self) {
         // SAFETY: every endpoint, request, rkey and progress thread holds an Arc of this value,
         // so none is left; the context outlives the worker (field dropped after this).
-        unsafe { ffi::ucp_worker_destroy(self.handle) };
+        unsafe { ucp().ucp_worker_destroy(self.handle) };
     }
 }
 
 impl WorkerHandle {
     fn progress(&self) -> usize {
         // SAFETY: live worker, thread mode MULTI.
-        let events = unsafe { ffi::ucp_worker_progress(self.handle) as usize };
+        let events = unsafe { ucp().ucp_worker_progress(self.handle) as usize };
         if events != 0 {
             if let Some(hook) = self.on_progress.get() {
                 hook();
@@ -537,7 +556,7 @@ impl WorkerHandle {
     /// events are pending (progress again first).
     fn arm(&self) -> Result<bool> {
         // SAFETY: live worker created with UCP_FEATURE_WAKEUP.
-        let status = unsafe { ffi::ucp_worker_arm(self.handle) };
+        let status = unsafe { ucp().ucp_worker_arm(self.handle) };
         match status {
             ffi::UCS_OK => Ok(true),
             ffi::UCS_ERR_BUSY => Ok(false),
@@ -578,10 +597,10 @@ impl WorkerHandle {
         loop {
             self.progress();
             // SAFETY: request is a live request handle (not yet freed) of this worker.
-            let status = unsafe { ffi::ucp_request_check_status(request) };
+            let status = unsafe { ucp().ucp_request_check_status(request) };
             if status != ffi::UCS_INPROGRESS {
                 // SAFETY: completed and not yet freed; freed exactly once here.
-                unsafe { ffi::ucp_request_free(request) };
+                unsafe { ucp().ucp_request_free(request) };
                 return Ok(status);
             }
             let now = Instant::now();
@@ -596,7 +615,7 @@ impl WorkerHandle {
             // another thread after that look writes `completions` (see `progress`).
             self.sleepers.fetch_add(1, Ordering::SeqCst);
             // SAFETY: as above.
-            let done = unsafe { ffi::ucp_request_check_status(request) } != ffi::UCS_INPROGRESS;
+            let done = unsafe { ucp().ucp_request_check_status(request) } != ffi::UCS_INPROGRESS;
             if !done {
                 match self.arm() {
                     Ok(true) => {
@@ -655,13 +674,13 @@ impl Worker {
         };
         let mut handle: ffi::ucp_worker_h = ptr::null_mut();
         // SAFETY: live context; valid params; writable out-pointer.
-        let status = unsafe { ffi::ucp_worker_create(context.handle.0, &params, &mut handle) };
+        let status = unsafe { ucp().ucp_worker_create(context.handle.0, &params, &mut handle) };
         check(OP, "ucp_worker_create failed", status)?;
         // From here the handle is owned by `inner`'s Drop once it exists; until then destroy
         // by hand on every error path.
         let destroy = |error: Error| {
             // SAFETY: the worker was just created and nothing else refers to it.
-            unsafe { ffi::ucp_worker_destroy(handle) };
+            unsafe { ucp().ucp_worker_destroy(handle) };
             error
         };
         let mut attr = ffi::ucp_worker_attr_t {
@@ -671,7 +690,7 @@ impl Worker {
             ..Default::default()
         };
         // SAFETY: live worker; attr writable.
-        let status = unsafe { ffi::ucp_worker_query(handle, &mut attr) };
+        let status = unsafe { ucp().ucp_worker_query(handle, &mut attr) };
         check(OP, "ucp_worker_query failed", status).map_err(destroy)?;
         if attr.thread_mode != ffi::UCS_THREAD_MODE_MULTI {
             return Err(destroy(Error::new(
@@ -680,14 +699,14 @@ impl Worker {
                 format!(
                     "this UCX ({}) gives thread mode {} instead of MULTI; a UCX built with \
                      multi-thread support (--enable-mt, as Debian's libucx0) is required",
-                    Context::version(),
+                    Context::version().unwrap_or_default(),
                     attr.thread_mode
                 ),
             )));
         }
         let mut event_fd: i32 = -1;
         // SAFETY: live worker created with UCP_FEATURE_WAKEUP; writable out-pointer.
-        let status = unsafe { ffi::ucp_worker_get_efd(handle, &mut event_fd) };
+        let status = unsafe { ucp().ucp_worker_get_efd(handle, &mut event_fd) };
         check(OP, "ucp_worker_get_efd failed", status).map_err(destroy)?;
         let completions = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
             .map_err(|e| destroy(Error::backend(OP, "eventfd failed", e.into())))?;
@@ -711,12 +730,12 @@ impl Worker {
         let mut len = 0usize;
         // SAFETY: live worker; writable out-pointers.
         let status =
-            unsafe { ffi::ucp_worker_get_address(self.inner.handle, &mut address, &mut len) };
+            unsafe { ucp().ucp_worker_get_address(self.inner.handle, &mut address, &mut len) };
         check("ucx address", "ucp_worker_get_address failed", status)?;
         // SAFETY: on success UCX returns `len` readable bytes, copied then released once.
         let bytes = unsafe {
             let bytes = std::slice::from_raw_parts(address.cast::<u8>(), len).to_vec();
-            ffi::ucp_worker_release_address(self.inner.handle, address);
+            ucp().ucp_worker_release_address(self.inner.handle, address);
             bytes
         };
         Ok(bytes)
@@ -793,7 +812,7 @@ impl Worker {
         // SAFETY: live worker; `address` holds a worker address (UCX validates its header and
         // fails otherwise) and is only read during the call; the error handler's `arg` points at
         // `failure`, which the endpoint keeps alive until UCX has closed the endpoint.
-        let status = unsafe { ffi::ucp_ep_create(self.inner.handle, &params, &mut handle) };
+        let status = unsafe { ucp().ucp_ep_create(self.inner.handle, &params, &mut handle) };
         if status == ffi::UCS_ERR_UNREACHABLE && handle_failure {
             return Err(Error::new(
                 ErrorKind::Unsupported,
@@ -845,7 +864,7 @@ impl Worker {
         self.inner.am_handlers.lock().push(boxed);
         // SAFETY: live worker; `arg` points into a heap box kept in `am_handlers` until the
         // worker is destroyed, and `am_trampoline` treats it as `*const Box<AmHandler>`.
-        let status = unsafe { ffi::ucp_worker_set_am_recv_handler(self.inner.handle, &params) };
+        let status = unsafe { ucp().ucp_worker_set_am_recv_handler(self.inner.handle, &params) };
         check(
             "ucx am handler",
             "ucp_worker_set_am_recv_handler failed",
@@ -876,7 +895,7 @@ impl Worker {
     /// not wait.
     pub fn fence(&self) -> Result<()> {
         // SAFETY: live worker.
-        let status = unsafe { ffi::ucp_worker_fence(self.inner.handle) };
+        let status = unsafe { ucp().ucp_worker_fence(self.inner.handle) };
         check("ucx fence", "ucp_worker_fence failed", status)
     }
 
@@ -887,14 +906,14 @@ impl Worker {
         let started = Instant::now();
         let param = ffi::ucp_request_param_t::default();
         // SAFETY: live worker; param is a valid request description with no callback.
-        let result = unsafe { ffi::ucp_worker_flush_nbx(self.inner.handle, &param) };
+        let result = unsafe { ucp().ucp_worker_flush_nbx(self.inner.handle, &param) };
         match self.inner.wait_status_ptr(result, deadline) {
             Ok(ffi::UCS_OK) => Ok(()),
             Ok(status) => Err(ucx_error(OP, "ucp_worker_flush_nbx failed", status)),
             Err(request) => {
                 // No caller buffer is involved: let UCX release the request when it completes.
                 // SAFETY: live request of this worker, released exactly once.
-                unsafe { ffi::ucp_request_free(request) };
+                unsafe { ucp().ucp_request_free(request) };
                 Err(deadline_error(
                     OP,
                     started,
@@ -1174,7 +1193,7 @@ impl EndpointHandle {
             ..Default::default()
         };
         // SAFETY: `handle` is the live endpoint, taken out of the mutex so it is closed once.
-        let result = unsafe { ffi::ucp_ep_close_nbx(handle, &param) };
+        let result = unsafe { ucp().ucp_ep_close_nbx(handle, &param) };
         let outcome = match self.worker.wait_status_ptr(result, deadline) {
             Ok(ffi::UCS_OK) => Ok(()),
             // The peer may be gone already (flush close of a failed endpoint); the endpoint is
@@ -1182,7 +1201,7 @@ impl EndpointHandle {
             Ok(status) => Err(Some(status)),
             Err(request) => {
                 // SAFETY: live request; UCX finishes the close and releases it later.
-                unsafe { ffi::ucp_request_free(request) };
+                unsafe { ucp().ucp_request_free(request) };
                 // The error handler may still run: its argument must outlive UCX's endpoint.
                 std::mem::forget(self.failure.clone());
                 Err(None)
@@ -1266,11 +1285,11 @@ impl EndpointHandle {
         let mut orphans = self.orphans.lock();
         for orphan in std::mem::take(&mut *orphans) {
             // SAFETY: orphans are live requests not yet freed.
-            let status = unsafe { ffi::ucp_request_check_status(orphan.request) };
+            let status = unsafe { ucp().ucp_request_check_status(orphan.request) };
             if status != ffi::UCS_INPROGRESS || finally {
                 // SAFETY: freed exactly once (not put back); UCX releases an unfinished request
                 // itself when it completes.
-                unsafe { ffi::ucp_request_free(orphan.request) };
+                unsafe { ucp().ucp_request_free(orphan.request) };
                 if status == ffi::UCS_INPROGRESS {
                     std::mem::forget(orphan._buffer);
                 }
@@ -1358,7 +1377,7 @@ impl Endpoint {
         let mut rkey: ffi::ucp_rkey_h = ptr::null_mut();
         // SAFETY: live endpoint (guard held); `packed` is readable for the call (UCX parses
         // and validates it); writable out-pointer.
-        let status = unsafe { ffi::ucp_ep_rkey_unpack(*guard, packed.as_ptr().cast(), &mut rkey) };
+        let status = unsafe { ucp().ucp_ep_rkey_unpack(*guard, packed.as_ptr().cast(), &mut rkey) };
         if status != ffi::UCS_OK {
             return Err(self.inner.error(OP, "ucp_ep_rkey_unpack failed", status));
         }
@@ -1411,7 +1430,7 @@ impl Endpoint {
         // returns, which guarantees UCX no longer references it) or the staging buffer that
         // `complete` keeps or orphans.
         let result = unsafe {
-            ffi::ucp_put_nbx(
+            ucp().ucp_put_nbx(
                 *guard,
                 pointer.cast(),
                 source.len(),
@@ -1451,7 +1470,7 @@ impl Endpoint {
         // `complete` returns, which guarantees UCX no longer writes to it) or the staging buffer
         // that `complete` returns or orphans.
         let result = unsafe {
-            ffi::ucp_get_nbx(
+            ucp().ucp_get_nbx(
                 *guard,
                 pointer.cast(),
                 len,
@@ -1479,7 +1498,7 @@ impl Endpoint {
         // SAFETY: live endpoint and rkey; `source`'s heap buffer moves into the Request (or an
         // orphan) and is not freed before UCX completes the request.
         let result = unsafe {
-            ffi::ucp_put_nbx(
+            ucp().ucp_put_nbx(
                 *guard,
                 source.as_ptr().cast(),
                 source.len(),
@@ -1502,7 +1521,7 @@ impl Endpoint {
         let param = ffi::ucp_request_param_t::default();
         // SAFETY: as in put_nb; the buffer is written by UCX until the request completes.
         let result = unsafe {
-            ffi::ucp_get_nbx(
+            ucp().ucp_get_nbx(
                 *guard,
                 buffer.as_mut_ptr().cast(),
                 len,
@@ -1578,7 +1597,7 @@ impl Endpoint {
         // heap allocation `complete` returns or orphans (never frees while UCX may use it);
         // datatype matches T's size.
         let result = unsafe {
-            ffi::ucp_atomic_op_nbx(
+            ucp().ucp_atomic_op_nbx(
                 *guard,
                 opcode,
                 base.cast_const().cast(),
@@ -1744,7 +1763,7 @@ impl Endpoint {
         // SAFETY: live endpoint; header and data live in the staging buffer, which `complete`
         // returns or orphans (never frees while UCX may read it).
         let result = unsafe {
-            ffi::ucp_am_send_nbx(
+            ucp().ucp_am_send_nbx(
                 *guard,
                 id.into(),
                 base.cast_const().cast(),
@@ -1767,7 +1786,7 @@ impl Endpoint {
         let guard = self.inner.usable(OP)?;
         let param = ffi::ucp_request_param_t::default();
         // SAFETY: live endpoint; no caller buffer is involved.
-        let result = unsafe { ffi::ucp_ep_flush_nbx(*guard, &param) };
+        let result = unsafe { ucp().ucp_ep_flush_nbx(*guard, &param) };
         drop(guard);
         match self.inner.worker.wait_status_ptr(result, deadline) {
             Ok(ffi::UCS_OK) => {
@@ -1777,7 +1796,7 @@ impl Endpoint {
             Ok(status) => Err(self.inner.error(OP, "ucp_ep_flush_nbx failed", status)),
             Err(request) => {
                 // SAFETY: live request, released once; UCX frees it when it completes.
-                unsafe { ffi::ucp_request_free(request) };
+                unsafe { ucp().ucp_request_free(request) };
                 let failed = self.inner.failure.status.load(Ordering::Acquire);
                 if failed != ffi::UCS_OK {
                     return Err(self.inner.error(OP, "flush", failed));
@@ -1837,7 +1856,7 @@ impl Drop for RemoteKey {
     fn drop(&mut self) {
         // SAFETY: unpacked once, destroyed once; the worker (which the rkey refers to) is kept
         // alive through `endpoint`.
-        unsafe { ffi::ucp_rkey_destroy(self.handle) };
+        unsafe { ucp().ucp_rkey_destroy(self.handle) };
     }
 }
 
@@ -1871,7 +1890,7 @@ impl Request {
             Some(request) => {
                 self.endpoint.worker.progress();
                 // SAFETY: live request, not freed until this value is dropped or waited.
-                unsafe { ffi::ucp_request_check_status(request) != ffi::UCS_INPROGRESS }
+                unsafe { ucp().ucp_request_check_status(request) != ffi::UCS_INPROGRESS }
             }
         }
     }
@@ -1910,10 +1929,10 @@ impl Drop for Request {
             return;
         };
         // SAFETY: live request of this endpoint's worker.
-        let status = unsafe { ffi::ucp_request_check_status(request) };
+        let status = unsafe { ucp().ucp_request_check_status(request) };
         if status != ffi::UCS_INPROGRESS {
             // SAFETY: completed; freed once.
-            unsafe { ffi::ucp_request_free(request) };
+            unsafe { ucp().ucp_request_free(request) };
             return;
         }
         self.endpoint.orphans.lock().push(Orphan {
