@@ -694,6 +694,14 @@ mod tests {
         ping_pong(2, 10_000);
     }
 
+    /// The sleeper count a barrier wait of PE `pe` raises before it sleeps.
+    fn barrier_sleepers(words: &TestWords, kind: BarrierKind, pe: usize) -> &AtomicU32 {
+        match kind {
+            BarrierKind::Dissemination => &words.bells[pe].sleepers,
+            BarrierKind::Central => &words.central.sleepers,
+        }
+    }
+
     fn sleepy() -> WaitPolicy {
         WaitPolicy {
             spin: false,
@@ -732,10 +740,7 @@ mod tests {
             let words = TestWords::new(2);
             let abort = AbortWord::new();
             let policy = sleepy();
-            let sleepers = match kind {
-                BarrierKind::Dissemination => &words.bells[1].sleepers,
-                BarrierKind::Central => &words.central.sleepers,
-            };
+            let sleepers = barrier_sleepers(&words, kind, 1);
             thread::scope(|s| {
                 s.spawn(|| {
                     for epoch in 1..=200 {
@@ -791,10 +796,7 @@ mod tests {
             let words = TestWords::new(2);
             let abort_word = AbortWord::new();
             let policy = sleepy();
-            let sleepers = match kind {
-                BarrierKind::Dissemination => &words.bells[1].sleepers,
-                BarrierKind::Central => &words.central.sleepers,
-            };
+            let sleepers = barrier_sleepers(&words, kind, 1);
             thread::scope(|s| {
                 let waiter = s.spawn(|| barrier(kind, &words, 1, 2, 1, &abort_word, &policy));
                 yield_until_equals(sleepers, 1);
@@ -1031,24 +1033,35 @@ mod loom_tests {
         }
     }
 
+    /// [`model`] of `f` once per barrier kind, named `name (kind)`.
+    fn model_each_kind(
+        name: &str,
+        preemptions: Option<usize>,
+        f: impl Fn(BarrierKind) + Copy + Sync + Send + 'static,
+    ) {
+        for kind in KINDS {
+            model(&format!("{name} ({kind:?})"), preemptions, move || f(kind));
+        }
+    }
+
+    /// Runs `f` on a new model thread with its own reference to `h`.
+    fn on_thread<R: Send + 'static>(
+        h: &Arc<Header>,
+        f: impl FnOnce(&Header) -> R + Send + 'static,
+    ) -> thread::JoinHandle<R> {
+        let h = h.clone();
+        thread::spawn(move || f(&h))
+    }
+
     /// Both PEs pass 2 barriers, and past barrier r each sees the other's write from before it.
     #[test]
     fn loom_barrier_two_pes_two_rounds() {
-        for kind in KINDS {
-            model(
-                &format!("loom_barrier_two_pes_two_rounds ({kind:?})"),
-                None,
-                move || {
-                    let h = header();
-                    let peer = {
-                        let h = h.clone();
-                        thread::spawn(move || pe_rounds(kind, &h, 1))
-                    };
-                    pe_rounds(kind, &h, 0);
-                    peer.join().unwrap();
-                },
-            );
-        }
+        model_each_kind("loom_barrier_two_pes_two_rounds", None, |kind| {
+            let h = header();
+            let peer = on_thread(&h, move |h| pe_rounds(kind, h, 1));
+            pe_rounds(kind, &h, 0);
+            peer.join().unwrap();
+        });
 
         fn pe_rounds(kind: BarrierKind, h: &Header, me: usize) {
             for epoch in 1..=2 {
@@ -1077,14 +1090,11 @@ mod loom_tests {
 
         fn signal_wait_and_ring(spin: bool) {
             let h = header();
-            let writer = {
-                let h = h.clone();
-                thread::spawn(move || {
-                    h.data[0].store(1, Ordering::Release);
-                    fence(Ordering::SeqCst);
-                    ring(&h.words.bells[0]);
-                })
-            };
+            let writer = on_thread(&h, |h| {
+                h.data[0].store(1, Ordering::Release);
+                fence(Ordering::SeqCst);
+                ring(&h.words.bells[0]);
+            });
             let ready = || h.data[0].load(Ordering::Acquire) == 1;
             let policy = WaitPolicy { spin, ..policy() };
             let bell = &h.words.bells[0];
@@ -1093,15 +1103,17 @@ mod loom_tests {
         }
     }
 
+    /// Aborts the job for the loss of rank `lost`, as the peer-loss watcher does.
+    fn abort_for(h: &Header, lost: u32) {
+        abort(&h.abort, lost, &h.words.central, &h.words.bells);
+    }
+
     /// An abort reaches a signal waiter whose condition never comes true.
     #[test]
     fn loom_abort_wakes_signal_waiter() {
         model("loom_abort_wakes_signal_waiter", None, || {
             let h = header();
-            let aborter = {
-                let h = h.clone();
-                thread::spawn(move || abort(&h.abort, 1, &h.words.central, &h.words.bells))
-            };
+            let aborter = on_thread(&h, |h| abort_for(h, 1));
             let never = || h.data[0].load(Ordering::Acquire) == 1;
             let lost = Err(WaitError::Aborted { lost_rank: 1 });
             let bell = &h.words.bells[0];
@@ -1113,23 +1125,14 @@ mod loom_tests {
     /// An abort reaches a barrier waiter whose peer never arrives.
     #[test]
     fn loom_abort_wakes_barrier_waiter() {
-        for kind in KINDS {
-            model(
-                &format!("loom_abort_wakes_barrier_waiter ({kind:?})"),
-                None,
-                move || {
-                    let h = header();
-                    let aborter = {
-                        let h = h.clone();
-                        thread::spawn(move || abort(&h.abort, 1, &h.words.central, &h.words.bells))
-                    };
-                    let lost = Err(WaitError::Aborted { lost_rank: 1 });
-                    let outcome = barrier(kind, &h.words, 0, 2, 1, &h.abort, &policy());
-                    assert_eq!(outcome, lost);
-                    aborter.join().unwrap();
-                },
-            );
-        }
+        model_each_kind("loom_abort_wakes_barrier_waiter", None, |kind| {
+            let h = header();
+            let aborter = on_thread(&h, |h| abort_for(h, 1));
+            let lost = Err(WaitError::Aborted { lost_rank: 1 });
+            let outcome = barrier(kind, &h.words, 0, 2, 1, &h.abort, &policy());
+            assert_eq!(outcome, lost);
+            aborter.join().unwrap();
+        });
     }
 
     /// An abort racing a barrier that completes: both PEs leave (released, or aborted only if
@@ -1137,23 +1140,12 @@ mod loom_tests {
     /// preemptions.
     #[test]
     fn loom_abort_races_a_completing_barrier() {
-        for kind in KINDS {
-            let name = format!("loom_abort_races_a_completing_barrier ({kind:?})");
-            model(&name, Some(3), move || {
-                abort_races_a_completing_barrier(kind)
-            });
-        }
-
-        fn abort_races_a_completing_barrier(kind: BarrierKind) {
+        model_each_kind("loom_abort_races_a_completing_barrier", Some(3), |kind| {
             let h = header();
-            let peer = {
-                let h = h.clone();
-                thread::spawn(move || barrier(kind, &h.words, 1, 2, 1, &h.abort, &policy()))
-            };
-            let aborter = {
-                let h = h.clone();
-                thread::spawn(move || abort(&h.abort, 0, &h.words.central, &h.words.bells))
-            };
+            let peer = on_thread(&h, move |h| {
+                barrier(kind, &h.words, 1, 2, 1, &h.abort, &policy())
+            });
+            let aborter = on_thread(&h, |h| abort_for(h, 0));
             let mine = barrier(kind, &h.words, 0, 2, 1, &h.abort, &policy());
             let theirs = peer.join().unwrap();
             aborter.join().unwrap();
@@ -1163,6 +1155,6 @@ mod loom_tests {
                     Ok(()) | Err(WaitError::Aborted { lost_rank: 0 })
                 ));
             }
-        }
+        });
     }
 }
