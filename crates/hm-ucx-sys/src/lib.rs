@@ -61,8 +61,10 @@ pub const fn ucp_dt_make_contig(elem_size: usize) -> ucp_datatype_t {
     ((elem_size as ucp_datatype_t) << UCP_DATATYPE_SHIFT) | (UCP_DATATYPE_CONTIG as ucp_datatype_t)
 }
 
-/// The file loaded: the soname of the UCX 1.x `ucp` library.
+/// The file loaded by default: the soname of the UCX 1.x `ucp` library.
 pub const LIBRARY: &str = "libucp.so.0";
+/// The variable naming another file to load instead of [`LIBRARY`] (a UCX installed elsewhere).
+pub const LIBRARY_VARIABLE: &str = "HYPER_MULTICORE_UCX_LIBRARY";
 
 /// The `ucp` functions, loaded on the first call (and kept for the life of the process), or why
 /// they could not be: the library is missing, or lacks one of the functions.
@@ -71,13 +73,14 @@ pub fn ucp() -> Result<&'static Ucp, &'static str> {
     LOADED
         .get_or_init(|| {
             use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
+            let path = std::env::var_os(LIBRARY_VARIABLE).unwrap_or_else(|| LIBRARY.into());
             // SAFETY: loading libucp runs its initialisers, which have no preconditions; the
             // table's types come from the same UCX's headers (build.rs), and every symbol is
             // resolved now (`RTLD_NOW`); global, as UCX's own transport modules expect.
             unsafe {
-                Library::open(Some(LIBRARY), RTLD_NOW | RTLD_GLOBAL)
+                Library::open(Some(&path), RTLD_NOW | RTLD_GLOBAL)
                     .and_then(|library| Ucp::from_library(library))
-                    .map_err(|error| format!("cannot load {LIBRARY}: {error}"))
+                    .map_err(|error| format!("cannot load {}: {error}", path.to_string_lossy()))
             }
         })
         .as_ref()

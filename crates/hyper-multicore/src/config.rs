@@ -43,6 +43,9 @@ pub const LOG_LEVEL: &str = "HYPER_MULTICORE_SHMEM_LOG_LEVEL";
 pub const SECRET: &str = "HYPER_MULTICORE_SHMEM_SECRET";
 /// How PEs reach each other's heaps: `auto`, `shm` or `ucx` (see [`TransportMode`]).
 pub const TRANSPORT: &str = "HYPER_MULTICORE_SHMEM_TRANSPORT";
+/// The `ucp` library the UCX transport loads when a job first takes the UCX route (default
+/// `libucp.so.0`, found by the dynamic loader): a path to use a UCX installed elsewhere.
+pub const UCX_LIBRARY: &str = "HYPER_MULTICORE_UCX_LIBRARY";
 /// This process's rank in the world (set by hmrun).
 pub const RANK: &str = "HYPER_MULTICORE_RANK";
 /// Number of processes in the world (set by hmrun).

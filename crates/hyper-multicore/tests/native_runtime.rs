@@ -229,6 +229,32 @@ fn a_transport_that_differs_across_ranks_fails_on_every_rank() {
     .assert_all_succeeded();
 }
 
+/// A job on the UCX route whose `ucp` library cannot be loaded fails initialize on every rank,
+/// naming the file and how to do without it; nothing is left behind.
+#[cfg(feature = "ucx")]
+#[test]
+fn a_missing_ucx_library_fails_initialize_on_every_rank() {
+    const MISSING: &str = "/nonexistent/hyper-multicore-test/libucp.so.0";
+    if is_pe() {
+        let error = start_runtime(Some(4 << 20)).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Backend, "{error}");
+        let message = error.to_string();
+        assert!(message.contains(MISSING), "{error}");
+        assert!(message.contains(&format!("{TRANSPORT}=shm")), "{error}");
+        assert_eq!(heap_mappings(), 0);
+        return;
+    }
+    Job::launch_with(
+        stringify!(a_missing_ucx_library_fails_initialize_on_every_rank),
+        2,
+        Options::default()
+            .env(TRANSPORT, "ucx")
+            .env(hyper_multicore::config::UCX_LIBRARY, MISSING),
+    )
+    .wait()
+    .assert_all_succeeded();
+}
+
 #[test]
 fn the_heap_size_variable_is_used_when_no_size_is_given() {
     if is_pe() {

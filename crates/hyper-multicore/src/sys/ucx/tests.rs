@@ -684,3 +684,8 @@ two_pe_test!(
     latency_body
 );
 two_pe_test!(latency_report_with_default_transports, None, latency_body);
+
+#[test]
+fn the_library_variable_is_the_configured_one() {
+    assert_eq!(crate::config::UCX_LIBRARY, ffi::LIBRARY_VARIABLE);
+}
