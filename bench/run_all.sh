@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every benchmark in a release build — `hm-bench shmem` (2, 4, 8, 16, 32 PEs), Open MPI
+# Runs every benchmark in a release build — `hm-bench shmem` (2, 4, 8, 16, 32 PEs) and the
+# managed restart's timings (`examples/restart_timings`, 2 PEs), Open MPI
 # OSHMEM's run of the same patterns (if `oshcc`/`oshrun` are installed), the same patterns'
 # source built with `hmcc` against our OpenSHMEM C API (2 PEs), the UCX route (ours with
 # `--transport ucx` next to OSHMEM's `spml ucx`, both over UCX_TLS=tcp,self), `hm-bench control`
@@ -81,8 +82,8 @@ fi
 hm_bench="$target/release/hm-bench"
 oshmem_bench="$target/oshmem_bench"
 build() {
-    printf 'cargo build --release -p hm-bench\n' >>"$commands"
-    cargo build --release -p hm-bench
+    printf 'cargo build --release -p hm-bench -p hmrun -p hyper-multicore --example restart_timings\n' >>"$commands"
+    cargo build --release -p hm-bench -p hmrun -p hyper-multicore --example restart_timings
     if [[ $have_oshmem == 1 ]]; then
         printf 'oshcc -O2 -std=gnu11 -o %s bench/oshmem/oshmem_bench.c\n' "$oshmem_bench" >>"$commands"
         oshcc -O2 -std=gnu11 -o "$oshmem_bench" bench/oshmem/oshmem_bench.c
@@ -118,6 +119,11 @@ fi
 
 if [[ "${HM_BENCH_SHMEM:-1}" != 0 ]]; then
     run "$results/shmem.jsonl" "$hm_bench" shmem --json --pes "$pes" "${quick[@]}"
+    # The managed restart 64 → 128 MiB with 3 allocations (2 PEs, 20 rounds, per stage): rank
+    # 0's JSON line of the lifecycle's own benchmark.
+    restart_cmd=("$target/release/hmrun" -n 2 -- "$target/release/examples/restart_timings")
+    printf '%s | sed -n "s/^\\[0\\] {/{/p" >>%s\n' "${restart_cmd[*]}" "$results/shmem.jsonl" >>"$commands"
+    "${restart_cmd[@]}" | sed -n 's/^\[0\] {/{/p' >>"$results/shmem.jsonl"
 fi
 
 if [[ "${OSHMEM:-1}" != 0 && $have_oshmem == 1 ]]; then

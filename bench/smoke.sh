@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Smoke test of the benchmark harness (CI): runs `hm-bench control` in quick mode on 2 and 4 PEs
-# and `hm-bench shmem` in quick mode on 2 PEs, and checks that every output line is a JSON object
-# with the required keys and that every expected row is there. It checks that the benchmarks
+# Smoke test of the benchmark harness (CI): runs `hm-bench control` in quick mode on 2 and 4 PEs,
+# `hm-bench shmem` in quick mode on 2 PEs and the restart timings (`examples/restart_timings`
+# under `hmrun -n 2`), and checks that every output line is a JSON object with the required keys
+# and that every expected row is there. It checks that the benchmarks
 # work, never how fast they are. Needs neither OSHMEM nor matplotlib.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 control="$(mktemp)"
 shmem="$(mktemp)"
-trap 'rm -f "$control" "$shmem"' EXIT
+restart="$(mktemp)"
+trap 'rm -f "$control" "$shmem" "$restart"' EXIT
 cargo run --quiet -p hm-bench -- control --quick --json --pes 2,4 >"$control"
 cargo run --quiet -p hm-bench -- shmem --quick --json --pes 2 >"$shmem"
+cargo build --quiet -p hmrun -p hyper-multicore --example restart_timings
+target/debug/hmrun -n 2 -- target/debug/examples/restart_timings | sed -n 's/^\[0\] {/{/p' >"$restart"
 python3 -c '
 import json, sys
 
@@ -51,4 +55,5 @@ check(sys.argv[2], "shmem", {(op, 2) for op in shmem_ops},
       with_reference=[(op, 2) for op in ("barrier", "put_bandwidth", "get_bandwidth",
                                          "pingpong_signal", "all_to_all")],
       extra_keys=("layer", "min_ns", "max_ns", "ratio", "ref"))
-' "$control" "$shmem"
+check(sys.argv[3], "restart", {("restart", 2)}, extra_keys=("layer", "min_ns", "max_ns", "stages_ms"))
+' "$control" "$shmem" "$restart"

@@ -14,7 +14,8 @@
 //! allocates one buffer of about a third of `<MiB>` and fills it, then the first consumer grows
 //! its budget to 96 MiB (the heap to 128 MiB) keeping every buffer's data, which is checked. The
 //! first round is a warm-up. Rank 0 prints min / median / max of the total and the median
-//! round's stages, also as one JSON line.
+//! round's stages, also as one JSON line (layer `shmem`, with `stages_ms`: `bench/run_all.sh`
+//! adds it to `bench/results/shmem.jsonl`, and `bench/report.py` judges it).
 
 use hyper_multicore::lifecycle::{
     self, ConsumerSpec, Replacement, RootGroup, SharedRoot, StageTimings,
@@ -159,8 +160,22 @@ fn main() -> hyper_multicore::Result<()> {
             median.total_ms()
         );
         println!("median round by stage (ms): {median:?}");
+        // The median round's stages, for the report's per-stage line.
+        let stages = [
+            ("agree", median.agree_ms),
+            ("preflight", median.preflight_ms),
+            ("quiesce", median.quiesce_ms),
+            ("preserve", median.preserve_ms),
+            ("release", median.release_ms),
+            ("finalize", median.finalize_ms),
+            ("bootstrap", median.bootstrap_ms),
+            ("initialize", median.initialize_ms),
+            ("restore", median.restore_ms),
+        ]
+        .map(|(stage, ms)| format!("\"{stage}\":{ms:.4}"))
+        .join(",");
         println!(
-            "{{\"op\":\"{op}\",\"bytes\":{},\"pes\":{},\"median_ns\":{:.0},\"min_ns\":{:.0},\"max_ns\":{:.0},\"ref_ns\":null}}",
+            "{{\"layer\":\"shmem\",\"op\":\"{op}\",\"bytes\":{},\"pes\":{},\"median_ns\":{:.0},\"min_ns\":{:.0},\"max_ns\":{:.0},\"ref_ns\":null,\"stages_ms\":{{{stages}}}}}",
             128 * MIB,
             world.size(),
             median.total_ms() * 1e6,
