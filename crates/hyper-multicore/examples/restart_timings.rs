@@ -161,19 +161,10 @@ fn main() -> hyper_multicore::Result<()> {
         );
         println!("median round by stage (ms): {median:?}");
         // The median round's stages, for the report's per-stage line.
-        let stages = [
-            ("agree", median.agree_ms),
-            ("preflight", median.preflight_ms),
-            ("quiesce", median.quiesce_ms),
-            ("preserve", median.preserve_ms),
-            ("release", median.release_ms),
-            ("finalize", median.finalize_ms),
-            ("bootstrap", median.bootstrap_ms),
-            ("initialize", median.initialize_ms),
-            ("restore", median.restore_ms),
-        ]
-        .map(|(stage, ms)| format!("\"{stage}\":{ms:.4}"))
-        .join(",");
+        let stages = median
+            .by_key()
+            .map(|(key, ms)| format!("\"{}\":{ms:.4}", key.trim_end_matches("_ms")))
+            .join(",");
         println!(
             "{{\"layer\":\"shmem\",\"op\":\"{op}\",\"bytes\":{},\"pes\":{},\"median_ns\":{:.0},\"min_ns\":{:.0},\"max_ns\":{:.0},\"ref_ns\":null,\"stages_ms\":{{{stages}}}}}",
             128 * MIB,
