@@ -120,13 +120,10 @@ pub(crate) fn wait_words<W: SyncValue>(
     if active.is_empty() {
         return Vec::new();
     }
-    // The word containing each value: the value's own address for a whole word (misaligned,
-    // the runtime refuses it), the aligned word around a 16-bit value.
-    let word_size = std::mem::size_of::<W::Word>();
     let addresses: Vec<usize> = active.iter().map(|&i| words.ivars + i * size).collect();
     let regions: Vec<Region> = addresses
         .iter()
-        .map(|&at| job::region(call, at & !(word_size - size), word_size))
+        .map(|&at| containing_word::<W>(call, at))
         .collect();
     let mut satisfied = Vec::new();
     let mut ready = false;
@@ -158,6 +155,13 @@ pub(crate) fn wait_words<W: SyncValue>(
     satisfied
 }
 
+/// The symmetric word holding the value of type `W` at `address`: the value's own address for a
+/// whole word (misaligned, the runtime refuses it), the aligned word around a 16-bit value.
+fn containing_word<W: SyncValue>(call: &str, address: usize) -> Region {
+    let (size, word_size) = (std::mem::size_of::<W>(), std::mem::size_of::<W::Word>());
+    job::region(call, address & !(word_size - size), word_size)
+}
+
 /// The one word `ivar`, compared `cmp` to `value`.
 fn single<W: SyncValue>(ivar: usize, cmp: c_int, value: W) -> Words<W> {
     Words {
@@ -173,9 +177,7 @@ fn single<W: SyncValue>(ivar: usize, cmp: c_int, value: W) -> Words<W> {
 /// its lists (the common case, on every ping-pong's path).
 pub(crate) fn wait_until<W: SyncValue>(call: &str, ivar: usize, cmp: c_int, value: W) {
     check_comparison(call, cmp);
-    let size = std::mem::size_of::<W>();
-    let word_size = std::mem::size_of::<W::Word>();
-    let region = job::region(call, ivar & !(word_size - size), word_size);
+    let region = containing_word::<W>(call, ivar);
     job::run(call, |shmem| {
         shmem.wait_words::<W::Word>(
             call,

@@ -286,6 +286,8 @@ pub(crate) fn dissemination_barrier(
 ) -> Result<(), WaitError> {
     debug_assert!(me < pes && pes <= MAX_SEGMENT_PES, "PE {me} of {pes}");
     let mine = words.flags(me);
+    // One clock for every round: the barrier as a whole ends by the deadline.
+    let mut clock = Clock::new(policy.deadline);
     let mut distance = 1;
     let mut round = 0;
     while distance < pes {
@@ -297,7 +299,15 @@ pub(crate) fn dissemination_barrier(
         ring(words.bell(partner));
         let flag = &mine.round[round];
         let reached = || flag.load(Ordering::Acquire).wrapping_sub(epoch) as i32 >= 0;
-        wait_until(reached, words.bell(me), abort, policy)?;
+        let bell = words.bell(me);
+        wait(
+            reached,
+            &bell.ring,
+            &bell.sleepers,
+            abort,
+            policy.spin,
+            &mut clock,
+        )?;
         distance *= 2;
         round += 1;
     }
@@ -333,7 +343,15 @@ pub(crate) fn central_barrier(
         return Ok(());
     }
     let released = || round_of(words.generation.load(Ordering::Acquire)) != round_of(gen);
-    wait(released, &words.generation, &words.sleepers, abort, policy)
+    let mut clock = Clock::new(policy.deadline);
+    wait(
+        released,
+        &words.generation,
+        &words.sleepers,
+        abort,
+        policy.spin,
+        &mut clock,
+    )
 }
 
 /// The round number in a central barrier's `generation` value (without the abort flag).
@@ -351,7 +369,15 @@ pub(crate) fn wait_until(
     abort: &AbortWord,
     policy: &WaitPolicy,
 ) -> Result<(), WaitError> {
-    wait(ready, &bell.ring, &bell.sleepers, abort, policy)
+    let mut clock = Clock::new(policy.deadline);
+    wait(
+        ready,
+        &bell.ring,
+        &bell.sleepers,
+        abort,
+        policy.spin,
+        &mut clock,
+    )
 }
 
 /// Wakes the owner of `bell` if it sleeps: call it after updating a word that PE may wait on
@@ -426,6 +452,14 @@ struct Clock {
 }
 
 impl Clock {
+    /// A clock not looked at yet.
+    fn new(deadline: Deadline) -> Self {
+        Clock {
+            deadline,
+            first: None,
+        }
+    }
+
     /// `Err(Timeout)` once the deadline has passed.
     fn check(&mut self) -> Result<Duration, WaitError> {
         let now = Instant::now();
@@ -441,21 +475,18 @@ impl Clock {
     }
 }
 
-/// Spins, yields, then sleeps on the futex `word` until `done()`, an abort or the deadline.
-/// `sleepers` counts the sleepers on `word`; whoever makes `done()` true changes `word` and wakes
-/// it when `sleepers` is not zero.
+/// Spins (if `spin`), yields, then sleeps on the futex `word` until `done()`, an abort or
+/// `clock`'s deadline. `sleepers` counts the sleepers on `word`; whoever makes `done()` true
+/// changes `word` and wakes it when `sleepers` is not zero.
 fn wait(
     mut done: impl FnMut() -> bool,
     word: &AtomicU32,
     sleepers: &AtomicU32,
     abort: &AbortWord,
-    policy: &WaitPolicy,
+    spin: bool,
+    clock: &mut Clock,
 ) -> Result<(), WaitError> {
-    let mut clock = Clock {
-        deadline: policy.deadline,
-        first: None,
-    };
-    if policy.spin {
+    if spin {
         for spin in 0..SPIN_LIMIT {
             if let Some(outcome) = settled(&mut done, abort) {
                 return outcome;

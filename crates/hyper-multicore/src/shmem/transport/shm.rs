@@ -300,10 +300,13 @@ impl ShmTransport {
     /// and a new segment lifetime starts from zeroed words and a new count.
     #[inline]
     pub(crate) fn barrier(&self, policy: &WaitPolicy) -> std::result::Result<(), WaitError> {
-        // Only this PE's barrier calls touch the count, and they do not overlap (a barrier is
-        // collective): a load and a store, no read-modify-write.
-        let epoch = self.barrier_epoch.load(Ordering::Relaxed).wrapping_add(1);
-        self.barrier_epoch.store(epoch, Ordering::Relaxed);
+        // A read-modify-write: two threads of this PE calling a barrier at once (a program
+        // error: collectives are ordered) get different epochs, so one of them waits for a
+        // barrier the peers never make and times out, instead of both passing one.
+        let epoch = self
+            .barrier_epoch
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(1);
         let abort = &self.segment.control().abort;
         let pes = self.members.len();
         let words = &*self.segment;
