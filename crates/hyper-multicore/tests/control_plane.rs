@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use hm_testkit::{is_pe, open_fds, Job, Options};
 use hyper_multicore::config::{Config, BOOTSTRAP_ENDPOINT, TIMEOUT_SEC};
-use hyper_multicore::control::frame::{encode_header, write_frame, Kind};
+use hyper_multicore::control::frame::{
+    encode_header, write_frame, FrameDecoder, Kind, WireError, MAX_PAYLOAD,
+};
 use hyper_multicore::control::{ControlPlane, UniqueId};
 use hyper_multicore::launch::JobPlan;
 use hyper_multicore::world::World;
@@ -355,6 +357,41 @@ fn a_duplicate_rank_is_rejected_and_the_rendezvous_goes_on() {
     let error = second_claim.finish().unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidArgument);
     assert!(error.to_string().contains("duplicate rank"), "{error}");
+}
+
+#[test]
+fn a_member_leaving_mid_rendezvous_is_named_to_connections_not_yet_heard() {
+    if is_pe() {
+        let error = World::from_env().unwrap_err();
+        println!("KIND {:?}", error.kind());
+        println!("PEER {:?}", error.peer());
+        return;
+    }
+    let plan = JobPlan::new(3, &Config::default()).unwrap();
+    // Queued before any PE exists: rank 1's hello followed by its hang-up, then a connection that
+    // has not said anything yet (a member whose hello is still on its way).
+    let leaver = ControlPlane::start_joining(1, 3, plan.id(), Duration::from_secs(30)).unwrap();
+    drop(leaver);
+    let mut unheard = TcpStream::connect(plan.id().endpoint()).unwrap();
+    let job = Job::launch_plan(
+        "a_member_leaving_mid_rendezvous_is_named_to_connections_not_yet_heard",
+        &plan,
+        Options::default().absent(1).absent(2),
+    );
+    drop(plan);
+    let result = job.wait();
+    result.assert_all_succeeded();
+    let root = &result.pes[0];
+    assert_eq!(root.lines_with("KIND "), ["PeerLost"], "{}", result.describe());
+    assert_eq!(root.lines_with("PEER "), ["Some(1)"], "{}", result.describe());
+    // The unheard connection is told why root rank 0 gave up, not cut off with a bare reset.
+    let mut decoder = FrameDecoder::new(MAX_PAYLOAD);
+    decoder.push(&read_to_end_or_reset(&mut unheard));
+    let frame = decoder.next_frame().unwrap().expect("a verdict frame");
+    assert_eq!(frame.kind, Kind::Reject);
+    let verdict = WireError::decode(&frame.payload).to_error();
+    assert_eq!(verdict.kind(), ErrorKind::PeerLost, "{verdict}");
+    assert_eq!(verdict.peer(), Some(1), "{verdict}");
 }
 
 #[test]

@@ -101,14 +101,7 @@ pub(crate) fn accept_members(
 
     while members.iter().skip(1).any(Option::is_none) {
         if let Err(error) = watch() {
-            // Everyone still waiting hears why, also the connections not judged yet: a member
-            // whose hello is queued would otherwise see a bare hang-up and blame root rank 0.
-            let _ = accept_all(&listener, &mut pending);
-            let waiting = members.iter_mut().flatten().map(|m| &mut m.stream);
-            for stream in waiting.chain(pending.iter_mut().map(|p| &mut p.connection.stream)) {
-                reject(stream, &error);
-            }
-            return Err(error);
+            return Err(abandon(&listener, &mut members, &mut pending, error));
         }
         let now = Instant::now();
         pending.retain(|p| now.duration_since(p.since) < HANDSHAKE_LIMIT);
@@ -125,10 +118,7 @@ pub(crate) fn accept_members(
                 ),
             )
             .on_rank(0);
-            for member in members.iter_mut().flatten() {
-                reject(&mut member.stream, &error);
-            }
-            return Err(error);
+            return Err(abandon(&listener, &mut members, &mut pending, error));
         }
         let wake_at = pending
             .iter()
@@ -176,10 +166,7 @@ pub(crate) fn accept_members(
                         .on_rank(0)
                 });
                 members[rank] = None;
-                for member in members.iter_mut().flatten() {
-                    reject(&mut member.stream, &error);
-                }
-                return Err(error);
+                return Err(abandon(&listener, &mut members, &mut pending, error));
             }
         }
     }
@@ -203,6 +190,24 @@ pub(crate) fn accept_members(
     Ok(connections)
 }
 
+/// Ends a rendezvous that failed: everyone still waiting hears why, also the connections not
+/// judged yet and those still queued on the listener. A member whose hello is queued would
+/// otherwise see a bare reset when the listener closes and blame root rank 0 instead of the
+/// real cause (for example another member that died). Returns `error` for the caller.
+fn abandon(
+    listener: &std::net::TcpListener,
+    members: &mut [Option<Connection>],
+    pending: &mut Vec<Pending>,
+    error: Error,
+) -> Error {
+    accept_queued(listener, pending);
+    let waiting = members.iter_mut().flatten().map(|m| &mut m.stream);
+    for stream in waiting.chain(pending.iter_mut().map(|p| &mut p.connection.stream)) {
+        reject(stream, &error);
+    }
+    error
+}
+
 /// Once every rank has arrived: connections still queued or not yet judged get an answer if they
 /// already said something (a wrong secret is told so; a valid hello learns its rank is taken),
 /// instead of a bare reset when the listener closes. Bounded: one more accept pass and one read
@@ -215,12 +220,7 @@ fn answer_stragglers(
     verify_owner: bool,
     members: &mut [Option<Connection>],
 ) {
-    while pending.len() < MAX_PENDING {
-        let before = pending.len();
-        if accept_all(listener, pending).is_err() || pending.len() == before {
-            break;
-        }
-    }
+    accept_queued(listener, pending);
     let Ok(ready) = wait_readable(listener, pending, &[], Duration::ZERO) else {
         return;
     };
@@ -307,6 +307,16 @@ fn accept_all(listener: &std::net::TcpListener, pending: &mut Vec<Pending>) -> R
         }
     }
     Ok(())
+}
+
+/// Accepts everything queued on the listener, batch by batch, up to [`MAX_PENDING`] in all.
+fn accept_queued(listener: &std::net::TcpListener, pending: &mut Vec<Pending>) {
+    while pending.len() < MAX_PENDING {
+        let before = pending.len();
+        if accept_all(listener, pending).is_err() || pending.len() == before {
+            break;
+        }
+    }
 }
 
 /// Checks a hello and either seats the member or rejects it with a clear reason.
@@ -481,8 +491,14 @@ pub(crate) fn greet_root(
         size: size as u32,
     };
     let payload = postcard::to_stdvec(&hello).expect("a hello always serializes");
-    write_frame(&mut connection.stream, Kind::Hello, 0, &[&payload])
-        .map_err(|e| Error::backend(OP, "cannot send the hello to root rank 0", e).on_rank(rank))?;
+    if let Err(e) = write_frame(&mut connection.stream, Kind::Hello, 0, &[&payload]) {
+        return Err(cut_off(
+            &mut connection,
+            rank,
+            watch,
+            &format!("cannot send the hello to root rank 0: {e}"),
+        ));
+    }
     Ok(Greeted {
         connection,
         rank,
@@ -522,22 +538,22 @@ pub(crate) fn await_welcome(greeted: Greeted, watch: Watch<'_>) -> Result<Connec
             Ok(Some(frame)) => frame,
             Ok(None) => match connection.decoder.read_from(&mut connection.stream) {
                 Ok(0) => {
-                    return Err(Error::peer_lost(
-                        OP,
-                        0,
+                    return Err(cut_off(
+                        &mut connection,
+                        rank,
+                        watch,
                         "root rank 0 closed the connection during the rendezvous",
-                    )
-                    .on_rank(rank))
+                    ))
                 }
                 Ok(_) => continue,
                 Err(e) if is_wait_over(&e) => continue,
                 Err(e) => {
-                    return Err(Error::peer_lost(
-                        OP,
-                        0,
+                    return Err(cut_off(
+                        &mut connection,
+                        rank,
+                        watch,
                         &format!("connection to root rank 0 failed: {e}"),
-                    )
-                    .on_rank(rank))
+                    ))
                 }
             },
             Err(e) => {
@@ -557,18 +573,7 @@ pub(crate) fn await_welcome(greeted: Greeted, watch: Watch<'_>) -> Result<Connec
                     .map_err(|e| Error::backend(OP, "cannot clear the read timeout", e))?;
                 Ok(connection)
             }
-            Kind::Reject => {
-                let wire = WireError::decode(&frame.payload);
-                let mut error = wire.to_error();
-                if wire.kind != ErrorKind::Timeout && wire.kind != ErrorKind::PeerLost {
-                    error = Error::new(
-                        wire.kind,
-                        OP,
-                        format!("root rank 0 rejected rank {rank}: {}", wire.message),
-                    );
-                }
-                Err(error.on_rank(rank))
-            }
+            Kind::Reject => Err(rejection(&frame, rank)),
             other => Err(Error::new(
                 ErrorKind::Protocol,
                 OP,
@@ -577,6 +582,42 @@ pub(crate) fn await_welcome(greeted: Greeted, watch: Watch<'_>) -> Result<Connec
             .on_rank(rank)),
         };
     }
+}
+
+/// The error carried by root rank 0's `Reject` frame, as seen by member `rank`.
+fn rejection(frame: &Frame, rank: usize) -> Error {
+    let wire = WireError::decode(&frame.payload);
+    let error = if wire.kind == ErrorKind::Timeout || wire.kind == ErrorKind::PeerLost {
+        wire.to_error()
+    } else {
+        Error::new(
+            wire.kind,
+            "rendezvous",
+            format!("root rank 0 rejected rank {rank}: {}", wire.message),
+        )
+    };
+    error.on_rank(rank)
+}
+
+/// A member's connection to root rank 0 broke before the verdict. Root rank 0 tells everyone
+/// why it abandons a rendezvous, so its reason, if already received, is the answer; next the
+/// watched group's own failure (root may have left because of it); only then root rank 0
+/// itself is blamed.
+fn cut_off(connection: &mut Connection, rank: usize, watch: Watch<'_>, what: &str) -> Error {
+    connection.decoder.set_cap(MAX_PAYLOAD);
+    if connection.stream.set_nonblocking(true).is_ok() {
+        let queued = connection.read_frame();
+        let _ = connection.stream.set_nonblocking(false);
+        if let Ok(Some(frame)) = queued {
+            if frame.kind == Kind::Reject {
+                return rejection(&frame, rank);
+            }
+        }
+    }
+    if let Err(error) = watch() {
+        return error;
+    }
+    Error::peer_lost("rendezvous", 0, what).on_rank(rank)
 }
 
 fn is_transient(error: &std::io::Error) -> bool {
