@@ -7,8 +7,9 @@ the caller keeps alive during the call; an *allocation* comes back as ``(index, 
 heap offset, bytes, alignment, HeapBuffer)``.
 """
 
+import weakref
 from collections.abc import Callable
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 Region = tuple[int, int, int, int]
 Buffer = Region | tuple[int, int]
@@ -73,6 +74,39 @@ def atomic(
     value: int | None = None,
     expected: int | None = None,
 ) -> int | None: ...
+
+# the fast path for tensors the registry has seen: NotImplemented means "not handled, nothing
+# done" (a tensor not seen or changed since, stale, a consumer's, or a plain argument of another
+# type); the wrapper then takes its full path.
+
+class Seen:
+    """What a call needs of one inspected torch tensor."""
+
+    def __init__(
+        self,
+        tensor: weakref.ref[Any],
+        address: int,
+        dtype: Any,
+        nbytes: int,
+        allocation: Any,
+        arg: Buffer,
+        word: str | None,
+        writable: bool,
+    ) -> None: ...
+
+def remember(key: int, handle: Seen) -> None: ...
+def forget(key: int, weak: weakref.ref[Any]) -> None: ...
+def remembered() -> int: ...
+def put_seen(dst: Any, src: Any, pe: Any) -> Any: ...
+def get_seen(dst: Any, src: Any, pe: Any) -> Any: ...
+def signal_seen(signal: Any, value: Any, pe: Any, operation: Any) -> Any: ...
+def put_signal_seen(
+    dst: Any, src: Any, signal: Any, value: Any, pe: Any, operation: Any
+) -> Any: ...
+def wait_signal_seen(signal: Any, value: Any, comparison: Any, timeout: Any) -> Any: ...
+def atomic_seen(
+    operation: str, target: Any, pe: Any, value: Any = None, expected: Any = None
+) -> Any: ...
 def barrier() -> None: ...
 def quiet() -> None: ...
 def fence() -> None: ...

@@ -1,14 +1,15 @@
-"""The data plane's per-tensor fast path (``_registry._seen``): a tensor seen before is not
-inspected again, yet every check still fires on it -- stale tensors after free and restart,
-foreign (process-private) tensors, dtypes, sizes, contiguity after in-place metadata changes,
-and a consumer's lease. Each test warms the cache with successful calls on the very tensor
-objects it then misuses. Runs in one process and on every rank of hmrun jobs."""
+"""The data plane's per-tensor fast path (``_registry._seen`` and the native ``*_seen`` calls it
+feeds): a tensor seen before is not inspected again, yet every check still fires on it -- stale
+tensors after free and restart, foreign (process-private) tensors, dtypes, sizes, contiguity
+after in-place metadata changes, and a consumer's lease. Each test warms the cache with
+successful calls on the very tensor objects it then misuses. Runs in one process and on every
+rank of hmrun jobs."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import RANK, WORLD, needs_torch
-from hyper_multicore import shmem
+from hyper_multicore import _native, shmem
 from hyper_multicore.shmem import AllocationReplacement, AllocationSpec, ConsumerSpec
 from hyper_multicore.shmem._registry import _seen_tensors
 
@@ -157,3 +158,80 @@ def test_a_consumers_tensor_needs_its_lease_on_the_fast_path(xp):
     moe.close()
     root.close()
     assert shmem.reference_count() == 0
+
+
+@needs_torch
+def test_warmed_torch_tensors_take_the_native_path_and_misses_do_nothing(runtime, xp):
+    import torch
+
+    dst, word = shmem.empty(4, dtype="float32"), shmem.empty(1, dtype="int64")
+    src = torch.arange(4, dtype=torch.float32) + RANK
+    warm(dst, src, word)
+    shmem.barrier()
+    # Handled natively, with the wrapper's defaults spelled out.
+    assert _native.put_seen(dst, src, nxt()) is None
+    assert _native.get_seen(src, dst, nxt()) is None
+    assert _native.signal_seen(word, 7, nxt(), "add") is None
+    assert _native.put_signal_seen(dst, src, word, 1, nxt(), "set") is None
+    shmem.quiet()
+    assert _native.atomic_seen("fetch", word, RANK) is not NotImplemented
+    shmem.barrier()
+    assert _native.wait_signal_seen(word, 0, "ge", None) is not NotImplemented
+    assert _native.wait_signal_seen(word, 0, "ge", 1.5) is not NotImplemented
+    wide = torch.zeros(4, dtype=torch.float64)
+    with pytest.raises(TypeError, match="dtypes differ"):
+        shmem.get(wide, dst, nxt())
+    # Misses: anything the wrapper must judge itself; nothing is sent.
+    before = src.clone()
+    misses = [
+        _native.put_seen(src, dst, nxt()),  # a private tensor as the destination
+        _native.put_seen(dst, src, True),  # a bool is not a PE
+        _native.put_seen(dst, src, -1),
+        _native.put_seen(dst, torch.zeros(4), nxt()),  # never seen
+        _native.get_seen(wide, dst, nxt()),  # seen, but another dtype
+        _native.signal_seen(dst, 1, nxt(), "set"),  # not a one-element word
+        _native.signal_seen(word, 2**64, nxt(), "set"),
+        _native.signal_seen(word, 1, nxt(), "or"),
+        _native.signal_seen(word, 1.0, nxt(), "set"),
+        _native.wait_signal_seen(word, 0, "eq", -1.0),
+        _native.wait_signal_seen(word, 0, "eq", True),
+        _native.atomic_seen("nand", word, RANK, value=1),
+    ]
+    assert all(miss is NotImplemented for miss in misses), misses
+    assert torch.equal(src, before)
+    shmem.barrier()
+    shmem.free(word)
+    shmem.free(dst)
+
+
+@needs_torch
+def test_a_data_assignment_that_keeps_the_pointer_is_noticed(runtime, xp):
+    import torch
+
+    whole = shmem.empty(3, 2, dtype="float32")
+    grid = whole[...]
+    src, word = torch.zeros(3, 2), shmem.empty(1, dtype="int64")
+    warm(grid, src, word)
+    # Same object, data pointer, dtype and size, but transposed: no version bump, no new id.
+    grid.data = whole.t()
+    assert _native.put_seen(grid, src.t(), nxt()) is NotImplemented
+    with pytest.raises(ValueError, match="contiguous"):
+        shmem.put(grid, src.t(), nxt())
+    shmem.barrier()
+    shmem.free(word)
+    shmem.free(whole)
+
+
+@needs_torch
+def test_handles_of_dead_views_are_forgotten(runtime, xp):
+    import torch
+
+    dst = shmem.empty(64, dtype="float32")
+    src = torch.zeros(1)
+    shmem.put(dst[0:1], src, nxt())
+    baseline = _native.remembered()
+    for i in range(500):
+        shmem.put(dst[i % 64 : i % 64 + 1], src, nxt())  # a new view object per call
+    assert _native.remembered() <= baseline + 2
+    shmem.barrier()
+    shmem.free(dst)

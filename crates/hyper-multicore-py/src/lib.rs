@@ -44,6 +44,7 @@ use hyper_multicore::shmem::{
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::BoundObject;
 
 use crate::buffer::{Buffer, BufferArg};
 use crate::channel::PythonChannel;
@@ -71,7 +72,7 @@ macro_rules! with_word {
                 type $W = u64;
                 $body
             }
-            other => Err(PyTypeError::new_err(format!(
+            other => Err(pyo3::exceptions::PyTypeError::new_err(format!(
                 "signals and atomics need an int32, uint32, int64 or uint64 tensor, not {other}"
             ))),
         }
@@ -113,6 +114,19 @@ macro_rules! with_reducible {
     };
 }
 
+mod seen;
+
+/// A signal or atomic word type that converts to a Python `int`.
+pub(crate) trait PyWord:
+    AtomicWord + for<'py> IntoPyObject<'py, Error = std::convert::Infallible>
+{
+}
+
+impl<W> PyWord for W where
+    W: AtomicWord + for<'py> IntoPyObject<'py, Error = std::convert::Infallible>
+{
+}
+
 pub(crate) fn parse_dtype(name: &str) -> PyResult<Dtype> {
     Dtype::from_name(name).ok_or_else(|| {
         let known: Vec<&str> = Dtype::ALL.iter().map(|d| d.name()).collect();
@@ -122,7 +136,7 @@ pub(crate) fn parse_dtype(name: &str) -> PyResult<Dtype> {
     })
 }
 
-fn parse_signal_op(name: &str) -> PyResult<SignalOp> {
+pub(crate) fn parse_signal_op(name: &str) -> PyResult<SignalOp> {
     match name {
         "set" => Ok(SignalOp::Set),
         "add" => Ok(SignalOp::Add),
@@ -132,7 +146,7 @@ fn parse_signal_op(name: &str) -> PyResult<SignalOp> {
     }
 }
 
-fn parse_comparison(name: &str) -> PyResult<Comparison> {
+pub(crate) fn parse_comparison(name: &str) -> PyResult<Comparison> {
     Ok(match name {
         "eq" => Comparison::Eq,
         "ne" => Comparison::Ne,
@@ -373,7 +387,16 @@ fn free(py: Python<'_>, index: u64, generation: u64) -> PyResult<()> {
 /// Copies `source` into PE `pe`'s copy of `target`.
 #[pyfunction]
 fn put(py: Python<'_>, target: RegionArg, source: BufferArg, pe: usize) -> PyResult<()> {
-    let source = Buffer::new(source)?;
+    put_buffer(py, target, Buffer::new(source)?, pe)
+}
+
+/// [`put`] with a checked source.
+pub(crate) fn put_buffer(
+    py: Python<'_>,
+    target: RegionArg,
+    source: Buffer,
+    pe: usize,
+) -> PyResult<()> {
     py_result(
         py,
         py.detach(|| {
@@ -388,7 +411,16 @@ fn put(py: Python<'_>, target: RegionArg, source: BufferArg, pe: usize) -> PyRes
 /// Copies PE `pe`'s copy of `source` into `target`.
 #[pyfunction]
 fn get(py: Python<'_>, target: BufferArg, source: RegionArg, pe: usize) -> PyResult<()> {
-    let target = Buffer::new(target)?;
+    get_buffer(py, Buffer::new(target)?, source, pe)
+}
+
+/// [`get`] with a checked target.
+pub(crate) fn get_buffer(
+    py: Python<'_>,
+    target: Buffer,
+    source: RegionArg,
+    pe: usize,
+) -> PyResult<()> {
     py_result(
         py,
         py.detach(|| {
@@ -417,15 +449,31 @@ fn put_signal(
     let op = parse_signal_op(operation)?;
     with_word!(dtype, W => {
         let value: W = value.extract()?;
-        py_result(py, py.detach(|| {
+        put_signal_word(py, target, source, signal, value, op, pe)
+    })
+}
+
+/// [`put_signal`] with checked arguments.
+pub(crate) fn put_signal_word<W: AtomicWord>(
+    py: Python<'_>,
+    target: RegionArg,
+    source: Buffer,
+    signal: RegionArg,
+    value: W,
+    op: SignalOp,
+    pe: usize,
+) -> PyResult<()> {
+    py_result(
+        py,
+        py.detach(|| {
             lifecycle::guarded("put_signal", |shmem| {
                 let region = target.resolve(shmem)?;
                 let signal = signal.typed::<W>(shmem)?;
                 source.read(shmem, |bytes| shmem.put_bytes(region, bytes, pe))?;
                 shmem.signal(&signal, value, op, pe)
             })
-        }))
-    })
+        }),
+    )
 }
 
 /// Updates PE `pe`'s copy of a one-word signal (set or add) and wakes its waiters.
@@ -441,12 +489,26 @@ fn signal(
     let op = parse_signal_op(operation)?;
     with_word!(dtype, W => {
         let value: W = value.extract()?;
-        py_result(py, py.detach(|| {
+        signal_word(py, signal, value, op, pe)
+    })
+}
+
+/// [`signal`] with checked arguments.
+pub(crate) fn signal_word<W: AtomicWord>(
+    py: Python<'_>,
+    signal: RegionArg,
+    value: W,
+    op: SignalOp,
+    pe: usize,
+) -> PyResult<()> {
+    py_result(
+        py,
+        py.detach(|| {
             lifecycle::guarded("signal", |shmem| {
                 shmem.signal(&signal.typed::<W>(shmem)?, value, op, pe)
             })
-        }))
-    })
+        }),
+    )
 }
 
 /// Waits until this PE's copy of a signal compares `comparison` to `value`; returns the word.
@@ -472,18 +534,32 @@ fn wait_signal(
         .transpose()?;
     with_word!(dtype, W => {
         let value: W = value.extract()?;
-        let seen = py_result(py, py.detach(|| {
+        wait_signal_word(py, signal, value, comparison, timeout)
+    })
+}
+
+/// [`wait_signal`] with checked arguments.
+pub(crate) fn wait_signal_word<W: PyWord>(
+    py: Python<'_>,
+    signal: RegionArg,
+    value: W,
+    comparison: Comparison,
+    timeout: Option<Duration>,
+) -> PyResult<Py<PyAny>> {
+    let seen = py_result(
+        py,
+        py.detach(|| {
             lifecycle::guarded("wait_signal", |shmem| {
                 shmem.wait_signal(&signal.typed::<W>(shmem)?, value, comparison, timeout)
             })
-        }))?;
-        Ok(seen.into_pyobject(py)?.into_any().unbind())
-    })
+        }),
+    )?;
+    Ok(seen.into_pyobject(py)?.into_any().unbind())
 }
 
 /// One atomic operation with its operands.
 #[derive(Clone, Copy)]
-enum AtomicOp<W> {
+pub(crate) enum AtomicOp<W> {
     Fetch,
     Set(W),
     Swap(W),
@@ -494,7 +570,7 @@ enum AtomicOp<W> {
 
 impl<W: AtomicWord> AtomicOp<W> {
     /// The operation named `name`, with the operands it needs.
-    fn new(name: &str, value: Option<W>, expected: Option<W>) -> PyResult<Self> {
+    pub(crate) fn new(name: &str, value: Option<W>, expected: Option<W>) -> PyResult<Self> {
         let needed = |v: Option<W>, what: &str| {
             v.ok_or_else(|| PyValueError::new_err(format!("atomic_{name} needs {what}")))
         };
@@ -514,6 +590,18 @@ impl<W: AtomicWord> AtomicOp<W> {
                 )))
             }
         })
+    }
+
+    /// The call's name in errors.
+    fn call(self) -> &'static str {
+        match self {
+            AtomicOp::Fetch => "atomic_fetch",
+            AtomicOp::Set(_) => "atomic_set",
+            AtomicOp::Swap(_) => "atomic_swap",
+            AtomicOp::CompareSwap { .. } => "atomic_compare_swap",
+            AtomicOp::FetchAdd(_) => "atomic_fetch_add",
+            AtomicOp::Add(_) => "atomic_add",
+        }
     }
 
     /// Runs it on PE `pe`'s copy of `target`; the previous value, except for set and add.
@@ -549,18 +637,32 @@ fn atomic(
     value: Option<&Bound<'_, PyAny>>,
     expected: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<Py<PyAny>>> {
-    let name = format!("atomic_{operation}");
     with_word!(dtype, W => {
         let value: Option<W> = value.map(|v| v.extract()).transpose()?;
         let expected: Option<W> = expected.map(|v| v.extract()).transpose()?;
         let op = AtomicOp::new(operation, value, expected)?;
-        let previous = py_result(py, py.detach(|| {
-            lifecycle::guarded(&name, |shmem| op.run(shmem, &target.typed::<W>(shmem)?, pe))
-        }))?;
-        previous
-            .map(|w| Ok(w.into_pyobject(py)?.into_any().unbind()))
-            .transpose()
+        atomic_word(py, op, target, pe)
     })
+}
+
+/// [`atomic`] with checked arguments.
+pub(crate) fn atomic_word<W: PyWord>(
+    py: Python<'_>,
+    op: AtomicOp<W>,
+    target: RegionArg,
+    pe: usize,
+) -> PyResult<Option<Py<PyAny>>> {
+    let previous = py_result(
+        py,
+        py.detach(|| {
+            lifecycle::guarded(op.call(), |shmem| {
+                op.run(shmem, &target.typed::<W>(shmem)?, pe)
+            })
+        }),
+    )?;
+    previous
+        .map(|w| Ok(w.into_pyobject(py)?.into_any().unbind()))
+        .transpose()
 }
 
 /// Waits until every PE of the root has called it; earlier puts are visible after it.
@@ -691,6 +793,16 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         Dtype::ALL.iter().map(|d| d.name()).collect::<Vec<_>>(),
     )?;
     m.add_class::<HeapBuffer>()?;
+    m.add_class::<seen::Seen>()?;
+    m.add_function(wrap_pyfunction!(seen::remember, m)?)?;
+    m.add_function(wrap_pyfunction!(seen::forget, m)?)?;
+    m.add_function(wrap_pyfunction!(seen::remembered, m)?)?;
+    m.add_function(wrap_pyfunction!(seen::put_seen, m)?)?;
+    m.add_function(wrap_pyfunction!(seen::get_seen, m)?)?;
+    m.add_function(wrap_pyfunction!(seen::signal_seen, m)?)?;
+    m.add_function(wrap_pyfunction!(seen::put_signal_seen, m)?)?;
+    m.add_function(wrap_pyfunction!(seen::wait_signal_seen, m)?)?;
+    m.add_function(wrap_pyfunction!(seen::atomic_seen, m)?)?;
     m.add_class::<shared_root::PySharedRoot>()?;
     m.add_class::<shared_root::PyConsumer>()?;
     m.add_class::<shared_root::PyLease>()?;

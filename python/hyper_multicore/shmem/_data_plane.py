@@ -4,6 +4,11 @@
 Symmetric tensors travel to the native runtime as regions ``(index, generation, byte offset,
 bytes)`` (:mod:`._registry`), local tensors as ``(address, nbytes)``; every call goes through the
 runtime's guarded path (refused when no reference is held or the runtime was invalidated).
+
+The small calls first try their ``_native.*_seen`` twin, which takes the tensors themselves and
+does the whole call natively when every tensor was inspected before and is unchanged (see
+``crates/hyper-multicore-py/src/seen.rs``); it returns ``NotImplemented`` otherwise, without
+doing anything, and the call goes on here with the full checks.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from ._registry import _local, _pe, _same_dtype, _symmetric
 def put(remote_dst: Any, local_src: Any, target_pe: int) -> None:
     """Copies ``local_src`` into PE ``target_pe``'s copy of the symmetric ``remote_dst`` (same
     dtype and number of elements; either may be a view)."""
+    if _native.put_seen(remote_dst, local_src, target_pe) is None:
+        return
     dst = _symmetric(remote_dst, "remote_dst")
     src = _local(local_src, "local_src")
     _same_dtype(dst, src, "put")
@@ -27,6 +34,8 @@ def put(remote_dst: Any, local_src: Any, target_pe: int) -> None:
 
 def get(local_dst: Any, remote_src: Any, source_pe: int) -> None:
     """Copies PE ``source_pe``'s copy of the symmetric ``remote_src`` into ``local_dst``."""
+    if _native.get_seen(local_dst, remote_src, source_pe) is None:
+        return
     src = _symmetric(remote_src, "remote_src")
     dst = _local(local_dst, "local_dst", writable=True)
     _same_dtype(dst, src, "get")
@@ -70,6 +79,11 @@ def put_signal(
 ) -> None:
     """:func:`put`, then :func:`signal` on the same PE: a waiter that sees the signal sees the
     data."""
+    seen = _native.put_signal_seen(
+        remote_dst, local_src, remote_signal, value, target_pe, operation
+    )
+    if seen is None:
+        return
     dst = _symmetric(remote_dst, "remote_dst")
     src = _local(local_src, "local_src")
     _same_dtype(dst, src, "put_signal")
@@ -88,6 +102,8 @@ def put_signal(
 def signal(remote_signal: Any, value: int, target_pe: int, *, operation: str = "set") -> None:
     """Sets (``operation="set"``) or adds to (``"add"``, wrapping) PE ``target_pe``'s copy of
     the one-element signal word ``remote_signal``, and wakes its waiters."""
+    if _native.signal_seen(remote_signal, value, target_pe, operation) is None:
+        return
     word, dtype = _word(remote_signal, "remote_signal")
     _native.signal(
         word,
@@ -107,6 +123,9 @@ def wait_signal(
     ``timeout`` (seconds) defaults to ``HYPER_MULTICORE_SHMEM_TIMEOUT_SEC``; it raises
     :class:`WaitTimeoutError` then, and :class:`PeerLostError` as soon as a PE of the root dies.
     """
+    seen = _native.wait_signal_seen(signal, value, comparison, timeout)
+    if seen is not NotImplemented:
+        return seen  # type: ignore[no-any-return]
     word, dtype = _word(signal, "signal")
     if timeout is not None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
@@ -133,6 +152,9 @@ def fence() -> None:
 
 
 def _atomic(operation: str, target: Any, pe: int, **values: Any) -> int | None:
+    seen = _native.atomic_seen(operation, target, pe, **values)
+    if seen is not NotImplemented:
+        return seen  # type: ignore[no-any-return]
     word, dtype = _word(target, "target")
     checked = {k: check_word(v, dtype, k) for k, v in values.items()}
     return _native.atomic(operation, word, dtype, _pe(pe), **checked)

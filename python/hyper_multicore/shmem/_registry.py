@@ -16,8 +16,9 @@ import threading
 import weakref
 from typing import Any
 
+from .. import _native
 from . import _backend
-from ._backend import Layout, check_int
+from ._backend import WORD_DTYPES, Layout, check_int
 from ._errors import StaleTensorError
 
 #: An allocation index no runtime ever hands out: a rank whose own argument to a collective
@@ -111,7 +112,17 @@ class _Seen:
     ``(index, generation, byte offset, bytes)`` or ``(address, nbytes)``; None when the tensor is
     not contiguous)."""
 
-    __slots__ = ("ref", "address", "dtype", "shape", "stride", "layout", "allocation", "arg")
+    __slots__ = (
+        "ref",
+        "address",
+        "dtype",
+        "shape",
+        "stride",
+        "layout",
+        "allocation",
+        "arg",
+        "handle",
+    )
 
     def __init__(self, x: Any, role: str) -> None:
         layout = Layout(x, role)
@@ -130,11 +141,16 @@ class _Seen:
         self.layout = layout
         self.allocation = allocation
         self.arg = arg
+        #: The native record of a remembered tensor (:func:`_seen`), for the ``_native.*_seen``
+        #: fast path; None otherwise.
+        self.handle: Any = None
 
 
 #: torch tensors already inspected, by ``id``: a call on a tensor whose data pointer, dtype,
 #: shape and strides are what they were reuses its :class:`_Seen` (the allocation's liveness and
 #: its consumer's lease are still checked on every call). An entry goes when its tensor dies.
+#: Each entry's ``handle`` is also remembered natively (``_native.remember``): the ``*_seen``
+#: functions make the same checks there, in one call.
 _seen_tensors: dict[int, _Seen] = {}
 _Tensor: Any = _backend.torch.Tensor if _backend.torch is not None else None
 
@@ -145,6 +161,7 @@ def _forget(key: int, ref: Any) -> None:
     seen = _seen_tensors.get(key)
     if seen is not None and seen.ref is ref:
         del _seen_tensors[key]
+    _native.forget(key, ref)
 
 
 def _seen(x: Any, role: str) -> _Seen:
@@ -170,7 +187,20 @@ def _seen(x: Any, role: str) -> _Seen:
         seen.shape = x.shape
         seen.stride = x.stride()
         seen.ref = weakref.ref(x, lambda ref, key=key: _forget(key, ref))
+        layout = seen.layout
+        word = layout.dtype if layout.numel == 1 and layout.dtype in WORD_DTYPES else None
+        seen.handle = _native.Seen(
+            seen.ref,
+            seen.address,
+            seen.dtype,
+            layout.nbytes,
+            seen.allocation,
+            seen.arg,
+            word,
+            layout.writable,
+        )
         _seen_tensors[key] = seen
+        _native.remember(key, seen.handle)
     return seen
 
 
