@@ -43,6 +43,24 @@ RUST_ROWS = {
 RUST_GROUPS = "latency,bandwidth,pingpong,barrier,malloc-free,all-to-all"
 
 
+#: The shortest batch, as in ``hm-bench``: a short batch would mostly time the peer's spinning
+#: (a PE waiting in a barrier spins for tens of microseconds before it sleeps) and clock reads.
+MIN_BATCH_NS = 20_000_000
+
+
+def calibrated(call) -> int:
+    """Calls per batch so that one batch takes at least :data:`MIN_BATCH_NS` (for rows only
+    one PE runs)."""
+    calls = 1
+    while True:
+        start = time.perf_counter_ns()
+        for _ in range(calls):
+            call()
+        if time.perf_counter_ns() - start >= MIN_BATCH_NS:
+            return calls
+        calls *= 2
+
+
 def timed(call, calls: int, trials: int) -> tuple[float, float]:
     """(min, median) over ``trials`` of the time per call of a batch of ``calls``, in ns."""
     per_call = []
@@ -64,13 +82,14 @@ def worker(out: str, trials: int) -> None:
     peer = 1 - me
     rows = {}
 
-    def one_sided(name: str, nbytes: int, call, calls: int) -> None:
+    def one_sided(name: str, nbytes: int, call) -> None:
         shmem.barrier()
         if me == 0:
-            rows[f"{name} {nbytes}"] = timed(call, calls, trials)
+            rows[f"{name} {nbytes}"] = timed(call, calibrated(call), trials)
         shmem.barrier()
 
-    for nbytes, calls in ((8, 2000), (MIB, 20)):
+    # The collective rows run a fixed count on both PEs, sized for batches of about 20 ms here.
+    for nbytes in (8, MIB):
         remote = shmem.empty(nbytes, dtype=torch.uint8)
         local = torch.zeros(nbytes, dtype=torch.uint8)
 
@@ -78,17 +97,17 @@ def worker(out: str, trials: int) -> None:
             shmem.put(remote, local, peer)
             shmem.quiet()
 
-        one_sided("put_quiet", nbytes, put_quiet, calls)
+        one_sided("put_quiet", nbytes, put_quiet)
 
         def get(remote=remote, local=local) -> None:
             shmem.get(local, remote, peer)
 
-        one_sided("get", nbytes, get, calls)
+        one_sided("get", nbytes, get)
         shmem.free(remote)
     word = shmem.empty(1, dtype=torch.int64)
     word.zero_()
     shmem.barrier()
-    one_sided("signal", 8, lambda: shmem.signal(word, 0, peer, operation="add"), 2000)
+    one_sided("signal", 8, lambda: shmem.signal(word, 0, peer, operation="add"))
 
     data, flag = shmem.empty(8, dtype=torch.uint8), shmem.empty(1, dtype=torch.uint64)
     flag.zero_()
@@ -105,12 +124,12 @@ def worker(out: str, trials: int) -> None:
             shmem.wait_signal(flag, count[0])
             shmem.put_signal(data, payload, flag, count[0], peer)
 
-    rows["round_trip 8"] = timed(round_trip, 500, trials)
+    rows["round_trip 8"] = timed(round_trip, 4000, trials)
     shmem.barrier()
-    rows["barrier 0"] = timed(shmem.barrier, 2000, trials)
+    rows["barrier 0"] = timed(shmem.barrier, 40000, trials)
     output = shmem.empty(2 * MIB, dtype=torch.uint8)
     source = torch.zeros(2 * MIB, dtype=torch.uint8)
-    rows["all_to_all 1048576"] = timed(lambda: shmem.all_to_all(output, source), 20, trials)
+    rows["all_to_all 1048576"] = timed(lambda: shmem.all_to_all(output, source), 200, trials)
     rows["empty_free 8"] = timed(lambda: shmem.free(shmem.empty(8, dtype=torch.uint8)), 200, trials)
     for tensor in (output, flag, data, word):
         shmem.free(tensor)
