@@ -92,6 +92,7 @@ class Seen:
         arg: Buffer,
         word: str | None,
         writable: bool,
+        single: bool,
     ) -> None: ...
 
 def remember(key: int, handle: Seen) -> None: ...

@@ -29,6 +29,8 @@ use pyo3::types::{PyFloat, PyInt, PyString, PyWeakrefReference};
 
 use crate::buffer::{Buffer, BufferArg};
 use crate::heap::RegionArg;
+use hyper_multicore::shmem::{Comparison, SignalOp};
+
 use crate::{parse_comparison, parse_signal_op, AtomicOp};
 
 /// `id(tensor)` → its handle. Only touched with the GIL held, so the lock is never contended
@@ -83,6 +85,8 @@ pub(crate) struct Seen {
     word: Option<&'static str>,
     /// Whether it may be written (a destination).
     writable: bool,
+    /// Whether it holds one element.
+    single: bool,
 }
 
 #[pymethods]
@@ -99,6 +103,7 @@ impl Seen {
         arg: BufferArg,
         word: Option<&str>,
         writable: bool,
+        single: bool,
     ) -> PyResult<Seen> {
         let py = tensor.py();
         let owned = match &allocation {
@@ -122,6 +127,7 @@ impl Seen {
             arg,
             word,
             writable,
+            single,
         })
     }
 }
@@ -147,8 +153,11 @@ impl Seen {
         if address != self.address
             || !x.getattr(intern!(py, "dtype"))?.is(&self.dtype)
             || x.getattr(intern!(py, "nbytes"))?.extract::<usize>()? != self.nbytes
-            || !x.call_method0(intern!(py, "is_contiguous"))?.is_truthy()?
         {
+            return Ok(false);
+        }
+        // One element (a signal word) is contiguous whatever its strides.
+        if !self.single && !x.call_method0(intern!(py, "is_contiguous"))?.is_truthy()? {
             return Ok(false);
         }
         match &self.allocation {
@@ -201,9 +210,14 @@ fn plain_int<'py, T: for<'a> FromPyObject<'a, 'py>>(x: &Bound<'py, PyAny>) -> Op
     }
 }
 
-/// A string argument's text (None for another type).
-fn text(x: &Bound<'_, PyAny>) -> Option<String> {
-    Some(x.cast::<PyString>().ok()?.to_cow().ok()?.into_owned())
+/// The signal operation a string argument names (None for another type or name).
+fn signal_op(x: &Bound<'_, PyAny>) -> Option<SignalOp> {
+    parse_signal_op(&x.cast::<PyString>().ok()?.to_cow().ok()?).ok()
+}
+
+/// The comparison a string argument names (None for another type or name).
+fn comparison_of(x: &Bound<'_, PyAny>) -> Option<Comparison> {
+    parse_comparison(&x.cast::<PyString>().ok()?.to_cow().ok()?).ok()
 }
 
 /// What a miss returns.
@@ -261,11 +275,9 @@ pub(crate) fn signal_seen(
     pe: &Bound<'_, PyAny>,
     operation: &Bound<'_, PyAny>,
 ) -> PyResult<Py<PyAny>> {
-    let (Some((signal, dtype)), Some(pe), Some(op)) = (word(signal)?, plain_int(pe), text(operation))
+    let (Some((signal, dtype)), Some(pe), Some(op)) =
+        (word(signal)?, plain_int(pe), signal_op(operation))
     else {
-        return miss(py);
-    };
-    let Ok(op) = parse_signal_op(&op) else {
         return miss(py);
     };
     with_word!(dtype, W => {
@@ -294,13 +306,10 @@ pub(crate) fn put_signal_seen(
     else {
         return miss(py);
     };
-    let (Some(pe), Some(op)) = (plain_int(pe), text(operation)) else {
+    let (Some(pe), Some(op)) = (plain_int(pe), signal_op(operation)) else {
         return miss(py);
     };
     let (dst, src) = (dst.get(), src.get());
-    let Ok(op) = parse_signal_op(&op) else {
-        return miss(py);
-    };
     if !dst.dtype.bind(py).is(&src.dtype) {
         return miss(py);
     }
@@ -323,10 +332,7 @@ pub(crate) fn wait_signal_seen(
     comparison: &Bound<'_, PyAny>,
     timeout: &Bound<'_, PyAny>,
 ) -> PyResult<Py<PyAny>> {
-    let (Some((signal, dtype)), Some(comparison)) = (word(signal)?, text(comparison)) else {
-        return miss(py);
-    };
-    let Ok(comparison) = parse_comparison(&comparison) else {
+    let (Some((signal, dtype)), Some(comparison)) = (word(signal)?, comparison_of(comparison)) else {
         return miss(py);
     };
     let timeout = if timeout.is_none() {

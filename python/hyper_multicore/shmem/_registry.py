@@ -198,6 +198,7 @@ def _seen(x: Any, role: str) -> _Seen:
             seen.arg,
             word,
             layout.writable,
+            layout.numel == 1,
         )
         _seen_tensors[key] = seen
         _native.remember(key, seen.handle)
