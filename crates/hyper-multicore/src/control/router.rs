@@ -5,20 +5,38 @@
 //! queues contributions per rank, forwards point-to-point messages, and on a member's hang-up
 //! breaks the plane and tells every survivor. A member's router reads its one connection to the
 //! root. Waiting threads sleep on a condition variable with a deadline; the router wakes them.
+//!
+//! When every PE of the group can have a core, neither sleeps at once: a router keeps polling
+//! (yielding) for [`SPIN_WINDOW`] after it received something, and a waiter watches the inbox's
+//! version for as long before it sleeps, so the frames of a collective in progress meet awake
+//! threads instead of paying a wake-up each.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use rustix::event::{poll, PollFd, PollFlags};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use super::frame::{write_frame, Frame, FrameDecoder, Kind, WireError};
 use crate::error::{Error, ErrorKind};
+
+/// How long a router keeps polling after it received something, and a waiter watches the inbox,
+/// before either sleeps (when every PE of the group can have a core): a round trip through
+/// root rank 0 takes tens of microseconds, and on a virtual machine each sleep costs about as
+/// much again in wake-up latency (docs/architecture.md, "Control plane").
+const SPIN_WINDOW: Duration = Duration::from_micros(200);
+
+/// A `poll` that only looks.
+const NO_WAIT: Timespec = Timespec {
+    tv_sec: 0,
+    tv_nsec: 0,
+};
 
 /// The write side of one connection, shared by user threads and the router.
 #[derive(Debug)]
@@ -112,6 +130,12 @@ pub(crate) type BreakHook = Box<dyn Fn(&WireError) + Send + Sync>;
 pub(crate) struct Shared {
     inbox: Mutex<Inbox>,
     changed: Condvar,
+    /// Bumped after every change of the inbox: a waiter in its spin phase watches it without
+    /// taking the lock.
+    version: AtomicU64,
+    /// How long waiters and the router poll before they sleep ([`SPIN_WINDOW`], or zero when
+    /// the group has more PEs than this host has cores).
+    spin: Duration,
     hooks: Mutex<Vec<BreakHook>>,
 }
 
@@ -133,6 +157,12 @@ impl Shared {
         Shared {
             inbox: Mutex::new(inbox),
             changed: Condvar::new(),
+            version: AtomicU64::new(0),
+            spin: if size <= crate::sys::available_cores() {
+                SPIN_WINDOW
+            } else {
+                Duration::ZERO
+            },
             hooks: Mutex::new(Vec::new()),
         }
     }
@@ -140,6 +170,7 @@ impl Shared {
     /// Runs `update` on the inbox and wakes every waiter.
     pub(crate) fn update<T>(&self, update: impl FnOnce(&mut Inbox) -> T) -> T {
         let result = update(&mut self.inbox.lock());
+        self.version.fetch_add(1, Ordering::Release);
         self.changed.notify_all();
         result
     }
@@ -150,6 +181,7 @@ impl Shared {
         deadline: Instant,
         mut ready: impl FnMut(&mut Inbox) -> Option<T>,
     ) -> Option<T> {
+        let spin_until = Instant::now() + self.spin;
         let mut inbox = self.inbox.lock();
         loop {
             if let Some(value) = ready(&mut inbox) {
@@ -158,6 +190,17 @@ impl Shared {
             let now = Instant::now();
             if now >= deadline {
                 return None;
+            }
+            if now < spin_until.min(deadline) {
+                // The answer usually comes within tens of microseconds (a round trip through
+                // root rank 0): yielding until it does costs less than a sleep and a wake-up.
+                let seen = self.version.load(Ordering::Acquire);
+                drop(inbox);
+                while self.version.load(Ordering::Acquire) == seen && Instant::now() < spin_until {
+                    std::thread::yield_now();
+                }
+                inbox = self.inbox.lock();
+                continue;
             }
             self.changed.wait_until(&mut inbox, deadline);
         }
@@ -207,6 +250,7 @@ impl Shared {
     /// Second half of a break: wakes every waiter and runs the hooks.
     pub(crate) fn announce_broken(&self, reason: &WireError) {
         self.inbox.lock().announced = true;
+        self.version.fetch_add(1, Ordering::Release);
         self.changed.notify_all();
         for hook in self.hooks.lock().iter() {
             hook(reason);
@@ -242,6 +286,7 @@ pub(crate) struct RootRouter {
 
 impl RootRouter {
     pub(crate) fn run(mut self) {
+        let mut active_until = Instant::now();
         loop {
             let open: Vec<usize> = (0..self.readers.len())
                 .filter(|&r| self.readers[r].is_some())
@@ -252,7 +297,12 @@ impl RootRouter {
                 let (stream, _) = self.readers[rank].as_ref().expect("open");
                 fds.push(PollFd::new(stream, PollFlags::IN));
             }
-            match poll(&mut fds, None) {
+            let spinning = Instant::now() < active_until;
+            match poll(&mut fds, spinning.then_some(&NO_WAIT)) {
+                Ok(0) if spinning => {
+                    std::thread::yield_now();
+                    continue;
+                }
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => {
@@ -278,6 +328,7 @@ impl RootRouter {
             for rank in fired {
                 self.serve(rank);
             }
+            active_until = Instant::now() + self.shared.spin;
         }
     }
 
@@ -415,6 +466,7 @@ pub(crate) struct MemberRouter {
 
 impl MemberRouter {
     pub(crate) fn run(mut self) {
+        let mut active_until = Instant::now();
         loop {
             // Frames that arrived together with the welcome are already buffered.
             loop {
@@ -427,8 +479,15 @@ impl MemberRouter {
                     }
                 }
             }
+            if Instant::now() < active_until {
+                let mut fds = [PollFd::new(&self.stream, PollFlags::IN)];
+                if matches!(poll(&mut fds, Some(&NO_WAIT)), Ok(0)) {
+                    std::thread::yield_now();
+                    continue;
+                }
+            }
             match self.decoder.read_from(&mut self.stream) {
-                Ok(n) if n > 0 => {}
+                Ok(n) if n > 0 => active_until = Instant::now() + self.shared.spin,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 ended => {
                     let expected = self.shared.update(|i| {
@@ -507,4 +566,42 @@ fn parse_outcome(payload: &[u8]) -> Option<Outcome> {
 /// Wakes root rank 0's router so it exits.
 pub(crate) fn wake(wake: &mut UnixStream) {
     let _ = wake.write_all(&[1]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome() -> Outcome {
+        Outcome {
+            sequence: 1,
+            result: Ok(Vec::new()),
+        }
+    }
+
+    /// An update wakes a waiter whether it comes during the waiter's spin phase or after the
+    /// waiter fell asleep on the condition variable (no lost wake-up in either phase).
+    #[test]
+    fn a_waiter_sees_updates_made_while_it_spins_and_while_it_sleeps() {
+        let shared = Arc::new(Shared::new(1));
+        assert_eq!(shared.spin, SPIN_WINDOW, "one PE always has a core");
+        for delay in [Duration::ZERO, SPIN_WINDOW * 20] {
+            let updater = Arc::clone(&shared);
+            let thread = std::thread::spawn(move || {
+                // Places the update in the waiter's spin phase, or well past it.
+                std::thread::sleep(delay);
+                updater.update(|inbox| inbox.outcomes.push_back(outcome()));
+            });
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let seen = shared.wait_until(deadline, |inbox| inbox.outcomes.pop_front());
+            thread.join().unwrap();
+            assert_eq!(seen.map(|o| o.sequence), Some(1), "after {delay:?}");
+        }
+    }
+
+    #[test]
+    fn a_group_with_more_pes_than_cores_never_spins() {
+        let shared = Shared::new(crate::sys::available_cores() + 1);
+        assert_eq!(shared.spin, Duration::ZERO);
+    }
 }

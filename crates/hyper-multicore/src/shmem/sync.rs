@@ -41,7 +41,6 @@
 //! first read when the spin phase has run for a while, so a wait that ends while spinning (a
 //! barrier or a ping-pong on cores of their own) never reads it.
 
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::primitive::{fence, spin_loop, yield_now, AtomicU32, Ordering};
@@ -240,15 +239,9 @@ impl WaitPolicy {
 
 /// Whether waits of `local_pes` PEs sharing this host may spin: only when each can have a core.
 pub(crate) fn spins(local_pes: usize) -> bool {
-    local_pes <= available_cores()
+    local_pes <= crate::sys::available_cores()
 }
 
-/// The cores this process may run on (affinity and cgroup quota included), asked once: the
-/// query reads files, far too slow for a barrier.
-fn available_cores() -> usize {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
 
 /// The barrier of kind `kind` of the `pes` PEs whose words `words` holds, called by PE `me`
 /// with its epoch (see [`dissemination_barrier`]; the central barrier needs none).
@@ -904,7 +897,7 @@ mod tests {
         let words = TestWords::new(pes);
         let abort = AbortWord::new();
         let policy = WaitPolicy::new(pes, deadline());
-        let cores = available_cores();
+        let cores = crate::sys::available_cores();
         let start = Instant::now();
         thread::scope(|s| {
             for me in 0..pes {
@@ -984,7 +977,7 @@ mod tests {
             println!("{what:<36} median {median:>9.1} ns  (min {min:.1}, max {max:.1})");
             median
         };
-        println!("cores available: {}", available_cores());
+        println!("cores available: {}", crate::sys::available_cores());
         let raw = report(
             "raw cache-line ping-pong, one-way",
             median_ns(|| raw_ping_pong_ns(100_000)),

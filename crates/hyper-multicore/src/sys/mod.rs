@@ -17,3 +17,10 @@ pub(crate) mod spawn;
 #[cfg(all(feature = "ucx", not(loom)))]
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod ucx;
+
+/// The cores this process may run on (affinity and cgroup quota included), asked once: the
+/// query reads files, far too slow for a barrier.
+pub(crate) fn available_cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
