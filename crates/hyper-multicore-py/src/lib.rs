@@ -40,7 +40,8 @@ use std::time::Duration;
 use hyper_multicore::control::GroupChannel;
 use hyper_multicore::lifecycle::{self, Replacement, RootGroup};
 use hyper_multicore::shmem::{
-    AllocationId, AllocationSpec, AtomicWord, Comparison, Dtype, ReduceOp, Region, Shmem, SignalOp,
+    AllocationId, AllocationSpec, AtomicOp, AtomicWord, Comparison, Dtype, ReduceOp, Region,
+    SignalOp,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -49,7 +50,7 @@ use pyo3::BoundObject;
 use crate::buffer::{Buffer, BufferArg};
 use crate::channel::PythonChannel;
 use crate::errors::py_result;
-use crate::heap::{Exported, ExportedTuple, HeapBuffer, RegionArg, Target};
+use crate::heap::{Exported, ExportedTuple, HeapBuffer, RegionArg};
 use crate::hook::PythonHook;
 
 /// Runs `body` with `W` bound to the signal/atomic word type named `dtype`.
@@ -557,70 +558,41 @@ pub(crate) fn wait_signal_word<W: PyWord>(
     Ok(seen.into_pyobject(py)?.into_any().unbind())
 }
 
-/// One atomic operation with its operands.
+/// An atomic operation as Python names it (`fetch`, `set`, `swap`, `compare_swap`, `fetch_add`,
+/// `add`): the library's operation, and whether the caller gets the previous value (`add` is a
+/// `fetch_add` whose result is dropped, `set` a store that returns nothing).
 #[derive(Clone, Copy)]
-pub(crate) enum AtomicOp<W> {
-    Fetch,
-    Set(W),
-    Swap(W),
-    CompareSwap { expected: W, desired: W },
-    FetchAdd(W),
-    Add(W),
+pub(crate) struct Atomic<W> {
+    op: AtomicOp<W>,
+    returns: bool,
 }
 
-impl<W: AtomicWord> AtomicOp<W> {
+impl<W: AtomicWord> Atomic<W> {
     /// The operation named `name`, with the operands it needs.
     pub(crate) fn new(name: &str, value: Option<W>, expected: Option<W>) -> PyResult<Self> {
         let needed = |v: Option<W>, what: &str| {
             v.ok_or_else(|| PyValueError::new_err(format!("atomic_{name} needs {what}")))
         };
-        Ok(match name {
-            "fetch" => AtomicOp::Fetch,
-            "set" => AtomicOp::Set(needed(value, "a value")?),
-            "swap" => AtomicOp::Swap(needed(value, "a value")?),
-            "compare_swap" => AtomicOp::CompareSwap {
-                expected: needed(expected, "an expected value")?,
-                desired: needed(value, "a desired value")?,
-            },
-            "fetch_add" => AtomicOp::FetchAdd(needed(value, "a value")?),
-            "add" => AtomicOp::Add(needed(value, "a value")?),
+        let (op, returns) = match name {
+            "fetch" => (AtomicOp::Fetch, true),
+            "set" => (AtomicOp::Set(needed(value, "a value")?), false),
+            "swap" => (AtomicOp::Swap(needed(value, "a value")?), true),
+            "compare_swap" => (
+                AtomicOp::CompareSwap {
+                    expected: needed(expected, "an expected value")?,
+                    desired: needed(value, "a desired value")?,
+                },
+                true,
+            ),
+            "fetch_add" => (AtomicOp::FetchAdd(needed(value, "a value")?), true),
+            "add" => (AtomicOp::FetchAdd(needed(value, "a value")?), false),
             other => {
                 return Err(PyValueError::new_err(format!(
                     "unknown atomic operation {other:?}"
                 )))
             }
-        })
-    }
-
-    /// The call's name in errors.
-    fn call(self) -> &'static str {
-        match self {
-            AtomicOp::Fetch => "atomic_fetch",
-            AtomicOp::Set(_) => "atomic_set",
-            AtomicOp::Swap(_) => "atomic_swap",
-            AtomicOp::CompareSwap { .. } => "atomic_compare_swap",
-            AtomicOp::FetchAdd(_) => "atomic_fetch_add",
-            AtomicOp::Add(_) => "atomic_add",
-        }
-    }
-
-    /// Runs it on PE `pe`'s copy of `target`; the previous value, except for set and add.
-    fn run(
-        self,
-        shmem: &Shmem,
-        target: &Target<W>,
-        pe: usize,
-    ) -> hyper_multicore::Result<Option<W>> {
-        match self {
-            AtomicOp::Fetch => shmem.atomic_fetch(target, pe).map(Some),
-            AtomicOp::Set(v) => shmem.atomic_set(target, v, pe).map(|()| None),
-            AtomicOp::Swap(v) => shmem.atomic_swap(target, v, pe).map(Some),
-            AtomicOp::CompareSwap { expected, desired } => shmem
-                .atomic_compare_swap(target, expected, desired, pe)
-                .map(Some),
-            AtomicOp::FetchAdd(v) => shmem.atomic_fetch_add(target, v, pe).map(Some),
-            AtomicOp::Add(v) => shmem.atomic_add(target, v, pe).map(|()| None),
-        }
+        };
+        Ok(Atomic { op, returns })
     }
 }
 
@@ -640,28 +612,29 @@ fn atomic(
     with_word!(dtype, W => {
         let value: Option<W> = value.map(|v| v.extract()).transpose()?;
         let expected: Option<W> = expected.map(|v| v.extract()).transpose()?;
-        let op = AtomicOp::new(operation, value, expected)?;
-        atomic_word(py, op, target, pe)
+        atomic_word(py, Atomic::new(operation, value, expected)?, target, pe)
     })
 }
 
 /// [`atomic`] with checked arguments.
 pub(crate) fn atomic_word<W: PyWord>(
     py: Python<'_>,
-    op: AtomicOp<W>,
+    atomic: Atomic<W>,
     target: RegionArg,
     pe: usize,
 ) -> PyResult<Option<Py<PyAny>>> {
+    let Atomic { op, returns } = atomic;
     let previous = py_result(
         py,
         py.detach(|| {
-            lifecycle::guarded(op.call(), |shmem| {
-                op.run(shmem, &target.typed::<W>(shmem)?, pe)
+            lifecycle::guarded(op.name(), |shmem| {
+                let target = shmem.locate_region(op.name(), target.resolve(shmem)?)?;
+                shmem.atomic_located(&target, op, pe)
             })
         }),
     )?;
-    previous
-        .map(|w| Ok(w.into_pyobject(py)?.into_any().unbind()))
+    returns
+        .then(|| Ok(previous.into_pyobject(py)?.into_any().unbind()))
         .transpose()
 }
 

@@ -31,7 +31,7 @@ use crate::buffer::{Buffer, BufferArg};
 use crate::heap::RegionArg;
 use hyper_multicore::shmem::{Comparison, SignalOp};
 
-use crate::{parse_comparison, parse_signal_op, AtomicOp};
+use crate::{parse_comparison, parse_signal_op, Atomic};
 
 /// `id(tensor)` → its handle. Only touched with the GIL held, so the lock is never contended
 /// (it is there because a static must be `Sync`).
@@ -220,6 +220,19 @@ fn comparison_of(x: &Bound<'_, PyAny>) -> Option<Comparison> {
     parse_comparison(&x.cast::<PyString>().ok()?.to_cow().ok()?).ok()
 }
 
+/// Runs `$body` with `$v` bound to `$value` as the word type named `$dtype`; a miss when
+/// `$value` is not a plain `int` of that type.
+macro_rules! with_plain_word {
+    ($py:expr, $dtype:expr, $value:expr, $v:ident => $body:expr) => {
+        with_word!($dtype, W => {
+            let Some($v) = plain_int::<W>($value) else {
+                return miss($py);
+            };
+            $body
+        })
+    };
+}
+
 /// What a miss returns.
 fn miss(py: Python<'_>) -> PyResult<Py<PyAny>> {
     Ok(py.NotImplemented())
@@ -233,7 +246,8 @@ pub(crate) fn put_seen(
     src: &Bound<'_, PyAny>,
     pe: &Bound<'_, PyAny>,
 ) -> PyResult<Py<PyAny>> {
-    let (Some((target, dst)), Some(src), Some(pe)) = (symmetric(dst)?, current(src)?, plain_int(pe))
+    let (Some((target, dst)), Some(src), Some(pe)) =
+        (symmetric(dst)?, current(src)?, plain_int(pe))
     else {
         return miss(py);
     };
@@ -253,7 +267,8 @@ pub(crate) fn get_seen(
     src: &Bound<'_, PyAny>,
     pe: &Bound<'_, PyAny>,
 ) -> PyResult<Py<PyAny>> {
-    let (Some(dst), Some((source, src)), Some(pe)) = (current(dst)?, symmetric(src)?, plain_int(pe))
+    let (Some(dst), Some((source, src)), Some(pe)) =
+        (current(dst)?, symmetric(src)?, plain_int(pe))
     else {
         return miss(py);
     };
@@ -280,10 +295,7 @@ pub(crate) fn signal_seen(
     else {
         return miss(py);
     };
-    with_word!(dtype, W => {
-        let Some(value) = plain_int::<W>(value) else {
-            return miss(py);
-        };
+    with_plain_word!(py, dtype, value, value => {
         crate::signal_word(py, signal, value, op, pe)?;
         Ok(py.None())
     })
@@ -313,10 +325,7 @@ pub(crate) fn put_signal_seen(
     if !dst.dtype.bind(py).is(&src.dtype) {
         return miss(py);
     }
-    with_word!(dtype, W => {
-        let Some(value) = plain_int::<W>(value) else {
-            return miss(py);
-        };
+    with_plain_word!(py, dtype, value, value => {
         crate::put_signal_word(py, target, Buffer::new(src.arg)?, signal, value, op, pe)?;
         Ok(py.None())
     })
@@ -332,7 +341,8 @@ pub(crate) fn wait_signal_seen(
     comparison: &Bound<'_, PyAny>,
     timeout: &Bound<'_, PyAny>,
 ) -> PyResult<Py<PyAny>> {
-    let (Some((signal, dtype)), Some(comparison)) = (word(signal)?, comparison_of(comparison)) else {
+    let (Some((signal, dtype)), Some(comparison)) = (word(signal)?, comparison_of(comparison))
+    else {
         return miss(py);
     };
     let timeout = if timeout.is_none() {
@@ -348,10 +358,7 @@ pub(crate) fn wait_signal_seen(
             None => return miss(py),
         }
     };
-    with_word!(dtype, W => {
-        let Some(value) = plain_int::<W>(value) else {
-            return miss(py);
-        };
+    with_plain_word!(py, dtype, value, value => {
         crate::wait_signal_word(py, signal, value, comparison, timeout)
     })
 }
@@ -379,9 +386,9 @@ pub(crate) fn atomic_seen(
         let (Some(value), Some(expected)) = (operand(value), operand(expected)) else {
             return miss(py);
         };
-        let Ok(op) = AtomicOp::new(operation, value, expected) else {
+        let Ok(atomic) = Atomic::new(operation, value, expected) else {
             return miss(py);
         };
-        Ok(crate::atomic_word(py, op, target, pe)?.unwrap_or_else(|| py.None()))
+        Ok(crate::atomic_word(py, atomic, target, pe)?.unwrap_or_else(|| py.None()))
     })
 }

@@ -382,8 +382,18 @@ fn a_member_leaving_mid_rendezvous_is_named_to_connections_not_yet_heard() {
     let result = job.wait();
     result.assert_all_succeeded();
     let root = &result.pes[0];
-    assert_eq!(root.lines_with("KIND "), ["PeerLost"], "{}", result.describe());
-    assert_eq!(root.lines_with("PEER "), ["Some(1)"], "{}", result.describe());
+    assert_eq!(
+        root.lines_with("KIND "),
+        ["PeerLost"],
+        "{}",
+        result.describe()
+    );
+    assert_eq!(
+        root.lines_with("PEER "),
+        ["Some(1)"],
+        "{}",
+        result.describe()
+    );
     // The unheard connection is told why root rank 0 gave up, not cut off with a bare reset.
     let mut decoder = FrameDecoder::new(MAX_PAYLOAD);
     decoder.push(&read_to_end_or_reset(&mut unheard));

@@ -236,7 +236,7 @@ pub enum AtomicOp<W> {
 
 impl<W: AtomicWord> AtomicOp<W> {
     /// The operation's name in errors (that of its checked entry).
-    fn name(&self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             AtomicOp::Fetch => "atomic_fetch",
             AtomicOp::Set(_) => "atomic_set",

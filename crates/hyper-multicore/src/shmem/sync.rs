@@ -242,7 +242,6 @@ pub(crate) fn spins(local_pes: usize) -> bool {
     local_pes <= crate::sys::available_cores()
 }
 
-
 /// The barrier of kind `kind` of the `pes` PEs whose words `words` holds, called by PE `me`
 /// with its epoch (see [`dissemination_barrier`]; the central barrier needs none).
 #[inline]
