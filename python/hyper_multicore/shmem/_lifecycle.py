@@ -375,7 +375,8 @@ class AllocationReplacement:
 
     ``preserve=True`` keeps data: the first min(old, new) bytes of ``current`` are in the new
     tensor after the restart, on every PE (copied straight from the old heap, kept mapped until
-    then, into the new one; Preflight checks that the host can hold both). Otherwise the new tensor is zero-filled."""
+    then, into the new one; Preflight checks that the host can hold both). Otherwise the new
+    tensor is zero-filled."""
 
     current: Any
     target: AllocationSpec
