@@ -182,6 +182,39 @@ def ucx_section(ours, oshmem):
 
 C_API_RATIO = 1.1
 
+#: The reference each run measures for a row: (reference op, its bytes; None = the row's). The
+#: C API, the Rust API and OSHMEM run minutes apart, and this VM's cache-line transfer moves
+#: between two modes from minute to minute (a raw one-way 62 or 218 ns, same binary): comparing
+#: two runs by their rows' ratios to their own reference cancels the mode.
+CROSS_RUN_REFERENCE = {
+    "barrier": ("raw_round_trip", 8),
+    "pingpong_signal": ("raw_one_way", 8),
+    "pingpong_put_signal": ("raw_one_way", 8),
+    "pingpong_atomic_add": ("raw_one_way", 8),
+    "put_bandwidth": ("memcpy", None),
+    "get_bandwidth": ("memcpy", None),
+    "all_to_all": ("memcpy_x2", None),
+}
+
+
+def cross_run_ratio(row, rows, other, other_rows):
+    """``row`` (a run's row, with that run's ``rows``) over ``other`` (another run's): the ratio
+    of their ratios to their own run's reference where both runs measured it, else of the
+    medians. Returns (ratio, whether it is the reference-scaled one)."""
+    reference = CROSS_RUN_REFERENCE.get(row["op"])
+    if reference is not None:
+        op, bytes_ = reference
+
+        def scaled(r, in_rows):
+            layer = "reference" if r["layer"] == "shmem" else "reference_" + r["layer"]
+            ref = find(in_rows, layer, op, r["bytes"] if bytes_ is None else bytes_, r["pes"])
+            return r["median_ns"] / ref["median_ns"] if ref else None
+
+        mine, theirs = scaled(row, rows), scaled(other, other_rows)
+        if mine is not None and theirs is not None:
+            return mine / theirs, True
+    return row["median_ns"] / other["median_ns"], False
+
 
 def c_api_section(c_api, ours, oshmem):
     """The C API's table — each row next to the Rust API's (its guarded figure where one was
@@ -200,8 +233,10 @@ def c_api_section(c_api, ours, oshmem):
         guarded = find(ours, "shmem", op + "_guarded", bytes_, pes)
         peer = find(oshmem, "oshmem", op, bytes_, pes)
         against = guarded or rust
-        to_rust = row["median_ns"] / against["median_ns"] if against else None
-        to_oshmem = row["median_ns"] / peer["median_ns"] if peer else None
+        to_rust, rust_scaled = (
+            cross_run_ratio(row, c_api, against, ours) if against else (None, False))
+        to_oshmem, oshmem_scaled = (
+            cross_run_ratio(row, c_api, peer, oshmem) if peer else (None, False))
         checks, bars = [], []
         if to_rust is not None:
             checks.append(to_rust <= C_API_RATIO)
@@ -218,8 +253,8 @@ def c_api_section(c_api, ours, oshmem):
             f"{human_ns(rust['median_ns']) if rust else '—'} | "
             f"{human_ns(guarded['median_ns']) if guarded else '—'} | "
             f"{human_ns(peer['median_ns']) if peer else '—'} | "
-            f"{f'{to_rust:.2f}×' if to_rust is not None else '—'} | "
-            f"{f'{to_oshmem:.2f}×' if to_oshmem is not None else '—'} | "
+            f"{f'{to_rust:.2f}×' if to_rust is not None else '—'}{'†' * rust_scaled} | "
+            f"{f'{to_oshmem:.2f}×' if to_oshmem is not None else '—'}{'†' * oshmem_scaled} | "
             f"{' and '.join(bars) or '—'} | {verdict(judged)} |")
     return lines, met, missed
 
@@ -638,7 +673,15 @@ def main():
           "Rust API's rows above (`hm-bench shmem`; for the 8-byte put, get and fetch-add the "
           "guarded figure, one `lifecycle::guarded` per call, which is what a front pays) "
           "and OSHMEM's. Bar (issue 12): within "
-          f"{C_API_RATIO:.1f}× of the Rust API and no slower than OSHMEM.")
+          f"{C_API_RATIO:.1f}× of the Rust API and no slower than OSHMEM. The three runs are "
+          "minutes apart, and this VM's cache-line transfer moves between two modes from minute "
+          "to minute (a raw one-way of 62 or 218 ns, the same binary): a ratio marked † "
+          "compares the two runs' ratios to their own reference of the same kind (the raw "
+          "one-way for the ping-pongs, the raw round trip for the barrier, memcpy for "
+          "bandwidth and all-to-all), which cancels the mode; the others compare medians. It "
+          "cancels it only in part: a call's fixed cost is a smaller share of a slow minute's "
+          "longer transfer, so a † ratio of a slow-minute run against a fast-minute one "
+          "flatters the first (compare the raw references of the runs, under Machine).")
         w("")
         doc.extend(c_lines)
         w("")
