@@ -80,6 +80,17 @@ macro_rules! with_word {
     };
 }
 
+/// Runs `body` with `$v` bound to the Python object `$value` converted to the signal/atomic word
+/// type named `$dtype` (a `TypeError`/`OverflowError` when it does not convert).
+macro_rules! with_word_value {
+    ($dtype:expr, $value:expr, $v:ident => $body:expr) => {
+        with_word!($dtype, W => {
+            let $v: W = $value.extract()?;
+            $body
+        })
+    };
+}
+
 /// Runs `body` with `T` bound to the reducible element type named `dtype`.
 macro_rules! with_reducible {
     ($dtype:expr, $T:ident => $body:expr) => {
@@ -448,8 +459,7 @@ fn put_signal(
 ) -> PyResult<()> {
     let source = Buffer::new(source)?;
     let op = parse_signal_op(operation)?;
-    with_word!(dtype, W => {
-        let value: W = value.extract()?;
+    with_word_value!(dtype, value, value => {
         put_signal_word(py, target, source, signal, value, op, pe)
     })
 }
@@ -488,8 +498,7 @@ fn signal(
     pe: usize,
 ) -> PyResult<()> {
     let op = parse_signal_op(operation)?;
-    with_word!(dtype, W => {
-        let value: W = value.extract()?;
+    with_word_value!(dtype, value, value => {
         signal_word(py, signal, value, op, pe)
     })
 }
@@ -533,8 +542,7 @@ fn wait_signal(
             })
         })
         .transpose()?;
-    with_word!(dtype, W => {
-        let value: W = value.extract()?;
+    with_word_value!(dtype, value, value => {
         wait_signal_word(py, signal, value, comparison, timeout)
     })
 }
