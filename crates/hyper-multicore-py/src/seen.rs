@@ -2,8 +2,8 @@
 //!
 //! `hyper_multicore.shmem._registry` inspects a torch tensor once (layout, allocation, native
 //! argument) and hands this module a [`Seen`] handle with what a call needs, by the tensor's
-//! `id` ([`remember`]; [`forget`] when the tensor dies). A `*_seen` function takes the tensors themselves and
-//! does the whole per-call work here, in one native call: it finds each tensor's handle, checks
+//! `id` ([`remember`]; [`forget`] when the tensor dies). A `*_seen` function takes the tensors
+//! themselves and does the whole per-call work here, in one native call: it finds each tensor's handle, checks
 //! that the tensor still has what the handle was made from (the same object, data pointer,
 //! dtype and size in bytes, still contiguous: what `set_`, `resize_`, `as_strided_`, `t_` or an
 //! assignment to `.data` would change), that its allocation is still live and owned by no

@@ -112,17 +112,7 @@ class _Seen:
     ``(index, generation, byte offset, bytes)`` or ``(address, nbytes)``; None when the tensor is
     not contiguous)."""
 
-    __slots__ = (
-        "ref",
-        "address",
-        "dtype",
-        "shape",
-        "stride",
-        "layout",
-        "allocation",
-        "arg",
-        "handle",
-    )
+    __slots__ = ("ref", "address", "dtype", "shape", "stride", "layout", "allocation", "arg")
 
     def __init__(self, x: Any, role: str) -> None:
         layout = Layout(x, role)
@@ -141,15 +131,12 @@ class _Seen:
         self.layout = layout
         self.allocation = allocation
         self.arg = arg
-        #: The native record of a remembered tensor (:func:`_seen`), for the ``_native.*_seen``
-        #: fast path; None otherwise.
-        self.handle: Any = None
 
 
 #: torch tensors already inspected, by ``id``: a call on a tensor whose data pointer, dtype,
 #: shape and strides are what they were reuses its :class:`_Seen` (the allocation's liveness and
 #: its consumer's lease are still checked on every call). An entry goes when its tensor dies.
-#: Each entry's ``handle`` is also remembered natively (``_native.remember``): the ``*_seen``
+#: Each entry is also remembered natively, as a ``_native.Seen`` handle: the ``*_seen``
 #: functions make the same checks there, in one call.
 _seen_tensors: dict[int, _Seen] = {}
 _Tensor: Any = _backend.torch.Tensor if _backend.torch is not None else None
@@ -189,7 +176,7 @@ def _seen(x: Any, role: str) -> _Seen:
         seen.ref = weakref.ref(x, lambda ref, key=key: _forget(key, ref))
         layout = seen.layout
         word = layout.dtype if layout.numel == 1 and layout.dtype in WORD_DTYPES else None
-        seen.handle = _native.Seen(
+        handle = _native.Seen(
             seen.ref,
             seen.address,
             seen.dtype,
@@ -201,7 +188,7 @@ def _seen(x: Any, role: str) -> _Seen:
             layout.numel == 1,
         )
         _seen_tensors[key] = seen
-        _native.remember(key, seen.handle)
+        _native.remember(key, handle)
     return seen
 
 

@@ -297,12 +297,15 @@ impl RootRouter {
                 let (stream, _) = self.readers[rank].as_ref().expect("open");
                 fds.push(PollFd::new(stream, PollFlags::IN));
             }
-            let spinning = Instant::now() < active_until;
-            match poll(&mut fds, spinning.then_some(&NO_WAIT)) {
-                Ok(0) if spinning => {
-                    std::thread::yield_now();
-                    continue;
+            // While spinning, look again at the same descriptors (nothing changes between looks).
+            let polled = loop {
+                let spinning = Instant::now() < active_until;
+                match poll(&mut fds, spinning.then_some(&NO_WAIT)) {
+                    Ok(0) if spinning => std::thread::yield_now(),
+                    other => break other,
                 }
+            };
+            match polled {
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => {
