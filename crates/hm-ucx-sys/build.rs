@@ -45,6 +45,10 @@ const USED_FUNCTIONS: &[&str] = &[
     "ucp_am_send_nbx",
     "ucp_request_check_status",
     "ucp_request_free",
+    "ucp_ep_print_info",
+    // The C library's, found through libucp's own dependencies: a `FILE` for ucp_ep_print_info.
+    "fdopen",
+    "fclose",
 ];
 
 fn main() {

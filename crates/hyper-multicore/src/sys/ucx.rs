@@ -1811,6 +1811,69 @@ impl Endpoint {
         }
     }
 
+    /// Whether every atomic on this endpoint is carried out by the *target's* progress: UCX
+    /// emulates them with active messages when no lane to the peer can do atomics itself (TCP),
+    /// so whichever target thread progresses its worker applies them — and runs the worker's
+    /// [`Worker::on_progress`] hook right after. False when some lane updates the peer's memory
+    /// without its CPU (shared-memory CPU atomics, RDMA device atomics), and when UCX's
+    /// description of the lanes cannot be read (the safe answer for a caller that needs to tell
+    /// the target).
+    ///
+    /// Read from `ucp_ep_print_info` (UCX 1.13 has no query for an endpoint's lanes): a lane
+    /// used for atomics is listed with an `amo` usage.
+    pub fn atomics_by_target_progress(&self) -> bool {
+        match self.lane_description() {
+            Ok(text) => !lists_atomic_lane(&text),
+            Err(error) => {
+                tracing::debug!("cannot read the UCX endpoint's lanes: {error}");
+                false
+            }
+        }
+    }
+
+    /// `ucp_ep_print_info` of this endpoint as text (written to a memfd through a stdio stream).
+    fn lane_description(&self) -> std::io::Result<String> {
+        use std::io::{Read, Seek, SeekFrom};
+        use std::os::fd::{FromRawFd, IntoRawFd};
+
+        let memfd =
+            rustix::fs::memfd_create("hm-ucx-endpoint-info", rustix::fs::MemfdFlags::CLOEXEC)?;
+        // The stream gets its own descriptor (fclose closes it); both share one file offset.
+        let stream_fd = rustix::io::fcntl_dupfd_cloexec(&memfd, 0)?.into_raw_fd();
+        let guard = self
+            .inner
+            .usable("ucx endpoint info")
+            .map_err(std::io::Error::other);
+        let guard = match guard {
+            Ok(guard) => guard,
+            Err(error) => {
+                // SAFETY: `stream_fd` was just made by dup and is owned here, closed once.
+                drop(unsafe { OwnedFd::from_raw_fd(stream_fd) });
+                return Err(error);
+            }
+        };
+        // SAFETY: `stream_fd` is an open descriptor owned here; on success the stream owns it.
+        let stream = unsafe { ucp().fdopen(stream_fd, c"w".as_ptr()) };
+        if stream.is_null() {
+            let error = std::io::Error::last_os_error();
+            // SAFETY: fdopen failed, so the descriptor is still ours; closed once.
+            drop(unsafe { OwnedFd::from_raw_fd(stream_fd) });
+            return Err(error);
+        }
+        // SAFETY: live endpoint (its lock held); `stream` is a writable stream, closed once
+        // right after (which flushes it and closes its descriptor).
+        unsafe {
+            ucp().ucp_ep_print_info(*guard, stream);
+            ucp().fclose(stream);
+        }
+        drop(guard);
+        let mut file = std::fs::File::from(memfd);
+        file.seek(SeekFrom::Start(0))?;
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        Ok(text)
+    }
+
     /// Closes the endpoint in order: flush, then disconnect (`ucp_ep_close_nbx`); a failed
     /// endpoint is force-closed instead. The peer must progress for the flush to finish.
     pub fn close(self, deadline: Instant) -> Result<()> {
@@ -1940,6 +2003,15 @@ impl Drop for Request {
             _buffer: Box::new(std::mem::take(&mut self.buffer)),
         });
     }
+}
+
+/// Whether `ucp_ep_print_info` text lists a lane used for atomics: a `lane[…]` line with a usage
+/// `amo` or `amo#n`.
+fn lists_atomic_lane(text: &str) -> bool {
+    text.lines()
+        .filter(|line| line.contains("lane["))
+        .flat_map(str::split_whitespace)
+        .any(|usage| usage == "amo" || usage.starts_with("amo#"))
 }
 
 #[cfg(test)]

@@ -13,11 +13,19 @@
 //! endpoints, keys, registration, worker and context go.
 //!
 //! Signals: the operation is a *fetching* UCX atomic (swap for set, fetch-add for add), which
-//! returns only once it was applied at the target, so a later quiet or barrier covers it; then an
-//! active message rings the target's doorbell: its handler (on the target's progress thread)
-//! wakes a waiter asleep on the futex. The op is applied before the ring is sent, and the
-//! handler's check of the sleeper count is sequentially consistent, so no wake-up is lost. (An
-//! active message whose handler applied the op itself would not be covered by a flush: UCX
+//! returns only once it was applied at the target, so a later quiet or barrier covers it. Who
+//! wakes a waiter asleep on the target's futex depends on who applied the atomic:
+//!
+//! - **The target's progress** (TCP: UCX emulates atomics with active messages): the worker's
+//!   progress hook, run right after the progress that applied it, rings the doorbell; nothing
+//!   more is sent (a second message cost 12-16 µs per signal over TCP here).
+//! - **No target thread** (a lane with shared-memory CPU atomics or RDMA device atomics, as
+//!   [`Endpoint::atomics_by_target_progress`] reads UCX's lane list at attach): an active message
+//!   then rings the target's doorbell; its handler (on the target's progress thread) wakes the
+//!   waiter. The op is applied before the ring is sent, and the handler's check of the sleeper
+//!   count is sequentially consistent, so no wake-up is lost.
+//!
+//! (An active message whose handler applied the op itself would not be covered by a flush: UCX
 //! acknowledges RMA and atomics, not active messages.) Earlier puts to the same PE are ordered
 //! before the signal with a worker fence.
 
@@ -62,6 +70,9 @@ struct Peer {
     endpoint: Mutex<Endpoint>,
     rkey: RemoteKey,
     base: u64,
+    /// Whether a signal must ring the peer's doorbell: false when the peer's own progress
+    /// applies our atomics (TCP), since its progress hook rings the doorbell then.
+    ring: bool,
 }
 
 /// The UCX transport of one PE. Fields drop in order: the progress thread first.
@@ -166,10 +177,12 @@ impl Transport for UcxTransport {
             // does when a root is torn down right after it started (a failed Initialize stage).
             endpoint.flush(start.deadline)?;
             let rkey = endpoint.unpack_rkey(&their.rkey)?;
+            let ring = !endpoint.atomics_by_target_progress();
             peers.push(Some(Peer {
                 endpoint: Mutex::new(endpoint),
                 rkey,
                 base: their.base,
+                ring,
             }));
         }
         Ok(UcxTransport {
@@ -241,7 +254,10 @@ impl Transport for UcxTransport {
                 Width::W32 => amo::<u32>(&endpoint, address, &remote.rkey, rmw, deadline),
                 Width::W64 => amo::<u64>(&endpoint, address, &remote.rkey, rmw, deadline),
             })
-            .and_then(|_| endpoint.am_send(DOORBELL_AM, &[], &[], deadline));
+            .and_then(|_| match remote.ring {
+                true => endpoint.am_send(DOORBELL_AM, &[], &[], deadline),
+                false => Ok(()),
+            });
         self.checked(outcome)
     }
 

@@ -151,6 +151,17 @@ fn rma_atomics_and_am_body() {
     ep.get(&mut back, pair.remote(SMALL), key, d()).unwrap();
     assert_eq!(back, small);
 
+    // Who carries out the atomics: the target's progress over TCP, CPU atomics on shared memory.
+    let by_target = ep.atomics_by_target_progress();
+    match std::env::var("HM_TEST_UCX_TLS_LABEL")
+        .unwrap_or_default()
+        .as_str()
+    {
+        "tcp,self" => assert!(by_target, "TCP has no atomic lane: the target applies them"),
+        "sm,self" => assert!(!by_target, "shared memory does atomics without the target"),
+        _ => println!("REPORT atomics by target progress: {by_target}"),
+    }
+
     // 1 MiB put and get.
     let large: Vec<u8> = (0..MIB).map(|i| (i % 251) as u8 ^ me).collect();
     ep.put(&large, pair.remote(LARGE), key, d()).unwrap();
@@ -684,6 +695,23 @@ two_pe_test!(
     latency_body
 );
 two_pe_test!(latency_report_with_default_transports, None, latency_body);
+
+#[test]
+fn lane_lists_tell_atomics_by_the_target_from_atomics_without_it() {
+    let tcp = "#\n# UCP endpoint\n#\n#   lane[0]:  2:tcp/lo.0 md[1]  -> md[1]/tcp/sysdev[255] am \
+               am_bw#0 keepalive wireup\n#\n#   am_send: 0..<egr/short>..8185..(inf)\n";
+    let shared = "#   lane[0]:  1:sysv/memory.0 md[1] -> md[1]/sysv/sysdev[255] amo#0 am am_bw#0\n\
+                  #   lane[1]:  3:cma/memory.0 md[3]  -> md[3]/cma/sysdev[255] rma_bw#0\n";
+    let device =
+        "#   lane[1]:  8:rc_mlx5/mlx5_0:1 md[4] -> md[4]/ib/sysdev[255] rma_bw#0 amo wireup\n";
+    assert!(!lists_atomic_lane(tcp));
+    assert!(lists_atomic_lane(shared));
+    assert!(lists_atomic_lane(device));
+    // A usage name that merely starts like one (or text outside a lane line) is not an atomic lane.
+    assert!(!lists_atomic_lane(
+        "#   lane[0]: 2:tcp/lo.0 md[1] -> md[1] amount am\n# amo#0\n"
+    ));
+}
 
 #[test]
 fn the_library_variable_is_the_configured_one() {
