@@ -15,7 +15,7 @@
 //! (preserved, first) and maps its pages over the data and bss again.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use hyper_multicore::lifecycle::{self, Replacement};
 use hyper_multicore::shmem::{
@@ -57,6 +57,11 @@ static RANK: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// The number of PEs once initialized (0 before): read by every call's PE check without the
 /// job's lock.
 static SIZE: AtomicUsize = AtomicUsize::new(0);
+
+/// Set while this PE is initialized and reaches every PE through this host's shared memory,
+/// where a put is a store: `shmem_quiet` and `shmem_fence` are then the memory fences the
+/// runtime's shared-memory transport makes, without entering the runtime (see [`fence_only`]).
+static SHARED_MEMORY_ONLY: AtomicBool = AtomicBool::new(false);
 
 /// Why a call made before `shmem_init` fails.
 const NOT_INITIALIZED: &str = "the OpenSHMEM library is not initialized; call shmem_init first";
@@ -115,7 +120,7 @@ pub(crate) fn start(call: &str, heap_size: Option<u64>) {
         lifecycle::acquire(None, Some(heap_size.saturating_add(static_bytes))),
     );
     caller_memory::mappings_changed();
-    let (rank, size, heap_address, heap_size) = check(
+    let (rank, size, heap_address, heap_size, local_pes) = check(
         call,
         lifecycle::guarded(call, |shmem| {
             Ok((
@@ -123,11 +128,13 @@ pub(crate) fn start(call: &str, heap_size: Option<u64>) {
                 shmem.size(),
                 shmem.heap_address(),
                 shmem.heap_size(),
+                shmem.local_pes(),
             ))
         }),
     );
     RANK.store(rank, Ordering::Relaxed);
     SIZE.store(size, Ordering::Relaxed);
+    SHARED_MEMORY_ONLY.store(local_pes == size, Ordering::Relaxed);
     let statics = match statics {
         Ok((start, end)) => share_statics(call, start, end, heap_address),
         Err(why) => Statics::Private(why),
@@ -195,6 +202,7 @@ pub(crate) fn finish(call: &str) {
             Statics::Private(_) => Ok(()),
         }
     });
+    SHARED_MEMORY_ONLY.store(false, Ordering::Relaxed);
     check(call, lifecycle::release());
     caller_memory::mappings_changed();
     RANK.store(usize::MAX, Ordering::Relaxed);
@@ -344,6 +352,18 @@ pub(crate) fn run<R>(call: &str, f: impl FnOnce(&Shmem) -> hyper_multicore::Resu
         fail(call, NOT_INITIALIZED);
     }
     check(call, lifecycle::guarded(call, f))
+}
+
+/// Makes `order` (a memory fence) and returns true when every PE is in this host's shared
+/// memory, where the runtime's fence and quiet are exactly such fences; false otherwise (and
+/// before `shmem_init`): enter the runtime instead.
+#[inline]
+pub(crate) fn fence_only(order: Ordering) -> bool {
+    if !SHARED_MEMORY_ONLY.load(Ordering::Relaxed) {
+        return false;
+    }
+    std::sync::atomic::fence(order);
+    true
 }
 
 /// The number of PEs (fails before `shmem_init`).
@@ -549,19 +569,15 @@ pub(crate) fn region(call: &str, address: usize, bytes: usize) -> Region {
     located(call, address, bytes).region()
 }
 
-/// The address of heap offset `offset` on this PE.
-pub(crate) fn address_of(offset: u64) -> usize {
-    JOB.read()
-        .as_ref()
-        .map_or(0, |job| job.heap_address + offset as usize)
-}
-
-/// Records a new allocation.
-pub(crate) fn add_allocation(record: AllocationRecord) {
-    if let Some(job) = JOB.write().as_mut() {
+/// Records a new allocation; returns its address on this PE.
+pub(crate) fn add_allocation(record: AllocationRecord) -> usize {
+    let address = JOB.write().as_mut().map_or(0, |job| {
+        let address = job.heap_address + record.offset as usize;
         job.allocations.insert(record.offset, record);
-    }
+        address
+    });
     tables_changed();
+    address
 }
 
 /// Forgets the allocation starting at `address`, returning it (fails if there is none).
@@ -585,19 +601,25 @@ fn allocation_starting_at(
     address: usize,
     take: impl FnOnce(&mut BTreeMap<u64, AllocationRecord>, u64) -> Option<AllocationRecord>,
 ) -> AllocationRecord {
-    let region = region(call, address, 0);
-    let found = JOB
-        .write()
-        .as_mut()
-        .and_then(|job| take(&mut job.allocations, region.heap_offset));
-    tables_changed();
-    found.unwrap_or_else(|| {
-        fail(
-            call,
-            format!(
-                "address {address:#x} is not the start of a shmem_malloc allocation; pass the \
-                 pointer shmem_malloc returned"
-            ),
-        )
-    })
+    let found = JOB.write().as_mut().and_then(|job| {
+        let offset = address
+            .checked_sub(job.heap_address)
+            .filter(|&offset| (offset as u64) < job.heap_size)?;
+        take(&mut job.allocations, offset as u64)
+    });
+    if let Some(record) = found {
+        tables_changed();
+        return record;
+    }
+    // Say why: not symmetric memory at all (or no shmem_init), or not a block's start.
+    if let Err(why) = find_block(address, 0) {
+        fail(call, why);
+    }
+    fail(
+        call,
+        format!(
+            "address {address:#x} is not the start of a shmem_malloc allocation; pass the \
+             pointer shmem_malloc returned"
+        ),
+    )
 }

@@ -336,6 +336,34 @@ fn a_heap_restart_naming_no_block_start_fails_every_pe() {
 }
 
 #[test]
+fn freeing_what_shmem_malloc_did_not_return_fails_every_pe() {
+    // An address inside a block: named, and the block's start asked for.
+    fails_fast(
+        "free_inside",
+        2,
+        |code| code == 1,
+        &[
+            "PE 0: shmem_free: address 0x",
+            "PE 1: shmem_free: address 0x",
+        ],
+    );
+    let program = compile("failures");
+    let finished = run(&program.binary, 1, &["free_inside"], "600");
+    assert!(
+        finished
+            .stderr
+            .contains("is not the start of a shmem_malloc allocation; pass the pointer"),
+        "{finished:?}"
+    );
+    // Private memory: said to be neither heap nor data and bss.
+    let finished = run(&program.binary, 1, &["free_private"], "600");
+    assert!(
+        finished.code == Some(1) && finished.stderr.contains("is not symmetric"),
+        "{finished:?}"
+    );
+}
+
+#[test]
 fn a_freed_block_used_again_fails_every_pe() {
     // The block was located (and cached) by the first add; the second is refused.
     fails_fast(

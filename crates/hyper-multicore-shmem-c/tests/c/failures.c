@@ -7,7 +7,9 @@
  *   restart_block  every PE asks shmemx_restart_heap to replace an address inside a block;
  *   freed          every PE adds to a block atomically, frees it, and adds to it again;
  *   past_end       every PE puts 8 bytes to an 8-byte block, then 16;
- *   bad_pe         every PE puts a long to its own copy, then to PE n.
+ *   bad_pe         every PE puts a long to its own copy, then to PE n;
+ *   free_inside    every PE frees an address inside a block instead of its start;
+ *   free_private   every PE frees a stack address.
  * Every PE first prints its process id, so the harness can check none is left behind. */
 #include <shmem.h>
 #include <shmemx.h>
@@ -58,6 +60,12 @@ int main(int argc, char **argv) {
         long *block = shmem_calloc(1, sizeof(long));
         shmem_long_p(block, 1, me);
         shmem_long_p(block, 1, n);
+    } else if (strcmp(argv[1], "free_inside") == 0) {
+        long *block = shmem_calloc(2, sizeof(long));
+        shmem_free(block + 1);
+    } else if (strcmp(argv[1], "free_private") == 0) {
+        long local[2] = {0};
+        shmem_free(local);
     }
     printf("PE %d reached the end, which it must not\n", me);
     return 0;
