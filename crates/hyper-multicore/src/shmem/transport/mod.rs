@@ -555,15 +555,18 @@ impl Transports {
 }
 
 /// The control-plane tag of the leaders' messages in a spanning barrier (no other user of a
-/// runtime's control plane sends point-to-point messages).
+/// runtime's control plane sends point-to-point messages but these two).
 const LEADERS_BARRIER_TAG: u64 = u64::from_be_bytes(*b"hm-lbarr");
+/// The control-plane tag of the call words two ranks exchange in [`Shmem::gather_call_words`].
+const CALL_WORDS_TAG: u64 = u64::from_be_bytes(*b"hm-callw");
 
 impl super::runtime::Shmem {
     /// The barrier of a root spanning several locality groups, hierarchical: every transport's
     /// operations complete (quiet); the PEs of each group meet in their segment's shared-memory
     /// barrier; the groups' leaders (lowest ranks) meet over the control plane — each sends
     /// root rank 0 (the first leader) one message and waits for its answer, which rank 0 sends
-    /// once it has heard from every leader; then each group meets again in shared memory, which
+    /// once it has heard from every leader (two leaders just trade one message each); then
+    /// each group meets again in shared memory, which
     /// releases the PEs that are not leaders. Everything a PE put before it is visible after
     /// it: each quieted before its group's first meeting, which precedes its leader's message.
     #[cold]
@@ -580,10 +583,18 @@ impl super::runtime::Shmem {
     }
 
     /// The leaders' part of [`Shmem::spanning_barrier`] (nothing for a PE that leads no group).
+    /// Two leaders (two hosts) each tell the other and wait for the other's word: one message's
+    /// time, against two for a round through root rank 0, which more leaders need.
     fn leaders_barrier(&self, deadline: Instant) -> Result<()> {
         let leaders = self.transport.leaders();
         if !leaders.contains(&self.rank) {
             return Ok(());
+        }
+        if let &[first, second] = leaders {
+            let other = if self.rank == first { second } else { first };
+            return self
+                .exchange(other, LEADERS_BARRIER_TAG, &[], deadline)
+                .map(drop);
         }
         if self.rank == leaders[0] {
             for &leader in &leaders[1..] {
@@ -602,8 +613,16 @@ impl super::runtime::Shmem {
         }
     }
 
+    /// Sends `data` to rank `other` under `tag` and returns what `other` sent this rank under
+    /// it (each side's message is on its way before either waits).
+    fn exchange(&self, other: usize, tag: u64, data: &[u8], deadline: Instant) -> Result<Vec<u8>> {
+        self.plane.send(other, tag, data)?;
+        self.plane.recv_deadline(other, tag, deadline)
+    }
+
     /// Every rank's published words of a collective heap call, over the control plane (a root
-    /// spanning several groups has no argument slots every rank can read).
+    /// spanning several groups has no argument slots every rank can read): an allgather, or
+    /// with two ranks one message each way.
     pub(crate) fn gather_call_words(
         &self,
         operation: &str,
@@ -611,10 +630,19 @@ impl super::runtime::Shmem {
     ) -> Result<Vec<[u64; 4]>> {
         self.transport.quiet().map_err(|e| e.on_rank(self.rank))?;
         let bytes: Vec<u8> = stamped.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let parts = self
-            .plane
-            .allgather(&bytes)
-            .map_err(|e| as_operation(e, operation).on_rank(self.rank))?;
+        let parts = if self.size == 2 {
+            // Two ranks trade their words directly: one message's time, not a round.
+            let other = 1 - self.rank;
+            let deadline = Instant::now() + self.config.timeout;
+            self.exchange(other, CALL_WORDS_TAG, &bytes, deadline)
+                .map(|theirs| match self.rank {
+                    0 => vec![bytes, theirs],
+                    _ => vec![theirs, bytes],
+                })
+        } else {
+            self.plane.allgather(&bytes)
+        }
+        .map_err(|e| as_operation(e, operation).on_rank(self.rank))?;
         parts
             .iter()
             .map(|part| {
