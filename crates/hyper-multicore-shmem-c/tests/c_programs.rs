@@ -204,6 +204,16 @@ fn locks_under_contention() {
     passes_on_1_2_4_pes("locks");
 }
 
+/// Runs `failures MODE` on one PE and checks that it exits with status 1 saying `text`.
+fn alone_fails_saying(mode: &str, text: &str) {
+    let program = compile("failures");
+    let finished = run(&program.binary, 1, &[mode], "600");
+    assert!(
+        finished.code == Some(1) && finished.stderr.contains(text),
+        "{mode}: {finished:?}"
+    );
+}
+
 /// The process ids the PEs of a `failures` run printed.
 fn pids(stdout: &str) -> Vec<u32> {
     stdout
@@ -347,20 +357,12 @@ fn freeing_what_shmem_malloc_did_not_return_fails_every_pe() {
             "PE 1: shmem_free: address 0x",
         ],
     );
-    let program = compile("failures");
-    let finished = run(&program.binary, 1, &["free_inside"], "600");
-    assert!(
-        finished
-            .stderr
-            .contains("is not the start of a shmem_malloc allocation; pass the pointer"),
-        "{finished:?}"
+    alone_fails_saying(
+        "free_inside",
+        "is not the start of a shmem_malloc allocation; pass the pointer",
     );
     // Private memory: said to be neither heap nor data and bss.
-    let finished = run(&program.binary, 1, &["free_private"], "600");
-    assert!(
-        finished.code == Some(1) && finished.stderr.contains("is not symmetric"),
-        "{finished:?}"
-    );
+    alone_fails_saying("free_private", "is not symmetric");
 }
 
 #[test]
@@ -375,13 +377,9 @@ fn a_freed_block_used_again_fails_every_pe() {
             "PE 1: shmem_long_atomic_fetch_add: bytes 0x",
         ],
     );
-    let program = compile("failures");
-    let finished = run(&program.binary, 1, &["freed"], "600");
-    assert!(
-        finished
-            .stderr
-            .contains("are not inside one live shmem_malloc allocation (freed"),
-        "{finished:?}"
+    alone_fails_saying(
+        "freed",
+        "are not inside one live shmem_malloc allocation (freed",
     );
 }
 
@@ -396,13 +394,9 @@ fn bytes_past_a_block_and_a_pe_past_the_last_fail_every_pe() {
             "PE 1: shmem_putmem: bytes 0x",
         ],
     );
-    let program = compile("failures");
-    let finished = run(&program.binary, 1, &["past_end"], "600");
-    assert!(
-        finished
-            .stderr
-            .contains("run past the end of the symmetric block they start in"),
-        "{finished:?}"
+    alone_fails_saying(
+        "past_end",
+        "run past the end of the symmetric block they start in",
     );
     fails_fast(
         "bad_pe",
