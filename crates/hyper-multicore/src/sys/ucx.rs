@@ -1834,32 +1834,23 @@ impl Endpoint {
     /// `ucp_ep_print_info` of this endpoint as text (written to a memfd through a stdio stream).
     fn lane_description(&self) -> std::io::Result<String> {
         use std::io::{Read, Seek, SeekFrom};
-        use std::os::fd::{FromRawFd, IntoRawFd};
+        use std::os::fd::{AsRawFd, IntoRawFd};
 
-        let memfd =
-            rustix::fs::memfd_create("hm-ucx-endpoint-info", rustix::fs::MemfdFlags::CLOEXEC)?;
-        // The stream gets its own descriptor (fclose closes it); both share one file offset.
-        let stream_fd = rustix::io::fcntl_dupfd_cloexec(&memfd, 0)?.into_raw_fd();
         let guard = self
             .inner
             .usable("ucx endpoint info")
-            .map_err(std::io::Error::other);
-        let guard = match guard {
-            Ok(guard) => guard,
-            Err(error) => {
-                // SAFETY: `stream_fd` was just made by dup and is owned here, closed once.
-                drop(unsafe { OwnedFd::from_raw_fd(stream_fd) });
-                return Err(error);
-            }
-        };
-        // SAFETY: `stream_fd` is an open descriptor owned here; on success the stream owns it.
-        let stream = unsafe { ucp().fdopen(stream_fd, c"w".as_ptr()) };
+            .map_err(std::io::Error::other)?;
+        let memfd =
+            rustix::fs::memfd_create("hm-ucx-endpoint-info", rustix::fs::MemfdFlags::CLOEXEC)?;
+        // The stream gets a descriptor of its own (fclose closes it); both share one offset.
+        let stream_fd = rustix::io::fcntl_dupfd_cloexec(&memfd, 0)?;
+        // SAFETY: `stream_fd` is an open descriptor; on success the stream owns it (released
+        // below), on failure it is still ours and dropping it closes it.
+        let stream = unsafe { ucp().fdopen(stream_fd.as_raw_fd(), c"w".as_ptr()) };
         if stream.is_null() {
-            let error = std::io::Error::last_os_error();
-            // SAFETY: fdopen failed, so the descriptor is still ours; closed once.
-            drop(unsafe { OwnedFd::from_raw_fd(stream_fd) });
-            return Err(error);
+            return Err(std::io::Error::last_os_error());
         }
+        let _owned_by_the_stream = stream_fd.into_raw_fd();
         // SAFETY: live endpoint (its lock held); `stream` is a writable stream, closed once
         // right after (which flushes it and closes its descriptor).
         unsafe {
