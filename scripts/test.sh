@@ -28,6 +28,10 @@ scripts/chaos.sh --ci
 # process (up to ~1.2 MiB after a 20-cycle warm-up, ~0.5 MiB after a 70-cycle one, measured), so
 # the warm-up (a tenth of the cycles) must cover them before the resident-memory check counts.
 HYPER_MULTICORE_SHMEM_TRANSPORT=ucx scripts/chaos.sh --ci --soak-cycles 600
+# ... and every fault point on 2 PEs on the UCX route: two groups of one PE each, whose barrier
+# and allocate/free check are the two-rank exchanges instead of rounds through rank 0 (`--only`
+# with an empty text selects every fault point, and no soak or abuse run).
+HYPER_MULTICORE_SHMEM_TRANSPORT=ucx scripts/chaos.sh --ci --pes 2 --only ""
 if [ -x bench/smoke.sh ]; then
   bench/smoke.sh
 fi
