@@ -565,10 +565,10 @@ impl super::runtime::Shmem {
     /// operations complete (quiet); the PEs of each group meet in their segment's shared-memory
     /// barrier; the groups' leaders (lowest ranks) meet over the control plane — each sends
     /// root rank 0 (the first leader) one message and waits for its answer, which rank 0 sends
-    /// once it has heard from every leader (two leaders just trade one message each); then
-    /// each group meets again in shared memory, which
-    /// releases the PEs that are not leaders. Everything a PE put before it is visible after
-    /// it: each quieted before its group's first meeting, which precedes its leader's message.
+    /// once it has heard from every leader (two leaders just trade one message each); then each
+    /// group meets again in shared memory, which releases the PEs that are not leaders.
+    /// Everything a PE put before it is visible after it: each quieted before its group's first
+    /// meeting, which precedes its leader's message.
     #[cold]
     #[inline(never)]
     pub(crate) fn spanning_barrier(&self, operation: &str) -> Result<()> {
