@@ -20,16 +20,16 @@
 //!   progress hook, run right after the progress that applied it, rings the doorbell; nothing
 //!   more is sent (a second message cost 12-16 µs per signal over TCP here).
 //! - **No target thread** (a lane with shared-memory CPU atomics or RDMA device atomics, as
-//!   [`Endpoint::atomics_by_target_progress`] reads UCX's lane list at attach): an active message
-//!   then rings the target's doorbell; its handler (on the target's progress thread) wakes the
-//!   waiter. The op is applied before the ring is sent, and the handler's check of the sleeper
-//!   count is sequentially consistent, so no wake-up is lost.
+//!   [`Endpoint::atomics_by_target_progress`] reads UCX's lane list at the first signal to the
+//!   peer): an active message then rings the target's doorbell; its handler (on the target's
+//!   progress thread) wakes the waiter. The op is applied before the ring is sent, and the
+//!   handler's check of the sleeper count is sequentially consistent, so no wake-up is lost.
 //!
 //! (An active message whose handler applied the op itself would not be covered by a flush: UCX
 //! acknowledges RMA and atomics, not active messages.) Earlier puts to the same PE are ordered
 //! before the signal with a worker fence.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -71,8 +71,9 @@ struct Peer {
     rkey: RemoteKey,
     base: u64,
     /// Whether a signal must ring the peer's doorbell: false when the peer's own progress
-    /// applies our atomics (TCP), since its progress hook rings the doorbell then.
-    ring: bool,
+    /// applies our atomics (TCP), since its progress hook rings the doorbell then. Read from
+    /// UCX at the first signal to the peer (50-190 µs each, so not for every peer at start-up).
+    ring: OnceLock<bool>,
 }
 
 /// The UCX transport of one PE. Fields drop in order: the progress thread first.
@@ -177,12 +178,11 @@ impl Transport for UcxTransport {
             // does when a root is torn down right after it started (a failed Initialize stage).
             endpoint.flush(start.deadline)?;
             let rkey = endpoint.unpack_rkey(&their.rkey)?;
-            let ring = !endpoint.atomics_by_target_progress();
             peers.push(Some(Peer {
                 endpoint: Mutex::new(endpoint),
                 rkey,
                 base: their.base,
-                ring,
+                ring: OnceLock::new(),
             }));
         }
         Ok(UcxTransport {
@@ -254,9 +254,15 @@ impl Transport for UcxTransport {
                 Width::W32 => amo::<u32>(&endpoint, address, &remote.rkey, rmw, deadline),
                 Width::W64 => amo::<u64>(&endpoint, address, &remote.rkey, rmw, deadline),
             })
-            .and_then(|_| match remote.ring {
-                true => endpoint.am_send(DOORBELL_AM, &[], &[], deadline),
-                false => Ok(()),
+            .and_then(|_| {
+                let ring = remote
+                    .ring
+                    .get_or_init(|| !endpoint.atomics_by_target_progress());
+                if *ring {
+                    endpoint.am_send(DOORBELL_AM, &[], &[], deadline)
+                } else {
+                    Ok(())
+                }
             });
         self.checked(outcome)
     }
