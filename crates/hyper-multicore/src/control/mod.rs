@@ -211,6 +211,21 @@ impl ControlPlane {
         self.check_usable("control plane").err()
     }
 
+    /// On root rank 0, breaks the plane with `error` (a peer loss this process saw outside the
+    /// plane, e.g. through UCX) and tells every member, unless the plane is broken already;
+    /// nothing on a member. So members waiting on root rank 0 learn which rank was lost instead
+    /// of waiting out their deadlines when root gives up on the loss.
+    pub(crate) fn announce_loss(&self, error: &Error) {
+        let Some(network) = self.network.as_ref().filter(|_| self.rank == 0) else {
+            return;
+        };
+        if self.shared.update(|inbox| inbox.broken.is_some()) {
+            return;
+        }
+        let (wire, completed) = self.shared.break_with(error);
+        router::broadcast_abort(&network.links, &wire, completed, None);
+    }
+
     /// Closes the plane: says goodbye to the peers and stops the router thread. Idempotent;
     /// also done on drop.
     pub fn close(&mut self) {

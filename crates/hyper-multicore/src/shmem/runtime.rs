@@ -13,6 +13,7 @@ use super::allocator::Allocator;
 use super::liveness::Liveness;
 use super::process;
 use super::segment::Segment;
+use super::sync;
 use super::transport::Transports;
 use crate::config::Config;
 use crate::control::ControlPlane;
@@ -199,7 +200,19 @@ impl Shmem {
 
 impl Drop for Shmem {
     fn drop(&mut self) {
-        // No collective work here: release local resources only.
+        // No collective work here: release local resources only. A loss this PE saw through a
+        // transport (its abort word names the rank) and root rank 0's plane has not heard of
+        // yet is passed on first, so members waiting on root learn it rather than time out.
+        if let Some(lost) = sync::aborted(self.transport.abort_word()) {
+            if (lost as usize) < self.size {
+                let error = Error::peer_lost(
+                    "shutdown",
+                    lost as usize,
+                    "root rank 0 saw the rank lost through a transport before shutting down",
+                );
+                self.plane.announce_loss(&error);
+            }
+        }
         self.plane.close();
         process::end_lifetime(None);
     }
