@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 pub use channel::{ChannelMode, GroupChannel};
+pub(crate) use router::{SpinWork, WhileWaiting};
 pub use unique_id::{BootstrapListener, UniqueId, PROTOCOL_VERSION, SECRET_LEN};
 
 use frame::WireError;
@@ -72,6 +73,13 @@ pub struct ControlPlane {
     network: Option<Network>,
 }
 impl ControlPlane {
+    /// Makes every waiter of this plane run `work` while it spins (replacing any earlier work)
+    /// until the returned value drops.
+    #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
+    pub(crate) fn while_spinning(&self, work: impl WhileWaiting + 'static) -> SpinWork {
+        self.shared.while_spinning(work)
+    }
+
     /// Joins the group's rendezvous and returns the connected plane.
     ///
     /// Rank 0 must pass the [`BootstrapListener`] it got from [`UniqueId::create`]; the others

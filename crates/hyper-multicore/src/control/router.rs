@@ -16,7 +16,7 @@ use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -137,6 +137,31 @@ pub(crate) struct Shared {
     /// the group has more PEs than this host has cores).
     spin: Duration,
     hooks: Mutex<Vec<BreakHook>>,
+    /// Run by a waiter on every look of its spin phase (see [`Shared::while_spinning`]).
+    spin_hook: Mutex<Option<Weak<dyn WhileWaiting>>>,
+}
+
+/// Work a waiter does while it spins: the UCX transport progresses its worker there, so a PE
+/// waiting in a collective serves peers' operations itself.
+pub(crate) trait WhileWaiting: Send + Sync {
+    /// Runs on every look of a waiter's spin phase; returns how many events it handled (a
+    /// waiter that handles some keeps spinning).
+    fn spin(&self) -> usize;
+    /// Runs each time before a waiter that ran [`WhileWaiting::spin`] goes to sleep.
+    fn before_sleep(&self);
+}
+
+/// Keeps work given to [`Shared::while_spinning`] in force: waiters stop running it once this
+/// drops.
+#[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
+pub(crate) struct SpinWork {
+    _work: Arc<dyn WhileWaiting>,
+}
+
+impl std::fmt::Debug for SpinWork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpinWork").finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for Shared {
@@ -164,7 +189,18 @@ impl Shared {
                 Duration::ZERO
             },
             hooks: Mutex::new(Vec::new()),
+            spin_hook: Mutex::new(None),
         }
+    }
+
+    /// Makes every waiter's spin phase run `hook` (replacing any earlier one) until the
+    /// returned value drops.
+    #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
+    pub(crate) fn while_spinning(&self, work: impl WhileWaiting + 'static) -> SpinWork {
+        let work: Arc<dyn WhileWaiting> = Arc::new(work);
+        let weak = Arc::downgrade(&work);
+        *self.spin_hook.lock() = Some(weak);
+        SpinWork { _work: work }
     }
 
     /// Runs `update` on the inbox and wakes every waiter.
@@ -181,7 +217,9 @@ impl Shared {
         deadline: Instant,
         mut ready: impl FnMut(&mut Inbox) -> Option<T>,
     ) -> Option<T> {
-        let spin_until = Instant::now() + self.spin;
+        let work = self.spin_hook.lock().as_ref().and_then(Weak::upgrade);
+        let mut spun = false;
+        let mut spin_until = Instant::now() + self.spin;
         let mut inbox = self.inbox.lock();
         loop {
             if let Some(value) = ready(&mut inbox) {
@@ -196,11 +234,22 @@ impl Shared {
                 // root rank 0): yielding until it does costs less than a sleep and a wake-up.
                 let seen = self.version.load(Ordering::Acquire);
                 drop(inbox);
-                while self.version.load(Ordering::Acquire) == seen && Instant::now() < spin_until {
+                while self.version.load(Ordering::Acquire) == seen
+                    && Instant::now() < spin_until.min(deadline)
+                {
+                    if let Some(work) = &work {
+                        spun = true;
+                        if work.spin() != 0 {
+                            spin_until = Instant::now() + self.spin;
+                        }
+                    }
                     std::thread::yield_now();
                 }
                 inbox = self.inbox.lock();
                 continue;
+            }
+            if let (true, Some(work)) = (spun, &work) {
+                work.before_sleep();
             }
             self.changed.wait_until(&mut inbox, deadline);
         }

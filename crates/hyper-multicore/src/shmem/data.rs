@@ -19,12 +19,9 @@ use std::time::{Duration, Instant};
 
 use super::allocation::{Element, Region, Symmetric};
 use super::runtime::Shmem;
-use super::sync::{self, Deadline, WaitError, WaitPolicy};
+use super::sync::{Deadline, WaitError, WaitPolicy};
 use super::transport::{Rmw, Width};
 use crate::error::{Error, ErrorKind, Result};
-
-/// A signal wait progresses the UCX worker (if any) on every this many looks at its word.
-const PROGRESS_EVERY_LOOKS: u32 = 16;
 
 /// How a signal updates its word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -686,29 +683,11 @@ impl Shmem {
             spin: self.spin,
             deadline,
         };
-        let (bell, abort) = (transport.own_doorbell(), transport.abort_word());
-        let mut look = || {
+        let look = || {
             seen = load();
             comparison.holds(seen, value)
         };
-        let outcome = if transport.has_ucx() {
-            // Every 16th look also progresses the UCX worker from this thread, so a waiter in
-            // its spin and yield phases applies peers' emulated operations itself rather than
-            // waiting for its progress thread to be scheduled (a progress costs a system call:
-            // on every look it would stretch the spin phase several-fold).
-            let mut looks = 0u32;
-            let look_and_progress = || {
-                looks = looks.wrapping_add(1);
-                if looks % PROGRESS_EVERY_LOOKS == 0 {
-                    transport.progress();
-                }
-                look()
-            };
-            sync::wait_until(look_and_progress, bell, abort, &policy)
-        } else {
-            // Without UCX (a one-host root): the look alone, as before the transport layer.
-            sync::wait_until(&mut look, bell, abort, &policy)
-        };
+        let outcome = transport.wait_own(look, &policy);
         self.wait_outcome(OP, outcome, || {
             format!("the signal is {seen:?}, waiting for {comparison:?} {value:?}")
         })?;

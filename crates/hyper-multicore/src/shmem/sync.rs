@@ -299,6 +299,7 @@ pub(crate) fn dissemination_barrier(
             abort,
             policy.spin,
             &mut clock,
+            || {},
         )?;
         distance *= 2;
         round += 1;
@@ -343,6 +344,7 @@ pub(crate) fn central_barrier(
         abort,
         policy.spin,
         &mut clock,
+        || {},
     )
 }
 
@@ -354,12 +356,25 @@ fn round_of(generation: u32) -> u32 {
 /// Waits until `ready()` is true; `bell` is the waiting PE's own doorbell.
 ///
 /// `ready` must become true only through a store that is followed by [`ring`] on `bell` (see
-/// there); it is called many times and should be a cheap load of the awaited word.
+/// there); it is called many times and should be a cheap load of the awaited word. Once it
+/// returned true it may be called again before the wait returns, and must stay true.
 pub(crate) fn wait_until(
     ready: impl FnMut() -> bool,
     bell: &Doorbell,
     abort: &AbortWord,
     policy: &WaitPolicy,
+) -> Result<(), WaitError> {
+    wait_until_then(ready, bell, abort, policy, || {})
+}
+
+/// [`wait_until`] that runs `before_sleep` each time before it sleeps on the doorbell (the UCX
+/// transport's waiters hand the worker back to its progress thread there).
+pub(crate) fn wait_until_then(
+    ready: impl FnMut() -> bool,
+    bell: &Doorbell,
+    abort: &AbortWord,
+    policy: &WaitPolicy,
+    before_sleep: impl FnMut(),
 ) -> Result<(), WaitError> {
     let mut clock = Clock::new(policy.deadline);
     wait(
@@ -369,6 +384,7 @@ pub(crate) fn wait_until(
         abort,
         policy.spin,
         &mut clock,
+        before_sleep,
     )
 }
 
@@ -477,6 +493,7 @@ fn wait(
     abort: &AbortWord,
     spin: bool,
     clock: &mut Clock,
+    mut before_sleep: impl FnMut(),
 ) -> Result<(), WaitError> {
     if spin {
         for spin in 0..SPIN_LIMIT {
@@ -501,6 +518,7 @@ fn wait(
             return outcome;
         }
         let remaining = clock.check()?;
+        before_sleep();
         sleepers.fetch_add(1, Ordering::SeqCst);
         // Pairs with the waker's fence (or SeqCst update) before it reads `sleepers`.
         fence(Ordering::SeqCst);

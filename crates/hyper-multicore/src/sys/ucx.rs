@@ -93,7 +93,7 @@ use std::marker::PhantomData;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicBool, AtomicI8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -119,6 +119,9 @@ const CALLER_FIRST_SLEEP: Duration = Duration::from_micros(20);
 const CALLER_SLEEP_CAP: Duration = Duration::from_millis(1);
 /// The longest single sleep of the progress thread (it re-checks its stop flag after each).
 const PROGRESS_SLEEP_CAP: Duration = Duration::from_millis(100);
+/// How long the progress thread stands down while callers progress the worker themselves
+/// before it looks again (see [`Worker::start_progress_thread`]).
+const STAND_DOWN: Duration = Duration::from_micros(200);
 /// How long a force-close may take to complete the requests it cancels before we give up.
 const FORCE_CLOSE_GRACE: Duration = Duration::from_secs(5);
 
@@ -509,6 +512,8 @@ struct WorkerHandle {
     /// worker event they sleep on).
     sleepers: AtomicUsize,
     completions: OwnedFd,
+    /// Whether callers or the progress thread serve the worker's events.
+    handover: Handover,
     /// Every handler ever registered: UCX holds raw pointers to them until the worker dies. The
     /// outer box gives each (fat) handler a stable, thin address that survives the Vec growing.
     #[allow(clippy::vec_box)]
@@ -536,7 +541,13 @@ impl Drop for WorkerHandle {
 }
 
 impl WorkerHandle {
+    /// A caller's progress (counted: the progress thread stands down while callers progress).
     fn progress(&self) -> usize {
+        self.handover.callers.fetch_add(1, Ordering::Relaxed);
+        self.progress_events()
+    }
+
+    fn progress_events(&self) -> usize {
         // SAFETY: live worker, thread mode MULTI.
         let events = unsafe { ucp().ucp_worker_progress(self.handle) as usize };
         if events != 0 {
@@ -577,12 +588,8 @@ impl WorkerHandle {
         if let Some(extra) = extra.as_ref() {
             fds.push(PollFd::new(extra, PollFlags::IN));
         }
-        let timeout = Timespec {
-            tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
-            tv_nsec: timeout.subsec_nanos().into(),
-        };
         // EINTR and friends: the caller re-checks its condition and deadline either way.
-        let _ = poll(&mut fds, Some(&timeout));
+        let _ = poll(&mut fds, Some(&timespec(timeout)));
     }
 
     /// Drives the worker until `request` completes or `deadline` passes; Ok(status) when UCX
@@ -710,6 +717,8 @@ impl Worker {
         check(OP, "ucp_worker_get_efd failed", status).map_err(destroy)?;
         let completions = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
             .map_err(|e| destroy(Error::backend(OP, "eventfd failed", e.into())))?;
+        let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| destroy(Error::backend(OP, "eventfd failed", e.into())))?;
         Ok(Worker {
             inner: Arc::new(WorkerHandle {
                 handle,
@@ -717,6 +726,12 @@ impl Worker {
                 max_am_header: attr.max_am_header,
                 sleepers: AtomicUsize::new(0),
                 completions,
+                handover: Handover {
+                    callers: AtomicU64::new(0),
+                    standing_down: AtomicBool::new(false),
+                    take_over: AtomicBool::new(false),
+                    wake,
+                },
                 am_handlers: Mutex::new(Vec::new()),
                 on_progress: OnceLock::new(),
                 _context: context.handle.clone(),
@@ -756,6 +771,18 @@ impl Worker {
     /// `ucp_worker_progress` once; returns how many events it handled (0: nothing to do).
     pub fn progress(&self) -> usize {
         self.inner.progress()
+    }
+
+    /// Tells the progress thread to serve the worker's events again now, if it stood down
+    /// because callers were progressing (see [`Worker::start_progress_thread`]): for a caller
+    /// that stops waiting and goes on computing. Costs a load when the thread is not standing
+    /// down.
+    pub fn hand_over(&self) {
+        let handover = &self.inner.handover;
+        if handover.standing_down.load(Ordering::SeqCst) {
+            handover.take_over.store(true, Ordering::SeqCst);
+            handover.ring();
+        }
     }
 
     /// The largest active-message header [`Endpoint::am_send`] accepts on this worker.
@@ -926,30 +953,71 @@ impl Worker {
     /// Starts a thread that sleeps on the worker's event fd and progresses the worker whenever
     /// it fires, so peers' AM-emulated RMA and atomics complete while this PE's threads compute.
     /// Stops and joins when the returned value drops.
+    ///
+    /// While callers progress the worker themselves ([`Worker::progress`], and every blocking
+    /// call of this module), the thread stands down: it does not arm the event fd (each event
+    /// would wake it, and it would take the worker's lock from the caller that polls for that
+    /// very event) and looks again every [`STAND_DOWN`]; it serves events again after one such
+    /// period without callers' progress, or at once after [`Worker::hand_over`].
     pub fn start_progress_thread(&self) -> Result<ProgressThread> {
-        let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-            .map_err(|e| Error::backend("ucx progress thread", "eventfd failed", e.into()))?;
-        let wake = Arc::new(wake);
         let stop = Arc::new(AtomicBool::new(false));
         let worker = self.inner.clone();
-        let (thread_wake, thread_stop) = (wake.clone(), stop.clone());
+        let thread_stop = stop.clone();
         let thread = std::thread::Builder::new()
             .name("hm-ucx-progress".into())
-            .spawn(move || progress_loop(&worker, thread_wake.as_fd(), &thread_stop))
+            .spawn(move || progress_loop(&worker, &thread_stop))
             .map_err(|e| Error::backend("ucx progress thread", "spawning it failed", e))?;
         Ok(ProgressThread {
             stop,
-            wake,
+            worker: self.inner.clone(),
             thread: Some(thread),
         })
     }
 }
 
-fn progress_loop(worker: &WorkerHandle, wake: BorrowedFd<'_>, stop: &AtomicBool) {
+/// Who serves a worker's events: callers that progress it, or its progress thread.
+struct Handover {
+    /// Bumped by every caller's progress.
+    callers: AtomicU64,
+    /// The progress thread sleeps on `wake` alone, leaving events to the callers.
+    standing_down: AtomicBool,
+    /// A caller asked the progress thread to serve events again ([`Worker::hand_over`]).
+    take_over: AtomicBool,
+    /// Ends the progress thread's sleep (a hand-over, or its stop).
+    wake: OwnedFd,
+}
+
+impl Handover {
+    fn ring(&self) {
+        // A write of 1 makes the eventfd readable, which ends the thread's poll at once.
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+    }
+}
+
+fn progress_loop(worker: &WorkerHandle, stop: &AtomicBool) {
+    let handover = &worker.handover;
+    let wake = handover.wake.as_fd();
+    let mut seen = handover.callers.load(Ordering::Relaxed);
     while !stop.load(Ordering::Acquire) {
-        while worker.progress() != 0 {}
+        while worker.progress_events() != 0 {}
+        let now = handover.callers.load(Ordering::Relaxed);
+        let take_over = handover.take_over.swap(false, Ordering::SeqCst);
+        if now != seen && !take_over {
+            seen = now;
+            handover.standing_down.store(true, Ordering::SeqCst);
+            if !handover.take_over.load(Ordering::SeqCst) {
+                sleep_on(wake, STAND_DOWN);
+            }
+            handover.standing_down.store(false, Ordering::SeqCst);
+            drain(wake);
+            continue;
+        }
+        seen = now;
         match worker.arm() {
-            Ok(true) => worker.sleep(Some(wake), PROGRESS_SLEEP_CAP),
+            Ok(true) => {
+                worker.sleep(Some(wake), PROGRESS_SLEEP_CAP);
+                drain(wake);
+            }
             Ok(false) => std::thread::yield_now(),
             Err(error) => {
                 tracing::warn!("progress thread: {error}");
@@ -959,11 +1027,31 @@ fn progress_loop(worker: &WorkerHandle, wake: BorrowedFd<'_>, stop: &AtomicBool)
     }
 }
 
+/// Sleeps until `fd` is readable or `timeout` passes.
+fn sleep_on(fd: BorrowedFd<'_>, timeout: Duration) {
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    // EINTR and friends: the caller re-checks its state either way.
+    let _ = poll(&mut fds, Some(&timespec(timeout)));
+}
+
+/// Empties a nonblocking eventfd (empty already is fine).
+fn drain(eventfd: BorrowedFd<'_>) {
+    let mut counter = [0u8; 8];
+    let _ = rustix::io::read(eventfd, &mut counter);
+}
+
+fn timespec(duration: Duration) -> Timespec {
+    Timespec {
+        tv_sec: i64::try_from(duration.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: duration.subsec_nanos().into(),
+    }
+}
+
 /// A thread that progresses a [`Worker`] whenever its event fd fires (see
 /// [`Worker::start_progress_thread`]); dropping it stops and joins the thread.
 pub struct ProgressThread {
     stop: Arc<AtomicBool>,
-    wake: Arc<OwnedFd>,
+    worker: Arc<WorkerHandle>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -976,8 +1064,7 @@ impl std::fmt::Debug for ProgressThread {
 impl Drop for ProgressThread {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        // A write of 1 to the eventfd makes it readable and ends the thread's poll at once.
-        let _ = rustix::io::write(&*self.wake, &1u64.to_ne_bytes());
+        self.worker.handover.ring();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }

@@ -35,13 +35,13 @@ use std::time::Instant;
 
 use super::converge::converge;
 use super::segment::Segment;
-use super::sync::{AbortWord, Deadline, Doorbell, WaitError, WaitPolicy};
+use super::sync::{self, AbortWord, Deadline, Doorbell, WaitError, WaitPolicy};
 use crate::config::TransportMode;
 use crate::control::ControlPlane;
 use crate::error::{Error, ErrorKind, Result};
 
 pub(crate) use shm::{ShmPeer, ShmTransport};
-pub(crate) use ucx::{UcxPeer, UcxTransport};
+pub(crate) use ucx::{Awaited, UcxPeer, UcxTransport};
 
 /// The read-modify-write operations on one word (the bits of the value, zero-extended).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -399,18 +399,55 @@ impl Transports {
         &self.routes
     }
 
-    /// True when some peer is on the UCX route (a root spanning several groups).
-    #[inline]
-    pub(crate) fn has_ucx(&self) -> bool {
-        self.ucx.is_some()
+    /// Waits until `ready()`, a look at this PE's own memory that becomes true through a write
+    /// followed by a ring of this PE's doorbell (see [`sync::wait_until`]), or the abort or the
+    /// deadline. With UCX peers every [`PROGRESS_EVERY_LOOKS`]th look also progresses the worker
+    /// from this thread, so a waiter in its spin and yield phases applies peers' operations
+    /// itself instead of waiting for its progress thread to be scheduled (a progress costs a
+    /// system call: on every look it would stretch the spin phase several-fold); before it
+    /// sleeps it hands the worker back to the progress thread.
+    pub(crate) fn wait_own(
+        &self,
+        mut ready: impl FnMut() -> bool,
+        policy: &WaitPolicy,
+    ) -> std::result::Result<(), WaitError> {
+        let (bell, abort) = (self.own_doorbell(), self.abort_word());
+        let Some(ucx) = &self.ucx else {
+            // Without UCX (a one-host root): the look alone, as before the transport layer.
+            return sync::wait_until(ready, bell, abort, policy);
+        };
+        let mut looks = 0u32;
+        let look_and_progress = || {
+            looks = looks.wrapping_add(1);
+            if looks % PROGRESS_EVERY_LOOKS == 0 {
+                ucx.progress();
+            }
+            ready()
+        };
+        sync::wait_until_then(look_and_progress, bell, abort, policy, || ucx.hand_over())
     }
 
-    /// Progresses the UCX worker once from the calling thread (nothing without UCX).
-    #[inline]
-    pub(crate) fn progress(&self) {
-        if let Some(ucx) = &self.ucx {
-            ucx.progress();
+    /// Starts this PE's side of a two-rank exchange with `pe` under `tag` over UCX (see
+    /// [`UcxTransport::send_exchange`]); None when `pe` is not on the UCX route.
+    pub(crate) fn send_exchange(
+        &self,
+        pe: usize,
+        tag: u64,
+        data: &[u8],
+    ) -> Option<Result<Awaited>> {
+        match self.routes[pe] {
+            Route::Shm(_) => None,
+            Route::Ucx(peer) => Some(
+                self.ucx()
+                    .and_then(|ucx| ucx.send_exchange(peer, tag, data)),
+            ),
         }
+    }
+
+    /// The peer's message of an exchange started with [`Transports::send_exchange`], once it
+    /// arrived.
+    pub(crate) fn take_exchange(&self, awaited: Awaited) -> Option<Vec<u8>> {
+        self.ucx.as_ref().and_then(|ucx| ucx.take_exchange(awaited))
     }
 
     /// See [`Transport::put`].
@@ -554,6 +591,9 @@ impl Transports {
     }
 }
 
+/// A UCX-aware wait ([`Transports::wait_own`]) progresses the worker on every this many looks.
+const PROGRESS_EVERY_LOOKS: u32 = 16;
+
 /// The control-plane tag of the leaders' messages in a spanning barrier (no other user of a
 /// runtime's control plane sends point-to-point messages but these two).
 const LEADERS_BARRIER_TAG: u64 = u64::from_be_bytes(*b"hm-lbarr");
@@ -614,10 +654,32 @@ impl super::runtime::Shmem {
     }
 
     /// Sends `data` to rank `other` under `tag` and returns what `other` sent this rank under
-    /// it (each side's message is on its way before either waits).
+    /// it (each side's message is on its way before either waits). Over UCX when `other` is on
+    /// that route: this PE's thread then takes the message from the worker itself while it
+    /// waits, with no hand-off through the control plane's router thread.
     fn exchange(&self, other: usize, tag: u64, data: &[u8], deadline: Instant) -> Result<Vec<u8>> {
-        self.plane.send(other, tag, data)?;
-        self.plane.recv_deadline(other, tag, deadline)
+        let Some(started) = self.transport.send_exchange(other, tag, data) else {
+            self.plane.send(other, tag, data)?;
+            return self.plane.recv_deadline(other, tag, deadline);
+        };
+        let awaited = started?;
+        let mut message = None;
+        // A wait may look again after a look that succeeded: the message is taken only once.
+        let look = || {
+            if message.is_none() {
+                message = self.transport.take_exchange(awaited);
+            }
+            message.is_some()
+        };
+        let policy = WaitPolicy {
+            spin: self.spin,
+            deadline: Deadline::At(deadline),
+        };
+        let outcome = self.transport.wait_own(look, &policy);
+        self.wait_outcome("exchange", outcome, || {
+            format!("waiting for rank {other}'s message")
+        })?;
+        Ok(message.expect("the wait ended because the message arrived"))
     }
 
     /// Every rank's published words of a collective heap call, over the control plane (a root

@@ -29,6 +29,8 @@
 //! acknowledges RMA and atomics, not active messages.) Earlier puts to the same PE are ordered
 //! before the signal with a worker fence.
 
+use std::collections::HashMap;
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -36,6 +38,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::{ShmTransport, Start, Transport, Width};
+use crate::control::{SpinWork, WhileWaiting};
 use crate::error::{Error, ErrorKind, Result};
 use crate::shmem::segment::Segment;
 use crate::shmem::sync;
@@ -44,6 +47,25 @@ use crate::sys::ucx::{self, Context, Endpoint, MemoryRegion, ProgressThread, Rem
 
 /// The active message that rings the receiving PE's doorbell.
 const DOORBELL_AM: u16 = 1;
+/// The active message of a two-rank exchange ([`UcxTransport::send_exchange`]): header
+/// (source rank, tag, sequence), the data as its payload.
+const EXCHANGE_AM: u16 = 2;
+
+/// The messages of two-rank exchanges that arrived and were not taken yet, by (source rank,
+/// tag, sequence); and how many exchanges this PE started with each (peer, tag).
+#[derive(Debug, Default)]
+struct Mailbox {
+    arrived: Mutex<HashMap<(u64, u64, u64), Vec<u8>>>,
+    /// How many messages `arrived` holds: a waiter's look is one load while it is zero.
+    unclaimed: AtomicUsize,
+    started: Mutex<HashMap<(usize, u64), u64>>,
+}
+
+/// The message a started exchange waits for: the peer's message of the same tag and sequence.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Awaited {
+    key: (u64, u64, u64),
+}
 
 /// What a PE publishes for its peers.
 #[derive(Debug, Serialize, Deserialize)]
@@ -62,6 +84,7 @@ pub(crate) struct Prepared {
     context: Context,
     address: Vec<u8>,
     segment: Arc<Segment>,
+    mailbox: Arc<Mailbox>,
 }
 
 /// One remote peer: its endpoint (one user at a time), its heap's base address and key.
@@ -79,6 +102,8 @@ struct Peer {
 /// The UCX transport of one PE. Fields drop in order: the progress thread first.
 #[derive(Debug)]
 pub(crate) struct UcxTransport {
+    /// What the control plane's waiters run while they spin: a progress of this worker.
+    _spin_work: SpinWork,
     _progress: ProgressThread,
     peers: Box<[Option<Peer>]>,
     _region: MemoryRegion,
@@ -87,6 +112,24 @@ pub(crate) struct UcxTransport {
     /// This PE's segment: its abort word and doorbells are set when an endpoint fails.
     segment: Arc<Segment>,
     timeout: Duration,
+    /// This PE's root rank (the source of the exchange messages it sends).
+    rank: usize,
+    mailbox: Arc<Mailbox>,
+}
+
+/// A PE waiting in the control plane progresses its worker while it spins (serving peers'
+/// operations itself, its progress thread standing down), and hands the events back to the
+/// progress thread when the wait ends.
+struct ServeWhileWaiting(Worker);
+
+impl WhileWaiting for ServeWhileWaiting {
+    fn spin(&self) -> usize {
+        self.0.progress()
+    }
+
+    fn before_sleep(&self) {
+        self.0.hand_over();
+    }
 }
 
 /// How an operation reaches one remote peer: its root rank.
@@ -123,7 +166,22 @@ impl Transport for UcxTransport {
         // nobody sleeps the ring is one load.
         let ringing = Arc::clone(&segment);
         worker.on_progress(move || {
-            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            sync::ring(&ringing.pe_words(bell).doorbell);
+        })?;
+        let mailbox = Arc::new(Mailbox::default());
+        let (posted, ringing) = (Arc::clone(&mailbox), Arc::clone(&segment));
+        worker.set_am_handler(EXCHANGE_AM, move |header, data| {
+            let Some(key) = exchange_key(header) else {
+                tracing::warn!(
+                    "dropped an exchange message with a {}-byte header",
+                    header.len()
+                );
+                return;
+            };
+            posted.arrived.lock().insert(key, data.to_vec());
+            // SeqCst: the count precedes the read of the sleeper count in `ring`.
+            posted.unclaimed.fetch_add(1, Ordering::SeqCst);
             sync::ring(&ringing.pe_words(bell).doorbell);
         })?;
         let progress = worker.start_progress_thread()?;
@@ -144,6 +202,7 @@ impl Transport for UcxTransport {
             context,
             address,
             segment,
+            mailbox,
         })
     }
 
@@ -185,7 +244,11 @@ impl Transport for UcxTransport {
                 ring: OnceLock::new(),
             }));
         }
+        let spin_work = start
+            .plane
+            .while_spinning(ServeWhileWaiting(prepared.worker.clone()));
         Ok(UcxTransport {
+            _spin_work: spin_work,
             _progress: prepared.progress,
             peers: peers.into(),
             _region: prepared.region,
@@ -193,6 +256,8 @@ impl Transport for UcxTransport {
             _context: prepared.context,
             segment: prepared.segment,
             timeout: start.plane.timeout(),
+            rank,
+            mailbox: prepared.mailbox,
         })
     }
 
@@ -316,6 +381,45 @@ impl UcxTransport {
         self.worker.progress();
     }
 
+    /// Lets the progress thread serve this worker again at once (see
+    /// [`ucx::Worker::hand_over`]): for a caller about to sleep or compute.
+    pub(crate) fn hand_over(&self) {
+        self.worker.hand_over();
+    }
+
+    /// Starts this PE's side of a two-rank exchange with `peer` under `tag`: sends `data` as
+    /// one active message, to be taken by the peer's matching exchange. Both ranks must make
+    /// the same exchanges with each other in the same order (collectives do).
+    pub(crate) fn send_exchange(&self, peer: UcxPeer, tag: u64, data: &[u8]) -> Result<Awaited> {
+        self.not_aborted("exchange")?;
+        let sequence = {
+            let mut started = self.mailbox.started.lock();
+            let next = started.entry((peer, tag)).or_insert(0);
+            *next += 1;
+            *next
+        };
+        let header = exchange_header(self.rank as u64, tag, sequence);
+        let (remote, _) = self.remote(peer, 0);
+        let outcome = remote
+            .endpoint
+            .lock()
+            .am_send(EXCHANGE_AM, &header, data, self.deadline());
+        self.checked(outcome)?;
+        Ok(Awaited {
+            key: (peer as u64, tag, sequence),
+        })
+    }
+
+    /// The peer's message of an exchange, once it arrived (taken: a second call gives None).
+    pub(crate) fn take_exchange(&self, awaited: Awaited) -> Option<Vec<u8>> {
+        if self.mailbox.unclaimed.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let message = self.mailbox.arrived.lock().remove(&awaited.key)?;
+        self.mailbox.unclaimed.fetch_sub(1, Ordering::SeqCst);
+        Some(message)
+    }
+
     fn deadline(&self) -> Instant {
         Instant::now() + self.timeout
     }
@@ -358,6 +462,27 @@ impl UcxTransport {
     }
 }
 
+/// The header of an exchange message: (source rank, tag, sequence), little-endian.
+fn exchange_header(source: u64, tag: u64, sequence: u64) -> [u8; 24] {
+    let mut header = [0u8; 24];
+    for (slot, word) in header.chunks_exact_mut(8).zip([source, tag, sequence]) {
+        slot.copy_from_slice(&word.to_le_bytes());
+    }
+    header
+}
+
+/// The (source rank, tag, sequence) of an exchange message's header, if it is one.
+fn exchange_key(header: &[u8]) -> Option<(u64, u64, u64)> {
+    let words: Vec<u64> = header
+        .chunks_exact(8)
+        .map(|word| u64::from_le_bytes(word.try_into().expect("8 bytes")))
+        .collect();
+    match words[..] {
+        [source, tag, sequence] if header.len() == 24 => Some((source, tag, sequence)),
+        _ => None,
+    }
+}
+
 /// One atomic of width `T` on an endpoint; returns the previous value, zero-extended.
 fn amo<T>(
     endpoint: &Endpoint,
@@ -397,5 +522,22 @@ fn mask<T>() -> u64 {
         u64::from(u32::MAX)
     } else {
         u64::MAX
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exchange_header_reads_back_and_other_lengths_are_refused() {
+        let header = exchange_header(3, u64::from_be_bytes(*b"hm-lbarr"), 17);
+        assert_eq!(
+            exchange_key(&header),
+            Some((3, u64::from_be_bytes(*b"hm-lbarr"), 17))
+        );
+        assert_eq!(exchange_key(&header[..16]), None);
+        assert_eq!(exchange_key(&[0u8; 25]), None);
+        assert_eq!(exchange_key(&[]), None);
     }
 }

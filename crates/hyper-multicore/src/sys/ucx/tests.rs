@@ -385,6 +385,42 @@ two_pe_test!(
     || busy_target_body(false)
 );
 
+/// Rank 1's main thread progresses its worker itself for a while (its progress thread stands
+/// down), then stops and sits in a control-plane barrier: rank 0's get must still complete,
+/// served by the progress thread once it saw the callers' progress stop.
+fn progress_thread_takes_over_body() {
+    let pair = connect_pair(true, None);
+    if pair.world.rank() == 1 {
+        pair.mapping.write(SMALL, &[24u8; 8]);
+        let until = Instant::now() + Duration::from_millis(5);
+        let mut calls = 0u64;
+        while Instant::now() < until {
+            pair.worker.progress();
+            calls += 1;
+            std::thread::yield_now();
+        }
+        assert!(calls > 0);
+        pair.world.control().barrier().unwrap(); // values in place, the progress stopped
+        pair.world.control().barrier().unwrap(); // busy until the origin is done
+        println!("PE_OK");
+        return;
+    }
+    pair.world.control().barrier().unwrap();
+    let mut bytes = [0u8; 8];
+    pair.endpoint
+        .get(&mut bytes, pair.remote(SMALL), &pair.rkey, deadline(10))
+        .expect("the target's progress thread never took over from its main thread");
+    assert_eq!(bytes, [24u8; 8]);
+    pair.world.control().barrier().unwrap();
+    println!("PE_OK");
+}
+
+two_pe_test!(
+    progress_thread_serves_again_once_its_caller_stops_progressing,
+    Some("tcp,self"),
+    progress_thread_takes_over_body
+);
+
 /// Rank 1's main thread sits in a control-plane barrier while rank 0 adds to a word of its
 /// memory with a non-fetching atomic, flushed: rank 1's progress hook must run after UCX
 /// applied it (on the progress thread), with the new value already visible to the hook. A
