@@ -58,7 +58,9 @@
 //! Over `UCX_TLS=tcp` (and `sm`), UCX emulates RMA and atomics with active messages that the
 //! *target* worker must progress: a get from a peer whose threads never call UCX never completes.
 //! [`ProgressThread`] is the answer: it sleeps on the worker's event fd and progresses the worker
-//! when anything arrives, so the target's main thread may compute.
+//! when anything arrives, so the target's main thread may compute. While the PE's own threads
+//! progress the worker (they wait for something), the progress thread stands down instead of
+//! racing them for every event; [`Worker::hand_over`] gives it the worker back at once.
 
 //! # Notes for the transport built on this
 //!

@@ -28,6 +28,16 @@
 //! (An active message whose handler applied the op itself would not be covered by a flush: UCX
 //! acknowledges RMA and atomics, not active messages.) Earlier puts to the same PE are ordered
 //! before the signal with a worker fence.
+//!
+//! Two-rank exchanges (two leaders' barrier, two ranks' allocate/free call words): each side
+//! sends one active message (source rank, tag, sequence; the data as payload), whose handler
+//! files it in the PE's mailbox and rings its doorbell; the waiting side takes it with
+//! [`UcxTransport::take_exchange`], progressing the worker itself while it waits.
+//!
+//! Progress: a control-plane waiter in its spin phase progresses this worker too
+//! ([`ControlPlane::while_spinning`](crate::control::ControlPlane)), so a PE waiting in a
+//! collective serves its peers' operations itself; the progress thread stands down meanwhile
+//! and gets the worker back before the waiter sleeps.
 
 use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicUsize, Ordering};
