@@ -128,8 +128,8 @@ pub(crate) struct UcxTransport {
 }
 
 /// A PE waiting in the control plane progresses its worker while it spins (serving peers'
-/// operations itself, its progress thread standing down), and hands the events back to the
-/// progress thread when the wait ends.
+/// operations itself, its progress thread standing down), and hands the worker back to the
+/// progress thread before it sleeps.
 struct ServeWhileWaiting(Worker);
 
 impl WhileWaiting for ServeWhileWaiting {
@@ -483,14 +483,9 @@ fn exchange_header(source: u64, tag: u64, sequence: u64) -> [u8; 24] {
 
 /// The (source rank, tag, sequence) of an exchange message's header, if it is one.
 fn exchange_key(header: &[u8]) -> Option<(u64, u64, u64)> {
-    let words: Vec<u64> = header
-        .chunks_exact(8)
-        .map(|word| u64::from_le_bytes(word.try_into().expect("8 bytes")))
-        .collect();
-    match words[..] {
-        [source, tag, sequence] if header.len() == 24 => Some((source, tag, sequence)),
-        _ => None,
-    }
+    let header: &[u8; 24] = header.try_into().ok()?;
+    let word = |i: usize| u64::from_le_bytes(header[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+    Some((word(0), word(1), word(2)))
 }
 
 /// One atomic of width `T` on an endpoint; returns the previous value, zero-extended.
