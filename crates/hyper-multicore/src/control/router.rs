@@ -151,8 +151,8 @@ pub(crate) trait WhileWaiting: Send + Sync {
     fn before_sleep(&self);
 }
 
-/// Keeps work given to [`Shared::while_spinning`] in force: waiters stop running it once this
-/// drops.
+/// Keeps work given to [`Shared::while_spinning`] in force: waits that start after this drops
+/// no longer run it (a wait already under way keeps it alive until it ends).
 #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
 pub(crate) struct SpinWork {
     _work: Arc<dyn WhileWaiting>,
@@ -193,7 +193,7 @@ impl Shared {
         }
     }
 
-    /// Makes every waiter's spin phase run `hook` (replacing any earlier one) until the
+    /// Makes every waiter's spin phase run `work` (replacing any earlier work) until the
     /// returned value drops.
     #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
     pub(crate) fn while_spinning(&self, work: impl WhileWaiting + 'static) -> SpinWork {

@@ -584,14 +584,8 @@ impl WorkerHandle {
     }
 
     /// Sleeps until the worker's event fd (or `extra`) is readable or `timeout` passes.
-    fn sleep(&self, extra: Option<BorrowedFd<'_>>, timeout: Duration) {
-        let event_fd = self.event_fd();
-        let mut fds = vec![PollFd::new(&event_fd, PollFlags::IN)];
-        if let Some(extra) = extra.as_ref() {
-            fds.push(PollFd::new(extra, PollFlags::IN));
-        }
-        // EINTR and friends: the caller re-checks its condition and deadline either way.
-        let _ = poll(&mut fds, Some(&timespec(timeout)));
+    fn sleep(&self, extra: BorrowedFd<'_>, timeout: Duration) {
+        sleep_on(&[self.event_fd(), extra], timeout);
     }
 
     /// Drives the worker until `request` completes or `deadline` passes; Ok(status) when UCX
@@ -628,16 +622,14 @@ impl WorkerHandle {
             if !done {
                 match self.arm() {
                     Ok(true) => {
-                        self.sleep(Some(self.completions.as_fd()), (deadline - now).min(slice));
+                        self.sleep(self.completions.as_fd(), (deadline - now).min(slice));
                         slice = (slice * 2).min(CALLER_SLEEP_CAP);
                     }
                     Ok(false) => {}
                     // An arm failure only loses the sleep: pause briefly and retry.
                     Err(_) => std::thread::sleep(Duration::from_micros(100)),
                 }
-                // Reset the counter (nonblocking; empty is fine).
-                let mut drained = [0u8; 8];
-                let _ = rustix::io::read(&self.completions, &mut drained);
+                drain(self.completions.as_fd());
             }
             self.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
@@ -1008,7 +1000,7 @@ fn progress_loop(worker: &WorkerHandle, stop: &AtomicBool) {
             seen = now;
             handover.standing_down.store(true, Ordering::SeqCst);
             if !handover.take_over.load(Ordering::SeqCst) {
-                sleep_on(wake, STAND_DOWN);
+                sleep_on(&[wake], STAND_DOWN);
             }
             handover.standing_down.store(false, Ordering::SeqCst);
             drain(wake);
@@ -1017,7 +1009,7 @@ fn progress_loop(worker: &WorkerHandle, stop: &AtomicBool) {
         seen = now;
         match worker.arm() {
             Ok(true) => {
-                worker.sleep(Some(wake), PROGRESS_SLEEP_CAP);
+                worker.sleep(wake, PROGRESS_SLEEP_CAP);
                 drain(wake);
             }
             Ok(false) => std::thread::yield_now(),
@@ -1029,11 +1021,14 @@ fn progress_loop(worker: &WorkerHandle, stop: &AtomicBool) {
     }
 }
 
-/// Sleeps until `fd` is readable or `timeout` passes.
-fn sleep_on(fd: BorrowedFd<'_>, timeout: Duration) {
-    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-    // EINTR and friends: the caller re-checks its state either way.
-    let _ = poll(&mut fds, Some(&timespec(timeout)));
+/// Sleeps until one of `fds` is readable or `timeout` passes.
+fn sleep_on(fds: &[BorrowedFd<'_>], timeout: Duration) {
+    let mut polled: Vec<PollFd<'_>> = fds
+        .iter()
+        .map(|fd| PollFd::new(fd, PollFlags::IN))
+        .collect();
+    // EINTR and friends: the caller re-checks its state and deadline either way.
+    let _ = poll(&mut polled, Some(&timespec(timeout)));
 }
 
 /// Empties a nonblocking eventfd (empty already is fine).
