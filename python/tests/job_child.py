@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+import weakref
 
 from hyper_multicore import shmem
 
@@ -128,7 +129,11 @@ elif SCENARIO == "destroyed_process_group":
     # refused before any communication (the group is gone), on every rank.
     for tensor in tensors:
         shmem.free(tensor)
+    group = weakref.ref(dist.group.WORLD)
     dist.destroy_process_group()
+    gc.collect()
+    # The runtime still holds its reference, but not the group: destroyed, it is gone.
+    report["group_freed"] = group() is None
     report["acquire"] = outcome(lambda: shmem.acquire(heap_size_bytes=8 << 20))
     report["release"] = outcome(shmem.release)
     report["references"] = shmem.reference_count()

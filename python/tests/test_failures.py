@@ -164,7 +164,8 @@ def test_after_a_failed_shutdown_nothing_is_held_and_nothing_starts(tmp_path, ch
 def test_a_destroyed_process_group_is_a_changed_torch_state(tmp_path):
     """Issue 9, item 4: acquire(pg), destroy_process_group(), then acquire() or release():
     "torch.distributed state changed" on every rank, before any communication; the release is
-    refused in its Preflight, retryable."""
+    refused in its Preflight, retryable. The runtime does not keep the destroyed ProcessGroup
+    alive (its gloo threads would abort the process at interpreter exit)."""
     job = run_job(tmp_path, "destroyed_process_group", "torch")
     reports = job["reports"]
     assert sorted(reports) == [0, 1, 2], job["output"]
@@ -177,6 +178,7 @@ def test_a_destroyed_process_group_is_a_changed_torch_state(tmp_path):
         assert "torch.distributed state changed" in release["message"]
         assert release["message"].endswith("the runtime remains usable")
         assert report["references"] == 1
+        assert report["group_freed"], "the runtime kept the destroyed ProcessGroup alive"
 
 
 GROWTH_KILLS = [

@@ -15,6 +15,7 @@ import operator
 import os
 import secrets
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,11 +121,19 @@ def _process_group(dist: Any, group: Any) -> Any:
 
 
 def _all_gather_object_over(dist: Any, group: Any) -> Callable[[bytes], list[bytes]]:
+    """The channel's all-gather over ``group``, which it reaches through a weak reference (see
+    :func:`_group_alive`)."""
     size = dist.get_world_size(group)
+    reference = weakref.ref(group)
 
     def allgather(data: bytes) -> list[bytes]:
+        live = reference()
+        if live is None:
+            raise RuntimeError(
+                "the root group's torch ProcessGroup was destroyed; acquire over a live group"
+            )
         gathered: list[Any] = [None] * size
-        dist.all_gather_object(gathered, data, group=group)
+        dist.all_gather_object(gathered, data, group=live)
         return gathered
 
     return allgather
@@ -132,13 +141,21 @@ def _all_gather_object_over(dist: Any, group: Any) -> Callable[[bytes], list[byt
 
 def _group_alive(dist: Any, group: Any) -> Callable[[], bool]:
     """Whether ``group`` can still communicate: torch.distributed initialised and the group not
-    destroyed (the runtime's channel asks this before every later lifecycle call)."""
+    destroyed (the runtime's channel asks this before every later lifecycle call).
+
+    The channel's callables hold ``group`` weakly: a strong reference (the native runtime or a
+    shared root keeps the channel until it is dropped) would keep the ProcessGroup alive past
+    ``destroy_process_group()``, so its gloo worker threads would still run at interpreter exit
+    and abort the process when one needs the GIL then ("terminate called without an active
+    exception", pytorch/pytorch#190489)."""
+    reference = weakref.ref(group)
 
     def alive() -> bool:
-        if not (dist.is_available() and dist.is_initialized()):
+        live = reference()
+        if live is None or not (dist.is_available() and dist.is_initialized()):
             return False
         try:
-            dist.get_process_group_ranks(group)  # raises for a destroyed group
+            dist.get_process_group_ranks(live)  # raises for a destroyed group
         except (ValueError, KeyError, RuntimeError):
             return False
         return True
