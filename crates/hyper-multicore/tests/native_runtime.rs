@@ -344,24 +344,36 @@ fn bad_arguments_fail_on_every_rank_and_lose_nothing() {
         shmem.shutdown().unwrap();
         return;
     }
-    let result = Job::launch("bad_arguments_fail_on_every_rank_and_lose_nothing", 3).wait();
-    result.assert_all_succeeded();
-    // The mismatch is described identically on every rank (apart from the rank itself).
-    let descriptions: Vec<String> = result
-        .pes
-        .iter()
-        .map(|p| {
-            p.lines_with("MISMATCH ")[0]
-                .split(": ")
-                .skip(1)
-                .collect::<Vec<_>>()
-                .join(": ")
-        })
-        .collect();
-    assert!(
-        descriptions.windows(2).all(|w| w[0] == w[1]),
-        "{descriptions:?}"
-    );
+    // Two PEs: each reads the other's words from its barrier flag's cache line (carried with
+    // the barrier); three: from the other PEs' argument slots.
+    for pes in [2, 3] {
+        let result = Job::launch("bad_arguments_fail_on_every_rank_and_lose_nothing", pes).wait();
+        result.assert_all_succeeded();
+        // The mismatch is described identically on every rank (apart from the rank itself).
+        let descriptions: Vec<String> = result
+            .pes
+            .iter()
+            .map(|p| {
+                p.lines_with("MISMATCH ")[0]
+                    .split(": ")
+                    .skip(1)
+                    .collect::<Vec<_>>()
+                    .join(": ")
+            })
+            .collect();
+        assert!(
+            descriptions.windows(2).all(|w| w[0] == w[1]),
+            "{pes} PEs: {descriptions:?}"
+        );
+        assert!(
+            descriptions[0].contains(&format!(
+                "root ranks [{}] called allocate({} bytes of uint8",
+                pes - 1,
+                100 + pes - 1
+            )),
+            "{pes} PEs: {descriptions:?}"
+        );
+    }
 }
 
 #[test]

@@ -9,6 +9,7 @@
 
 use super::allocation::{AllocationId, Dtype};
 use super::runtime::{Heap, Shmem};
+use super::segment::Segment;
 use crate::error::{ErrorKind, Result};
 use crate::primitive::{AtomicU64, Ordering};
 
@@ -41,29 +42,68 @@ impl ArgumentSlots {
     }
 }
 
+/// Every rank's words of one exchange: still in the argument slots (one host: read where they
+/// lie, so the common all-equal check copies nothing), or gathered over the control plane.
+/// With two PEs, the other's words usually came with the barrier (`carried`, see
+/// [`Shmem::data_barrier_carrying`]): read from the cache line the barrier's wait brought in,
+/// instead of from the other PE's slot.
+enum CallWords<'a> {
+    Slots {
+        segment: &'a Segment,
+        slot: usize,
+        carried: Option<(usize, [u64; 4])>,
+    },
+    Gathered(Vec<[u64; 4]>),
+}
+
+impl CallWords<'_> {
+    /// The words rank `pe` published.
+    fn of(&self, pe: usize) -> [u64; 4] {
+        match self {
+            CallWords::Slots {
+                carried: Some((from, words)),
+                ..
+            } if *from == pe => *words,
+            CallWords::Slots { segment, slot, .. } => segment.pe_words(pe).arguments.read(*slot),
+            CallWords::Gathered(all) => all[pe],
+        }
+    }
+}
+
 impl Shmem {
-    /// Collective: every rank's `stamped` words (call number first), in rank order — through
-    /// the argument slots and one shared-memory barrier on one host, else over the control
-    /// plane. The heap lock is held: the sequence of these exchanges is the heap's.
+    /// Collective: every rank's `stamped` words (call number first) — through the argument
+    /// slots and one shared-memory barrier on one host, else over the control plane. The heap
+    /// lock is held: the sequence of these exchanges is the heap's.
     fn exchange_call_words(
         &self,
         heap: &mut Heap,
         operation: &str,
         stamped: [u64; 4],
-    ) -> Result<Vec<[u64; 4]>> {
+    ) -> Result<CallWords<'_>> {
         if !self.transport.single_group() {
             // The argument slots are not shared by every rank: over the control plane.
-            return self.gather_call_words(operation, stamped);
+            return self
+                .gather_call_words(operation, stamped)
+                .map(CallWords::Gathered);
         }
         let slot = (heap.checks % 2) as usize;
         self.transport
             .own_pe_words()
             .arguments
             .publish(slot, stamped);
-        self.data_barrier(operation)?;
-        Ok((0..self.size)
-            .map(|pe| self.segment.pe_words(pe).arguments.read(slot))
-            .collect())
+        self.data_barrier_carrying(operation, &stamped)?;
+        // The call number tags the carried words (it is never 0); they may have been replaced
+        // by the other PE's next call already, its slot not: a slot stays as published until
+        // this PE has joined the next exchange's barrier.
+        let carried = self
+            .transport
+            .carried(stamped[0])
+            .map(|words| (1 - self.rank, words));
+        Ok(CallWords::Slots {
+            segment: &self.segment,
+            slot,
+            carried,
+        })
     }
 
     /// Collective: every rank's three `words`, in rank order (a small agreement that needs no
@@ -73,7 +113,8 @@ impl Shmem {
         let mut heap = self.heap.lock();
         heap.checks += 1;
         let stamped = [heap.checks, words[0], words[1], words[2]];
-        let all = self.exchange_call_words(&mut heap, operation, stamped)?;
+        let published = self.exchange_call_words(&mut heap, operation, stamped)?;
+        let all: Vec<[u64; 4]> = (0..self.size).map(|pe| published.of(pe)).collect();
         if let Some(pe) = all.iter().position(|w| w[0] != heap.checks) {
             return Err(self.error(
                 ErrorKind::InvalidArgument,
@@ -98,14 +139,14 @@ impl Shmem {
     ) -> Result<()> {
         heap.checks += 1;
         let stamped = call.encode(heap.checks);
-        let all = self.exchange_call_words(heap, operation, stamped)?;
-        if all.iter().all(|words| *words == stamped) {
+        let published = self.exchange_call_words(heap, operation, stamped)?;
+        if (0..self.size).all(|pe| published.of(pe) == stamped) {
             return Ok(());
         }
         let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-        for (pe, words) in all.iter().enumerate() {
+        for (pe, words) in (0..self.size).map(|pe| (pe, published.of(pe))) {
             let described = if words[0] == heap.checks {
-                HeapCall::describe(words)
+                HeapCall::describe(&words)
             } else {
                 format!(
                     "a different collective (call #{} instead of #{})",
@@ -186,20 +227,29 @@ impl HeapCall {
 
 #[cfg(all(test, loom))]
 mod loom_tests {
-    //! The double-buffered argument slots under every interleaving of two PEs making three
-    //! collective calls in a row: each PE must read, for call `n`, every PE's words of call `n`
-    //! — a fast PE's call `n + 1` goes to the other slot, and its call `n + 2` cannot start
-    //! before the slow PE left call `n` (it waits in call `n + 1`'s barrier).
+    //! The double-buffered argument slots and the words carried with the barrier, under every
+    //! interleaving of two PEs making three collective calls in a row: each PE must read, for
+    //! call `n`, the other PE's words of call `n` — a fast PE's call `n + 1` goes to the other
+    //! slot, and its call `n + 2` cannot start before the slow PE left call `n` (it waits in
+    //! call `n + 1`'s barrier); its call `n + 1` may overwrite the carried words, which the
+    //! slow PE must then notice and read from the slot instead.
     //!
     //! `RUSTFLAGS="--cfg loom" cargo test -p hyper-multicore --lib --release loom_tests`
 
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
     use loom::sync::Arc;
     use loom::thread;
 
     use super::ArgumentSlots;
-    use crate::shmem::sync::{dissemination_barrier, AbortWord, Deadline, TestWords, WaitPolicy};
+    use crate::shmem::sync::{
+        dissemination_barrier, AbortWord, BarrierWords, Deadline, TestWords, WaitPolicy,
+    };
+
+    /// Some interleaving read the carried words, and some had to read the slot.
+    static READ_CARRIED: AtomicBool = AtomicBool::new(false);
+    static READ_SLOT: AtomicBool = AtomicBool::new(false);
 
     struct Header {
         barrier: TestWords,
@@ -207,26 +257,44 @@ mod loom_tests {
         slots: [ArgumentSlots; 2],
     }
 
+    /// PE `pe`'s words of call `call` (each PE's differ, so a mix-up shows).
+    fn words(pe: usize, call: u64) -> [u64; 4] {
+        [call, 1 << 56, call * 10 + pe as u64, 64]
+    }
+
     fn pe(header: &Header, me: usize) {
         let policy = WaitPolicy {
             spin: false,
             deadline: Deadline::After(Duration::from_secs(3600)),
         };
+        let other = 1 - me;
         for call in 1..=3u64 {
             let slot = (call % 2) as usize;
-            let words = [call, 1 << 56, call * 10, 64];
-            header.slots[me].publish(slot, words);
+            let mine = words(me, call);
+            header.slots[me].publish(slot, mine);
             let epoch = call as u32;
-            let outcome =
-                dissemination_barrier(&header.barrier, me, 2, epoch, &header.abort, &policy);
+            let outcome = dissemination_barrier(
+                &header.barrier,
+                me,
+                2,
+                epoch,
+                &header.abort,
+                &policy,
+                Some(&mine),
+            );
             assert_eq!(outcome, Ok(()));
-            for peer in 0..2 {
-                assert_eq!(
-                    header.slots[peer].read(slot),
-                    words,
-                    "call {call}, PE {peer}"
-                );
-            }
+            let theirs = match header.barrier.flags(me).carried(call) {
+                Some(carried) => {
+                    READ_CARRIED.store(true, Ordering::Relaxed);
+                    carried
+                }
+                None => {
+                    READ_SLOT.store(true, Ordering::Relaxed);
+                    header.slots[other].read(slot)
+                }
+            };
+            assert_eq!(theirs, words(other, call), "call {call}, PE {me}");
+            assert_eq!(header.slots[me].read(slot), mine, "call {call}, PE {me}");
         }
     }
 
@@ -234,7 +302,7 @@ mod loom_tests {
     fn loom_argument_slots_two_pes_three_calls() {
         let mut builder = loom::model::Builder::new();
         if builder.preemption_bound.is_none() {
-            builder.preemption_bound = Some(3);
+            builder.preemption_bound = Some(2);
         }
         builder.check(|| {
             let header = Arc::new(Header {
@@ -249,5 +317,13 @@ mod loom_tests {
             pe(&header, 0);
             peer.join().unwrap();
         });
+        assert!(
+            READ_CARRIED.load(Ordering::Relaxed),
+            "no run read carried words"
+        );
+        assert!(
+            READ_SLOT.load(Ordering::Relaxed),
+            "no run had to read a slot"
+        );
     }
 }

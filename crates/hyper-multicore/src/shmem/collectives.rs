@@ -25,15 +25,34 @@ impl Shmem {
         self.segment_barrier(operation, Deadline::After(self.config.timeout))
     }
 
+    /// [`Shmem::data_barrier`] of a root whose PEs all share this host's segment that also
+    /// hands `words` (their tag first) to the other PE of a 2-PE root, which reads them with
+    /// [`Transports::carried`](super::transport::Transports::carried).
+    pub(crate) fn data_barrier_carrying(&self, operation: &str, words: &[u64; 4]) -> Result<()> {
+        debug_assert!(self.transport.single_group());
+        self.quiet();
+        self.barrier_until(operation, Deadline::After(self.config.timeout), Some(words))
+    }
+
     /// The shared-memory barrier of the PEs that share this process's segment (the whole root
     /// on one host; this PE's locality group in a root spanning several), until `deadline`.
     #[inline]
     pub(crate) fn segment_barrier(&self, operation: &str, deadline: Deadline) -> Result<()> {
+        self.barrier_until(operation, deadline, None)
+    }
+
+    #[inline]
+    fn barrier_until(
+        &self,
+        operation: &str,
+        deadline: Deadline,
+        carry: Option<&[u64; 4]>,
+    ) -> Result<()> {
         let policy = WaitPolicy {
             spin: self.spin,
             deadline,
         };
-        let outcome = self.transport.segment_barrier(&policy);
+        let outcome = self.transport.segment_barrier(&policy, carry);
         self.wait_outcome(operation, outcome, || {
             "not every PE reached the barrier".to_string()
         })

@@ -35,7 +35,7 @@ pub(crate) use crate::sys::segment_words::{ControlBlock, PeWords};
 /// `"HMSHMEM1"` as a little-endian word: the first word of every segment.
 pub(crate) const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"HMSHMEM1");
 /// Version of the layout described in the module docs.
-pub(crate) const LAYOUT_VERSION: u64 = 2;
+pub(crate) const LAYOUT_VERSION: u64 = 3;
 /// Alignment of the mapping and of every heap (so allocations aligned up to 2 MiB are aligned
 /// in every process's address space).
 pub(crate) const HEAP_ALIGNMENT: usize = 2 << 20;

@@ -43,7 +43,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::primitive::{fence, spin_loop, yield_now, AtomicU32, Ordering};
+use crate::primitive::{fence, spin_loop, yield_now, AtomicU32, AtomicU64, Ordering};
 use crate::sys::futex;
 
 /// `PAUSE` iterations before yielding (when spinning is allowed at all). Loom explores every
@@ -88,13 +88,37 @@ macro_rules! zeroed_words {
     };
 }
 
-/// One PE's barrier flags: `round[k]` holds the epoch of the latest barrier whose round k the
-/// PE's round-k partner has reached. Written only by the partners, read by the owner. One per
-/// PE, on its own cache line.
+/// One PE's barrier flags: round k's flag holds the epoch of the latest barrier whose round k
+/// the PE's round-k partner has reached. Written only by the partners, read by the owner.
+///
+/// Round 0's flag shares its cache line with [`Carried`] words, which the round-0 partner may
+/// store before the flag: the owner then reads them from the line its wait just brought in
+/// (the argument check of a 2-PE root, where round 0 is the whole barrier: reading the
+/// partner's own argument slot instead costs one more cache-line transfer). The later rounds'
+/// flags are on the next line.
 #[repr(C, align(64))]
 #[derive(Debug)]
 pub(crate) struct BarrierFlags {
-    round: [AtomicU32; MAX_BARRIER_ROUNDS],
+    first: AtomicU32,
+    carried: Carried,
+    later: LaterRounds,
+}
+
+/// [`BarrierFlags`] of rounds 1.., on a cache line of their own.
+#[repr(C, align(64))]
+#[derive(Debug)]
+struct LaterRounds {
+    round: [AtomicU32; MAX_BARRIER_ROUNDS - 1],
+}
+
+/// Four words the round-0 partner hands over with a barrier ([`dissemination_barrier`]'s
+/// `carry`), under a sequence lock: word 0 is their tag (never 0), zeroed while the others
+/// change, so a reader detects words overwritten by the partner's next barrier (it may be one
+/// barrier ahead) and looks for them elsewhere.
+#[repr(C)]
+#[derive(Debug)]
+struct Carried {
+    words: [AtomicU64; 4],
 }
 
 impl BarrierFlags {
@@ -102,8 +126,55 @@ impl BarrierFlags {
     #[cfg(test)]
     pub(crate) fn new() -> Self {
         BarrierFlags {
-            round: std::array::from_fn(|_| AtomicU32::new(0)),
+            first: AtomicU32::new(0),
+            carried: Carried {
+                words: std::array::from_fn(|_| AtomicU64::new(0)),
+            },
+            later: LaterRounds {
+                round: std::array::from_fn(|_| AtomicU32::new(0)),
+            },
         }
+    }
+
+    /// Round `k`'s flag.
+    #[inline]
+    fn round(&self, k: usize) -> &AtomicU32 {
+        match k {
+            0 => &self.first,
+            _ => &self.later.round[k - 1],
+        }
+    }
+
+    /// Hands `words` (word 0, the tag, not 0) to this PE's owner, before the round-0 flag
+    /// store that publishes them.
+    #[inline]
+    fn carry(&self, words: &[u64; 4]) {
+        let carried = &self.carried.words;
+        carried[0].store(0, Ordering::Relaxed);
+        // Orders the zeroed tag before the new words: a reader that sees any of them sees the
+        // tag change too.
+        fence(Ordering::Release);
+        for (word, value) in carried[1..].iter().zip(&words[1..]) {
+            word.store(*value, Ordering::Relaxed);
+        }
+        carried[0].store(words[0], Ordering::Release);
+    }
+
+    /// The words the round-0 partner carried with tag `tag`, if they are still there whole
+    /// (read after the barrier that carried them).
+    #[inline]
+    pub(crate) fn carried(&self, tag: u64) -> Option<[u64; 4]> {
+        let carried = &self.carried.words;
+        let before = carried[0].load(Ordering::Acquire);
+        let words: [u64; 4] = std::array::from_fn(|i| match i {
+            0 => before,
+            _ => carried[i].load(Ordering::Relaxed),
+        });
+        // Pairs with `carry`'s release fence: if a word came from a later carry, the tag read
+        // below is that carry's (or its zero).
+        fence(Ordering::Acquire);
+        let after = carried[0].load(Ordering::Relaxed);
+        (before == tag && after == tag).then_some(words)
     }
 }
 
@@ -145,7 +216,9 @@ zeroed_words!(AbortWord: word);
 
 #[cfg(not(loom))]
 const _: () = {
-    assert!(std::mem::size_of::<BarrierFlags>() == 64);
+    // Round 0's flag and the carried words on one line, the later rounds on the next.
+    assert!(std::mem::size_of::<BarrierFlags>() == 128);
+    assert!(std::mem::offset_of!(BarrierFlags, later) == 64);
     assert!(std::mem::size_of::<CentralWords>() == 64);
     assert!(std::mem::size_of::<Doorbell>() == 64);
     assert!(std::mem::size_of::<AbortWord>() == 64);
@@ -243,7 +316,8 @@ pub(crate) fn spins(local_pes: usize) -> bool {
 }
 
 /// The barrier of kind `kind` of the `pes` PEs whose words `words` holds, called by PE `me`
-/// with its epoch (see [`dissemination_barrier`]; the central barrier needs none).
+/// with its epoch (see [`dissemination_barrier`], which this one calls without carried words;
+/// the central barrier needs no epoch).
 #[inline]
 pub(crate) fn barrier(
     kind: BarrierKind,
@@ -255,7 +329,9 @@ pub(crate) fn barrier(
     policy: &WaitPolicy,
 ) -> Result<(), WaitError> {
     match kind {
-        BarrierKind::Dissemination => dissemination_barrier(words, me, pes, epoch, abort, policy),
+        BarrierKind::Dissemination => {
+            dissemination_barrier(words, me, pes, epoch, abort, policy, None)
+        }
         BarrierKind::Central => central_barrier(words.central(), pes, abort, policy),
     }
 }
@@ -268,6 +344,10 @@ pub(crate) fn barrier(
 /// before the barrier is visible to every PE after it (the rounds chain every PE to every
 /// other). On `Err` the PE may have left flags behind, so the words are broken for good: a
 /// timeout or abort is terminal for them (a restart zeroes them).
+///
+/// `carry`: words handed to the round-0 partner with the round-0 flag, which it reads back
+/// with [`BarrierFlags::carried`] (word 0 is their tag: not 0, and different for each barrier
+/// that carries words).
 pub(crate) fn dissemination_barrier(
     words: &impl BarrierWords,
     me: usize,
@@ -275,6 +355,7 @@ pub(crate) fn dissemination_barrier(
     epoch: u32,
     abort: &AbortWord,
     policy: &WaitPolicy,
+    carry: Option<&[u64; 4]>,
 ) -> Result<(), WaitError> {
     debug_assert!(me < pes && pes <= MAX_SEGMENT_PES, "PE {me} of {pes}");
     let mine = words.flags(me);
@@ -286,10 +367,14 @@ pub(crate) fn dissemination_barrier(
         let partner = (me + distance) % pes;
         // A flag only grows (modulo 2^32): a partner may already be a barrier ahead. The fence
         // orders the store before `ring`'s look at the partner's sleepers.
-        words.flags(partner).round[round].store(epoch, Ordering::Release);
+        let theirs = words.flags(partner);
+        if let (0, Some(carry)) = (round, carry) {
+            theirs.carry(carry);
+        }
+        theirs.round(round).store(epoch, Ordering::Release);
         fence(Ordering::SeqCst);
         ring(words.bell(partner));
-        let flag = &mine.round[round];
+        let flag = mine.round(round);
         let reached = || flag.load(Ordering::Acquire).wrapping_sub(epoch) as i32 >= 0;
         let bell = words.bell(me);
         wait(
@@ -677,7 +762,8 @@ mod tests {
                 let (words, abort, policy) = (&words, &abort, &policy);
                 s.spawn(move || {
                     for epoch in (0..6).map(|i| start.wrapping_add(i)) {
-                        let outcome = dissemination_barrier(words, me, 2, epoch, abort, policy);
+                        let outcome =
+                            dissemination_barrier(words, me, 2, epoch, abort, policy, None);
                         assert_eq!(outcome, Ok(()));
                     }
                 });
@@ -686,7 +772,7 @@ mod tests {
         let lone = WaitPolicy::new(2, Deadline::After(Duration::from_millis(20)));
         let next = start.wrapping_add(6);
         assert!(is_timeout(dissemination_barrier(
-            &words, 0, 2, next, &abort, &lone
+            &words, 0, 2, next, &abort, &lone, None
         )));
     }
 

@@ -580,8 +580,16 @@ impl Transports {
     pub(crate) fn segment_barrier(
         &self,
         policy: &WaitPolicy,
+        carry: Option<&[u64; 4]>,
     ) -> std::result::Result<(), WaitError> {
-        self.shm.barrier(policy)
+        self.shm.barrier(policy, carry)
+    }
+
+    /// The words tagged `tag` that the other PE of a 2-PE segment carried with the last
+    /// segment barrier (see [`ShmTransport::carries`]), if still there whole.
+    #[inline]
+    pub(crate) fn carried(&self, tag: u64) -> Option<[u64; 4]> {
+        self.shm.carries().then(|| self.shm.carried(tag)).flatten()
     }
 
     /// The abort word this PE's waits watch.

@@ -297,9 +297,14 @@ impl ShmTransport {
 
     /// This PE's next barrier with every PE of the segment ([`sync::barrier`] of the segment's
     /// kind). This PE counts its epochs: every member makes the same calls, so all count alike,
-    /// and a new segment lifetime starts from zeroed words and a new count.
+    /// and a new segment lifetime starts from zeroed words and a new count. With `carry`, and
+    /// if [`ShmTransport::carries`], the words go to the other PE with it.
     #[inline]
-    pub(crate) fn barrier(&self, policy: &WaitPolicy) -> std::result::Result<(), WaitError> {
+    pub(crate) fn barrier(
+        &self,
+        policy: &WaitPolicy,
+        carry: Option<&[u64; 4]>,
+    ) -> std::result::Result<(), WaitError> {
         // A read-modify-write: two threads of this PE calling a barrier at once (a program
         // error: collectives are ordered) get different epochs, so one of them waits for a
         // barrier the peers never make and times out, instead of both passing one.
@@ -310,14 +315,26 @@ impl ShmTransport {
         let abort = &self.segment.control().abort;
         let pes = self.members.len();
         let words = &*self.segment;
-        sync::barrier(
-            self.barrier_kind,
-            words,
-            self.own_slot,
-            pes,
-            epoch,
-            abort,
-            policy,
-        )
+        let me = self.own_slot;
+        match carry.filter(|_| self.carries()) {
+            Some(carry) => {
+                sync::dissemination_barrier(words, me, pes, epoch, abort, policy, Some(carry))
+            }
+            None => sync::barrier(self.barrier_kind, words, me, pes, epoch, abort, policy),
+        }
+    }
+
+    /// Whether a barrier hands carried words over: a segment of two PEs, whose (dissemination)
+    /// barrier is one flag store each way.
+    #[inline]
+    pub(crate) fn carries(&self) -> bool {
+        self.members.len() == 2 && self.barrier_kind == BarrierKind::Dissemination
+    }
+
+    /// The words tagged `tag` that the other PE carried with a barrier, if still there whole
+    /// ([`sync::BarrierFlags::carried`]).
+    #[inline]
+    pub(crate) fn carried(&self, tag: u64) -> Option<[u64; 4]> {
+        self.own_pe_words().barrier.carried(tag)
     }
 }
