@@ -91,18 +91,14 @@ impl Shmem {
             .own_pe_words()
             .arguments
             .publish(slot, stamped);
-        self.data_barrier_carrying(operation, &stamped)?;
+        self.data_barrier_carrying(operation, Some(&stamped))?;
         // The call number tags the carried words (it is never 0); they may have been replaced
         // by the other PE's next call already, its slot not: a slot stays as published until
         // this PE has joined the next exchange's barrier.
-        let carried = self
-            .transport
-            .carried(stamped[0])
-            .map(|words| (1 - self.rank, words));
         Ok(CallWords::Slots {
             segment: &self.segment,
             slot,
-            carried,
+            carried: self.transport.carried(stamped[0]),
         })
     }
 

@@ -21,17 +21,20 @@ impl Shmem {
         if !self.transport.single_group() {
             return self.spanning_barrier(operation);
         }
-        self.quiet();
-        self.segment_barrier(operation, Deadline::After(self.config.timeout))
+        self.data_barrier_carrying(operation, None)
     }
 
-    /// [`Shmem::data_barrier`] of a root whose PEs all share this host's segment that also
-    /// hands `words` (their tag first) to the other PE of a 2-PE root, which reads them with
-    /// [`Transports::carried`](super::transport::Transports::carried).
-    pub(crate) fn data_barrier_carrying(&self, operation: &str, words: &[u64; 4]) -> Result<()> {
+    /// [`Shmem::data_barrier`] of a root whose PEs all share this host's segment; with
+    /// `carry`, it also hands the words (their tag first) to the other PE of a 2-PE root, which
+    /// reads them with [`Transports::carried`](super::transport::Transports::carried).
+    pub(crate) fn data_barrier_carrying(
+        &self,
+        operation: &str,
+        carry: Option<&[u64; 4]>,
+    ) -> Result<()> {
         debug_assert!(self.transport.single_group());
         self.quiet();
-        self.barrier_until(operation, Deadline::After(self.config.timeout), Some(words))
+        self.barrier_until(operation, Deadline::After(self.config.timeout), carry)
     }
 
     /// The shared-memory barrier of the PEs that share this process's segment (the whole root

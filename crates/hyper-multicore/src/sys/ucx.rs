@@ -585,7 +585,7 @@ impl WorkerHandle {
 
     /// Sleeps until the worker's event fd (or `extra`) is readable or `timeout` passes.
     fn sleep(&self, extra: BorrowedFd<'_>, timeout: Duration) {
-        sleep_on(&[self.event_fd(), extra], timeout);
+        sleep_on([self.event_fd(), extra], timeout);
     }
 
     /// Drives the worker until `request` completes or `deadline` passes; Ok(status) when UCX
@@ -1000,7 +1000,7 @@ fn progress_loop(worker: &WorkerHandle, stop: &AtomicBool) {
             seen = now;
             handover.standing_down.store(true, Ordering::SeqCst);
             if !handover.take_over.load(Ordering::SeqCst) {
-                sleep_on(&[wake], STAND_DOWN);
+                sleep_on([wake], STAND_DOWN);
             }
             handover.standing_down.store(false, Ordering::SeqCst);
             drain(wake);
@@ -1022,11 +1022,8 @@ fn progress_loop(worker: &WorkerHandle, stop: &AtomicBool) {
 }
 
 /// Sleeps until one of `fds` is readable or `timeout` passes.
-fn sleep_on(fds: &[BorrowedFd<'_>], timeout: Duration) {
-    let mut polled: Vec<PollFd<'_>> = fds
-        .iter()
-        .map(|fd| PollFd::new(fd, PollFlags::IN))
-        .collect();
+fn sleep_on<const N: usize>(fds: [BorrowedFd<'_>; N], timeout: Duration) {
+    let mut polled = fds.each_ref().map(|fd| PollFd::new(fd, PollFlags::IN));
     // EINTR and friends: the caller re-checks its state and deadline either way.
     let _ = poll(&mut polled, Some(&timespec(timeout)));
 }

@@ -585,11 +585,11 @@ impl Transports {
         self.shm.barrier(policy, carry)
     }
 
-    /// The words tagged `tag` that the other PE of a 2-PE segment carried with the last
-    /// segment barrier (see [`ShmTransport::carries`]), if still there whole.
+    /// The other PE of a 2-PE segment and the words tagged `tag` it carried with the last
+    /// segment barrier (see [`ShmTransport::carried`]), if still there whole.
     #[inline]
-    pub(crate) fn carried(&self, tag: u64) -> Option<[u64; 4]> {
-        self.shm.carries().then(|| self.shm.carried(tag)).flatten()
+    pub(crate) fn carried(&self, tag: u64) -> Option<(usize, [u64; 4])> {
+        self.shm.carried(tag)
     }
 
     /// The abort word this PE's waits watch.

@@ -297,8 +297,8 @@ impl ShmTransport {
 
     /// This PE's next barrier with every PE of the segment ([`sync::barrier`] of the segment's
     /// kind). This PE counts its epochs: every member makes the same calls, so all count alike,
-    /// and a new segment lifetime starts from zeroed words and a new count. With `carry`, and
-    /// if [`ShmTransport::carries`], the words go to the other PE with it.
+    /// and a new segment lifetime starts from zeroed words and a new count. With `carry`, on a
+    /// segment of two PEs, the words go to the other PE with it ([`ShmTransport::carried`]).
     #[inline]
     pub(crate) fn barrier(
         &self,
@@ -327,14 +327,19 @@ impl ShmTransport {
     /// Whether a barrier hands carried words over: a segment of two PEs, whose (dissemination)
     /// barrier is one flag store each way.
     #[inline]
-    pub(crate) fn carries(&self) -> bool {
+    fn carries(&self) -> bool {
         self.members.len() == 2 && self.barrier_kind == BarrierKind::Dissemination
     }
 
-    /// The words tagged `tag` that the other PE carried with a barrier, if still there whole
+    /// The rank of the other PE of a 2-PE segment and the words tagged `tag` it carried with
+    /// a barrier, if this segment carries words and they are still there whole
     /// ([`sync::BarrierFlags::carried`]).
     #[inline]
-    pub(crate) fn carried(&self, tag: u64) -> Option<[u64; 4]> {
-        self.own_pe_words().barrier.carried(tag)
+    pub(crate) fn carried(&self, tag: u64) -> Option<(usize, [u64; 4])> {
+        if !self.carries() {
+            return None;
+        }
+        let words = self.own_pe_words().barrier.carried(tag)?;
+        Some((self.members[1 - self.own_slot], words))
     }
 }
