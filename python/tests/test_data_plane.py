@@ -358,6 +358,26 @@ def test_a_freed_tensor_is_rejected_by_every_operation(runtime, xp):
     gc.collect()
 
 
+@needs_torch
+def test_a_freed_tensor_is_known_as_stale_until_its_last_view_dies(runtime):
+    from hyper_multicore.shmem import _registry
+
+    tensor = shmem.empty(4, dtype="int64")
+    key = tensor.untyped_storage()._cdata
+    view = tensor[1:2]
+    shmem.free(tensor)
+    del tensor
+    gc.collect()
+    # The view keeps the storage alive: it is still a stale tensor of the heap, not a foreign one.
+    assert key in _registry._by_storage
+    with pytest.raises(shmem.StaleTensorError):
+        shmem.signal(view, 1, 0)
+    del view
+    gc.collect()
+    # The storage died: its entry went with it (its key may now be reused by any tensor).
+    assert key not in _registry._by_storage
+
+
 def test_stale_tensors_survive_release(xp):
     shmem.acquire(heap_size_bytes=1 << 20)
     tensor = shmem.empty(1024, dtype="uint8")

@@ -8,12 +8,14 @@ from typing import Any
 
 from .. import _native
 from . import _backend
-from ._backend import Layout, check_alignment, check_shape
+from ._backend import check_alignment, check_shape
 from ._errors import HyperMulticoreError, InvalidArgumentError, StaleTensorError, native_style
 from ._registry import _NO_ALLOCATION, _lock, _lookup, _register, _retire
 
 
 def _size_args(size: tuple[Any, ...]) -> tuple[int, ...]:
+    if size and all(type(d) is int and d >= 0 for d in size):
+        return size  # plain dimensions, the common case (a bool is not an int here)
     if not size:
         raise TypeError("empty() needs a size: empty(2, 3) or empty((2, 3)); empty(()) is a scalar")
     if len(size) == 1 and not isinstance(size[0], (bool, int)) and isinstance(size[0], Sequence):
@@ -70,10 +72,10 @@ def free(tensor: Any) -> None:
                 f"allocation {allocation.index} was already freed or released (double free)"
             )
         else:
-            layout = Layout(tensor, "tensor")
+            address, nbytes = _backend.extent(tensor)
             # (torch reports address 0 for a tensor without elements)
-            moved = layout.nbytes > 0 and layout.address != allocation.address
-            if moved or layout.nbytes != allocation.nbytes:
+            moved = nbytes > 0 and address != allocation.address
+            if moved or nbytes != allocation.nbytes:
                 problem = native_style(
                     InvalidArgumentError,
                     "free",

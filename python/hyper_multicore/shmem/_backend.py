@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -64,8 +65,27 @@ def _numpy_dtype(name: str) -> Any:
     return np.dtype(name)
 
 
+#: Heap dtype names of the dtype arguments already checked (torch dtypes, NumPy dtypes, names):
+#: :func:`dtype_name` answers a repeated argument with one lookup.
+_CHECKED_DTYPES: dict[Any, str] = {}
+
+
 def dtype_name(dtype: Any) -> str:
     """The heap dtype name of a torch dtype, NumPy dtype-like, or name string."""
+    try:
+        return _CHECKED_DTYPES[dtype]
+    except (KeyError, TypeError):  # not seen yet, or not hashable
+        pass
+    name = _checked_dtype_name(dtype)
+    try:
+        _CHECKED_DTYPES[dtype] = name
+    except TypeError:  # an unhashable dtype-like (NumPy accepts some)
+        pass
+    return name
+
+
+def _checked_dtype_name(dtype: Any) -> str:
+    """:func:`dtype_name` of an argument not seen before."""
     if isinstance(dtype, str):
         name = dtype.removeprefix("torch.")
     elif torch is not None and isinstance(dtype, torch.dtype):
@@ -97,6 +117,7 @@ def default_dtype_name() -> str:
     return "float32"
 
 
+@functools.lru_cache(maxsize=None)
 def to_dtype(name: str) -> Any:
     """The backend's dtype object for a heap dtype name."""
     if torch is not None:
@@ -127,8 +148,13 @@ def heap_tensor(
     raw.heap_buffer = buffer
     raw.hm_allocation = record
     if torch is not None:
-        flat = torch.frombuffer(raw, dtype=torch.uint8, count=span)[:nbytes]
-        return flat.view(getattr(torch, dtype)).view(shape), raw
+        if nbytes == 0:
+            flat = torch.frombuffer(raw, dtype=torch.uint8, count=span)[:0]
+            return flat.view(to_dtype(dtype)).view(shape), raw
+        # The allocation holds exactly the elements of ``shape``: one tensor of the dtype over
+        # all of it, then the shape (torch's views cost microseconds each).
+        flat = torch.frombuffer(raw, dtype=to_dtype(dtype), count=math.prod(shape))
+        return (flat if len(shape) == 1 else flat.view(shape)), raw
     flat = np.frombuffer(raw, dtype=np.uint8, count=span)[:nbytes]
     return flat.view(_numpy_dtype(dtype)).reshape(shape), raw
 
@@ -145,6 +171,13 @@ def storage_key(x: Any) -> Any:
     if torch is not None and isinstance(x, torch.Tensor):
         return x.untyped_storage()._cdata
     return None
+
+
+def extent(x: Any) -> tuple[int, int]:
+    """The address and byte length of a torch tensor's or NumPy array's elements."""
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.data_ptr(), x.nbytes
+    return x.__array_interface__["data"][0], x.nbytes
 
 
 def heap_bytes_of(x: Any) -> Any:

@@ -12,6 +12,7 @@ their memory can still be viewed. A torch tensor is inspected once and remembere
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from typing import Any
@@ -40,6 +41,7 @@ class _Allocation:
         "live",
         "tensor",
         "owner",
+        "storage_ref",
         "__weakref__",
     )
 
@@ -58,6 +60,9 @@ class _Allocation:
         #: The shared root's consumer that owns it (None outside a shared root): data-plane
         #: calls on it need that consumer's lease (``owner.check_lease(role)``).
         self.owner: Any = None
+        #: Weak reference to the ctypes array under the tensor's storage, whose death removes
+        #: the allocation's storage entry (see ``_register``).
+        self.storage_ref: Any = None
 
 
 _lock = threading.RLock()
@@ -78,9 +83,16 @@ def _register(exported: tuple, shape: tuple[int, ...], dtype: str) -> Any:
         if key is not None:
             _by_storage[key] = allocation
             # The storage references ``raw`` (the ctypes array over the heap), so ``raw`` dies
-            # exactly when the storage does -- and only then may its key be reused.
-            weakref.finalize(raw, _by_storage.pop, key, None)
+            # exactly when the storage does -- and only then may its key be reused. The weak
+            # reference lives as long as the entry (a plain one: ``weakref.finalize`` costs
+            # microseconds per allocation).
+            allocation.storage_ref = weakref.ref(raw, functools.partial(_forget_storage, key))
     return tensor
+
+
+def _forget_storage(key: int, _dead: Any) -> None:
+    """Drops the entry of a storage that died (the callback of ``storage_ref``)."""
+    _by_storage.pop(key, None)
 
 
 def _retire(allocation: _Allocation) -> None:
