@@ -408,8 +408,36 @@ impl Transports {
     /// sleeps it hands the worker back to the progress thread.
     pub(crate) fn wait_own(
         &self,
+        ready: impl FnMut() -> bool,
+        policy: &WaitPolicy,
+    ) -> std::result::Result<(), WaitError> {
+        self.wait_progressing(ready, policy, PROGRESS_EVERY_LOOKS)
+    }
+
+    /// Waits until `ready()` becomes true through a UCX peer's message (see
+    /// [`Transports::send_exchange`]), or the abort or `deadline`. No spin phase: a message
+    /// takes at least a network round trip, and a waiter spinning for it (with a progress, a
+    /// system call, on every sixteenth look) would keep the sender from running for hundreds
+    /// of microseconds whenever the scheduler put both on one core — which it does, as each
+    /// wakes the other. It yields instead, progressing the worker on every look, then sleeps.
+    pub(crate) fn wait_message(
+        &self,
+        ready: impl FnMut() -> bool,
+        deadline: Instant,
+    ) -> std::result::Result<(), WaitError> {
+        let policy = WaitPolicy {
+            spin: false,
+            deadline: Deadline::At(deadline),
+        };
+        self.wait_progressing(ready, &policy, 1)
+    }
+
+    /// [`Transports::wait_own`] progressing the worker (if any) on every `every`th look.
+    fn wait_progressing(
+        &self,
         mut ready: impl FnMut() -> bool,
         policy: &WaitPolicy,
+        every: u32,
     ) -> std::result::Result<(), WaitError> {
         let (bell, abort) = (self.own_doorbell(), self.abort_word());
         let Some(ucx) = &self.ucx else {
@@ -419,7 +447,7 @@ impl Transports {
         let mut looks = 0u32;
         let look_and_progress = || {
             looks = looks.wrapping_add(1);
-            if looks % PROGRESS_EVERY_LOOKS == 0 {
+            if looks % every == 0 {
                 ucx.progress();
             }
             ready()
@@ -679,11 +707,7 @@ impl super::runtime::Shmem {
             }
             message.is_some()
         };
-        let policy = WaitPolicy {
-            spin: self.spin,
-            deadline: Deadline::At(deadline),
-        };
-        let outcome = self.transport.wait_own(look, &policy);
+        let outcome = self.transport.wait_message(look, deadline);
         self.wait_outcome("exchange", outcome, || {
             format!("waiting for rank {other}'s message")
         })?;
