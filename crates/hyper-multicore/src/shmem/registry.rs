@@ -157,7 +157,8 @@ pub(crate) fn on_behalf_of_consumer<R>(f: impl FnOnce() -> R) -> R {
 /// while a shared root manages the heap: a local check, made on every rank alike (each has the
 /// same shared root).
 pub(crate) fn check_unmanaged(operation: &str) -> Result<()> {
-    if ON_BEHALF.with(Cell::get) {
+    // Nothing manages the heap: the lease word says so without the description's lock.
+    if LEASE_WORD.load(Ordering::Acquire) == 0 || ON_BEHALF.with(Cell::get) {
         return Ok(());
     }
     match managed_by() {
