@@ -107,6 +107,9 @@ pub fn run_job(size: usize, args: &[&str]) -> Result<JobOutput> {
     let (sender, events) = mpsc::channel();
     let mut job = RunningJob::default();
     let started = Instant::now();
+    // Every PE is spawned before any thread reads one (as hmrun does): each spawn forks this
+    // process, which costs more the more threads it has running on other cores.
+    let mut children = Vec::with_capacity(size);
     for rank in 0..size {
         let mut command = plan.command(rank, &program);
         command
@@ -120,9 +123,14 @@ pub fn run_job(size: usize, args: &[&str]) -> Result<JobOutput> {
         let child = command
             .spawn()
             .with_context(|| format!("spawn PE {rank} of {size} ({})", program.display()))?;
-        job.adopt(rank, child, sender.clone());
+        // Recorded at once: dropping `job` on a later failure kills it.
+        job.pids.push(Some(Pid::from_child(&child)));
+        children.push(child);
     }
     let spawned = Instant::now();
+    for (rank, child) in children.into_iter().enumerate() {
+        job.adopt(rank, child, sender.clone());
+    }
     // The PEs hold what they need; rank 0 has its own copy of the world listener.
     drop(plan);
     drop(sender);
@@ -146,9 +154,9 @@ struct RunningJob {
 }
 
 impl RunningJob {
-    /// Starts the threads that read PE `rank`'s output and report its exit on `events`.
+    /// Starts the threads that read PE `rank`'s output and report its exit on `events` (its pid
+    /// is already recorded).
     fn adopt(&mut self, rank: usize, mut child: Child, events: Sender<Event>) {
-        self.pids.push(Some(Pid::from_child(&child)));
         let stderr = child.stderr.take().expect("stderr is piped");
         self.stderr.push(Some(std::thread::spawn(move || {
             let mut bytes = Vec::new();

@@ -146,34 +146,35 @@ impl Job {
             threads: Vec::with_capacity(3 * spec.processes),
             asked_to_stop: false,
         };
-        for rank in 0..spec.processes {
-            if let Err(err) = job.start_rank(&plan, rank, spec, events) {
-                let started = job.ranks.len();
-                job.finish();
-                let mut context = format!(
-                    "cannot start rank {} of {} ('{}')",
-                    spec.world_rank(rank),
-                    plan.world_size(),
-                    spec.program.display()
-                );
-                if started > 0 {
-                    context += &format!("; killed the {} already started", ranks(started));
-                }
-                return Err(err.context(context));
+        // Every rank is spawned before any thread serves one: each spawn forks hmrun, and a
+        // fork of a process whose threads run on other cores interrupts those cores to flush
+        // their TLBs (with three threads per rank started, 32 ranks took 3 ms each).
+        let started = (0..spec.processes)
+            .try_for_each(|rank| job.spawn_rank(&plan, rank, spec).map_err(|e| (rank, e)))
+            .and_then(|()| {
+                (0..spec.processes)
+                    .try_for_each(|rank| job.serve_rank(rank, spec, events).map_err(|e| (rank, e)))
+            });
+        if let Err((rank, err)) = started {
+            let started = job.ranks.len();
+            job.finish();
+            let mut context = format!(
+                "cannot start rank {} of {} ('{}')",
+                spec.world_rank(rank),
+                plan.world_size(),
+                spec.program.display()
+            );
+            if started > 0 {
+                context += &format!("; killed the {} already started", ranks(started));
             }
+            return Err(err.context(context));
         }
         // `plan` drops here, closing hmrun's copy of rank 0's listener.
         Ok(job)
     }
 
-    /// Spawns rank `rank` with its output copiers and its waiter.
-    fn start_rank(
-        &mut self,
-        plan: &JobPlan,
-        rank: usize,
-        spec: &JobSpec,
-        events: &Sender<Event>,
-    ) -> Result<()> {
+    /// Spawns rank `rank` (its output piped, to be served by [`Job::serve_rank`]).
+    fn spawn_rank(&mut self, plan: &JobPlan, rank: usize, spec: &JobSpec) -> Result<()> {
         let mut command = plan.command(rank, &spec.program);
         command
             .arg0(&spec.arg0)
@@ -182,15 +183,26 @@ impl Job {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = command.spawn()?;
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let stderr = child.stderr.take().expect("stderr is piped");
+        let child = command.spawn()?;
         let group = Pid::from_child(&child);
         // Recorded before anything else can fail, so `finish` cleans it up.
         self.ranks.push(Rank {
             child: Some(child),
             group,
         });
+        Ok(())
+    }
+
+    /// Starts rank `rank`'s output copiers and its waiter.
+    fn serve_rank(&mut self, rank: usize, spec: &JobSpec, events: &Sender<Event>) -> Result<()> {
+        let entry = &mut self.ranks[rank];
+        let group = entry.group;
+        let child = entry
+            .child
+            .as_mut()
+            .expect("a rank being served is not reaped yet");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
         let label = spec.world_rank(rank);
         self.threads
             .push(output::spawn_prefixer(label, stdout, Destination::Stdout)?);
