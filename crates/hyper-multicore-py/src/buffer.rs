@@ -52,6 +52,14 @@ impl Buffer {
         })
     }
 
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Buffer::Symmetric(region) => region.bytes(),
+            Buffer::Local(local) => local.len(),
+        }
+    }
+
     /// Runs `f` on the buffer's bytes. A symmetric buffer is first copied out of the heap by
     /// the runtime, so no slice ever aliases memory other processes write.
     pub(crate) fn read<R>(self, shmem: &Shmem, f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {

@@ -110,6 +110,11 @@ impl<T: Element> Symmetric<T> for Target<T> {
 pub(crate) struct RegionArg(u64, u64, u64, u64);
 
 impl RegionArg {
+    /// Its length in bytes.
+    pub(crate) fn bytes(&self) -> usize {
+        self.3 as usize
+    }
+
     /// The region, after checking that the allocation is live and the range inside it.
     pub(crate) fn resolve(self, shmem: &Shmem) -> Result<Region> {
         let id = AllocationId {

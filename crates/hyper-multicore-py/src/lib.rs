@@ -40,7 +40,7 @@ use std::time::Duration;
 use hyper_multicore::control::GroupChannel;
 use hyper_multicore::lifecycle::{self, Replacement, RootGroup};
 use hyper_multicore::shmem::{
-    AllocationId, AllocationSpec, AtomicOp, AtomicWord, Comparison, Dtype, ReduceOp, Region,
+    AllocationId, AllocationSpec, AtomicOp, AtomicWord, Comparison, Dtype, ReduceOp, Region, Shmem,
     SignalOp,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -339,22 +339,49 @@ fn host_barrier(py: Python<'_>) -> PyResult<()> {
     py_result(py, py.detach(lifecycle::host_barrier))
 }
 
+/// Runs `f` on the runtime holding the GIL when that cannot block: the runtime is free now (no
+/// release or restart in progress, see [`lifecycle::try_guarded`]) and `quick` says `f` will
+/// not wait (for a peer, the network, or a long copy). Otherwise, like any call that may wait,
+/// with the GIL released, which also reports any refusal. Releasing and retaking the GIL costs
+/// more than a query, a fence or a small copy in shared memory.
+fn unless_blocking<R: Send>(
+    py: Python<'_>,
+    operation: &str,
+    quick: impl FnOnce(&Shmem) -> bool,
+    f: impl Fn(&Shmem) -> hyper_multicore::Result<R> + Send + Sync,
+) -> PyResult<R> {
+    let now = lifecycle::try_guarded(operation, |shmem| Ok(quick(shmem).then(|| f(shmem))));
+    match now {
+        Ok(Some(result)) => py_result(py, result),
+        _ => py_result(py, py.detach(|| lifecycle::guarded(operation, &f))),
+    }
+}
+
+/// Whether every PE of `shmem`'s root is reached through this host's shared memory, where
+/// puts, gets, signals, atomics, quiet and fence are loads, stores and fences that cannot block
+/// (over UCX they may wait for the network).
+fn shared_memory_only(shmem: &Shmem) -> bool {
+    shmem.local_pes() == shmem.size()
+}
+
+/// Copies up to this many bytes holding the GIL (about a microsecond on shared memory).
+const QUICK_BYTES: usize = 16 << 10;
+
+/// [`unless_blocking`]'s test for a data-plane call moving `bytes` bytes.
+fn quick_copy(shmem: &Shmem, bytes: usize) -> bool {
+    bytes <= QUICK_BYTES && shared_memory_only(shmem)
+}
+
 /// This PE's rank in the active root.
 #[pyfunction]
 fn my_pe(py: Python<'_>) -> PyResult<usize> {
-    py_result(
-        py,
-        py.detach(|| lifecycle::guarded("my_pe", |shmem| Ok(shmem.rank()))),
-    )
+    unless_blocking(py, "my_pe", |_| true, |shmem| Ok(shmem.rank()))
 }
 
 /// The number of PEs in the active root.
 #[pyfunction]
 fn n_pes(py: Python<'_>) -> PyResult<usize> {
-    py_result(
-        py,
-        py.detach(|| lifecycle::guarded("n_pes", |shmem| Ok(shmem.size()))),
-    )
+    unless_blocking(py, "n_pes", |_| true, |shmem| Ok(shmem.size()))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -409,14 +436,15 @@ pub(crate) fn put_buffer(
     source: Buffer,
     pe: usize,
 ) -> PyResult<()> {
-    py_result(
+    let bytes = source.len();
+    unless_blocking(
         py,
-        py.detach(|| {
-            lifecycle::guarded("put", |shmem| {
-                let region = target.resolve(shmem)?;
-                source.read(shmem, |bytes| shmem.put_bytes(region, bytes, pe))
-            })
-        }),
+        "put",
+        |shmem| quick_copy(shmem, bytes),
+        |shmem| {
+            let region = target.resolve(shmem)?;
+            source.read(shmem, |bytes| shmem.put_bytes(region, bytes, pe))
+        },
     )
 }
 
@@ -433,14 +461,15 @@ pub(crate) fn get_buffer(
     source: RegionArg,
     pe: usize,
 ) -> PyResult<()> {
-    py_result(
+    let bytes = target.len();
+    unless_blocking(
         py,
-        py.detach(|| {
-            lifecycle::guarded("get", |shmem| {
-                let region = source.resolve(shmem)?;
-                target.write(shmem, |bytes| shmem.get_bytes(bytes, region, pe))
-            })
-        }),
+        "get",
+        |shmem| quick_copy(shmem, bytes),
+        |shmem| {
+            let region = source.resolve(shmem)?;
+            target.write(shmem, |bytes| shmem.get_bytes(bytes, region, pe))
+        },
     )
 }
 
@@ -474,16 +503,17 @@ pub(crate) fn put_signal_word<W: AtomicWord>(
     op: SignalOp,
     pe: usize,
 ) -> PyResult<()> {
-    py_result(
+    let bytes = source.len();
+    unless_blocking(
         py,
-        py.detach(|| {
-            lifecycle::guarded("put_signal", |shmem| {
-                let region = target.resolve(shmem)?;
-                let signal = signal.typed::<W>(shmem)?;
-                source.read(shmem, |bytes| shmem.put_bytes(region, bytes, pe))?;
-                shmem.signal(&signal, value, op, pe)
-            })
-        }),
+        "put_signal",
+        |shmem| quick_copy(shmem, bytes),
+        |shmem| {
+            let region = target.resolve(shmem)?;
+            let signal = signal.typed::<W>(shmem)?;
+            source.read(shmem, |bytes| shmem.put_bytes(region, bytes, pe))?;
+            shmem.signal(&signal, value, op, pe)
+        },
     )
 }
 
@@ -511,14 +541,9 @@ pub(crate) fn signal_word<W: AtomicWord>(
     op: SignalOp,
     pe: usize,
 ) -> PyResult<()> {
-    py_result(
-        py,
-        py.detach(|| {
-            lifecycle::guarded("signal", |shmem| {
-                shmem.signal(&signal.typed::<W>(shmem)?, value, op, pe)
-            })
-        }),
-    )
+    unless_blocking(py, "signal", shared_memory_only, |shmem| {
+        shmem.signal(&signal.typed::<W>(shmem)?, value, op, pe)
+    })
 }
 
 /// Waits until this PE's copy of a signal compares `comparison` to `value`; returns the word.
@@ -555,14 +580,22 @@ pub(crate) fn wait_signal_word<W: PyWord>(
     comparison: Comparison,
     timeout: Option<Duration>,
 ) -> PyResult<Py<PyAny>> {
-    let seen = py_result(
-        py,
-        py.detach(|| {
-            lifecycle::guarded("wait_signal", |shmem| {
-                shmem.wait_signal(&signal.typed::<W>(shmem)?, value, comparison, timeout)
-            })
-        }),
-    )?;
+    // Already satisfied (a look at this PE's own word, which never blocks): no wait at all.
+    let satisfied = lifecycle::try_guarded("wait_signal", |shmem| {
+        let seen = shmem.atomic_fetch(&signal.typed::<W>(shmem)?, shmem.rank())?;
+        Ok(comparison.holds(seen, value).then_some(seen))
+    });
+    let seen = match satisfied {
+        Ok(Some(seen)) => seen,
+        _ => py_result(
+            py,
+            py.detach(|| {
+                lifecycle::guarded("wait_signal", |shmem| {
+                    shmem.wait_signal(&signal.typed::<W>(shmem)?, value, comparison, timeout)
+                })
+            }),
+        )?,
+    };
     Ok(seen.into_pyobject(py)?.into_any().unbind())
 }
 
@@ -632,15 +665,10 @@ pub(crate) fn atomic_word<W: PyWord>(
     pe: usize,
 ) -> PyResult<Option<Py<PyAny>>> {
     let Atomic { op, returns } = atomic;
-    let previous = py_result(
-        py,
-        py.detach(|| {
-            lifecycle::guarded(op.name(), |shmem| {
-                let target = shmem.locate_region(op.name(), target.resolve(shmem)?)?;
-                shmem.atomic_located(&target, op, pe)
-            })
-        }),
-    )?;
+    let previous = unless_blocking(py, op.name(), shared_memory_only, |shmem| {
+        let target = shmem.locate_region(op.name(), target.resolve(shmem)?)?;
+        shmem.atomic_located(&target, op, pe)
+    })?;
     returns
         .then(|| Ok(previous.into_pyobject(py)?.into_any().unbind()))
         .transpose()
@@ -658,29 +686,19 @@ fn barrier(py: Python<'_>) -> PyResult<()> {
 /// Completes every outstanding operation of this PE.
 #[pyfunction]
 fn quiet(py: Python<'_>) -> PyResult<()> {
-    py_result(
-        py,
-        py.detach(|| {
-            lifecycle::guarded("quiet", |shmem| {
-                shmem.quiet();
-                Ok(())
-            })
-        }),
-    )
+    unless_blocking(py, "quiet", shared_memory_only, |shmem| {
+        shmem.quiet();
+        Ok(())
+    })
 }
 
 /// Orders this PE's earlier puts before its later ones.
 #[pyfunction]
 fn fence(py: Python<'_>) -> PyResult<()> {
-    py_result(
-        py,
-        py.detach(|| {
-            lifecycle::guarded("fence", |shmem| {
-                shmem.fence();
-                Ok(())
-            })
-        }),
-    )
+    unless_blocking(py, "fence", shared_memory_only, |shmem| {
+        shmem.fence();
+        Ok(())
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -60,6 +60,11 @@ impl LocalBuffer {
         Ok(LocalBuffer { address, len })
     }
 
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     /// Runs `f` on the buffer's bytes.
     pub(crate) fn with_bytes<R>(self, f: impl FnOnce(&[u8]) -> R) -> R {
         if self.len == 0 {

@@ -50,7 +50,9 @@ pub enum Comparison {
 }
 
 impl Comparison {
-    fn holds<W: PartialOrd>(self, word: W, value: W) -> bool {
+    /// Whether `word` compares to `value` this way (`word == value` for [`Comparison::Eq`]).
+    #[inline]
+    pub fn holds<W: PartialOrd>(self, word: W, value: W) -> bool {
         match self {
             Comparison::Eq => word == value,
             Comparison::Ne => word != value,
