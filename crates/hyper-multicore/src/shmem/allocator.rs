@@ -5,8 +5,8 @@
 //! address + offset) without asking the peer. No offsets are exchanged; each PE runs its own
 //! [`Allocator`] over the same sequence of `allocate` / `free` calls and gets the same answers
 //! because the allocator is a pure function of that sequence and the capacity. So this module uses
-//! no randomness, no addresses, no clock and no hash-map iteration order — only ordered B-tree
-//! maps — and does no I/O. Argument mismatches between PEs are caught by the caller before they
+//! no randomness, no addresses, no clock and no hash-map iteration order (its one hash map, of
+//! the live blocks, is only looked up) and does no I/O. Argument mismatches between PEs are caught by the caller before they
 //! reach the allocator; the allocator's job is to never add a divergence of its own.
 //!
 //! Placement is *best fit*: among the free blocks that can hold the request at an offset aligned
@@ -23,7 +23,7 @@
 //! A request no free block can hold fails with [`Exhausted`], whose [`Exhausted::describe`] says
 //! how much was asked for, how much is free and what to do.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Every block starts at an offset that is a multiple of this many bytes.
 pub(crate) const MIN_ALIGNMENT: u64 = 16;
@@ -50,8 +50,9 @@ pub(crate) struct Allocator {
     free_by_offset: BTreeMap<u64, u64>,
     /// The same free blocks ordered by `(length, offset)`: the best-fit search order.
     free_by_size: BTreeSet<(u64, u64)>,
-    /// Live blocks: offset → reserved length.
-    live: BTreeMap<u64, u64>,
+    /// Live blocks: offset → reserved length. Only looked up: a hash map, so that a dozen live
+    /// blocks do not make every allocation split a B-tree node and every free merge it back.
+    live: HashMap<u64, u64>,
     /// Sum of the reserved lengths of the live blocks.
     allocated_bytes: u64,
     /// Sum of the lengths of the free blocks.
@@ -129,7 +130,7 @@ impl Allocator {
             capacity,
             free_by_offset: BTreeMap::new(),
             free_by_size: BTreeSet::new(),
-            live: BTreeMap::new(),
+            live: HashMap::new(),
             allocated_bytes: 0,
             free_bytes: 0,
             peak_allocated_bytes: 0,
@@ -751,7 +752,9 @@ mod tests {
             let mut allocator = Allocator::new(CAPACITY);
             run(&mut allocator, &mut Vec::new(), &ops, |allocator, _, _| {
                 let mut end = 0;
-                for (&offset, &len) in &allocator.live {
+                let mut live: Vec<(u64, u64)> = allocator.live.iter().map(|(&o, &l)| (o, l)).collect();
+                live.sort_unstable();
+                for (offset, len) in live {
                     prop_assert!(offset >= end, "block at {} overlaps the previous one", offset);
                     end = offset + len;
                 }

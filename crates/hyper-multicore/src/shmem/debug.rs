@@ -15,7 +15,7 @@ impl Shmem {
             usage.allocated_bytes + usage.free_bytes,
             heap.allocator.capacity()
         );
-        let allocations: Vec<AllocationSummary> = heap
+        let mut allocations: Vec<AllocationSummary> = heap
             .records
             .values()
             .map(|r| AllocationSummary {
@@ -27,6 +27,7 @@ impl Shmem {
                 bytes: r.bytes,
             })
             .collect();
+        allocations.sort_unstable_by_key(|a| a.id);
         DebugState {
             allocated_bytes: usage.allocated_bytes,
             remaining_bytes: usage.free_bytes,

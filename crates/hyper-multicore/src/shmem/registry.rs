@@ -308,7 +308,10 @@ impl Shmem {
 
     /// Every live allocation, by id.
     pub fn allocations(&self) -> Vec<AllocationRecord> {
-        self.heap.lock().records.values().cloned().collect()
+        let mut records: Vec<AllocationRecord> =
+            self.heap.lock().records.values().cloned().collect();
+        records.sort_unstable_by_key(|record| record.id.index);
+        records
     }
 
     /// Where this PE's copy of `region` lies in its heap segment: the mapping (the `Arc` keeps

@@ -3,7 +3,7 @@
 //! the segment), `registry.rs` (collective allocate/free and the live-allocation registry),
 //! `arguments.rs` (the cross-rank argument check of those calls) and `debug.rs` (the snapshot).
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -46,7 +46,10 @@ pub struct Shmem {
 #[derive(Debug)]
 pub(crate) struct Heap {
     pub(crate) allocator: Allocator,
-    pub(crate) records: BTreeMap<u64, AllocationRecord>,
+    /// Live allocations by index. Looked up, never iterated in an order that matters: a hash
+    /// map, so a dozen live allocations do not make every allocate split a B-tree node and
+    /// every free merge it back (findings, round 8).
+    pub(crate) records: HashMap<u64, AllocationRecord>,
     pub(crate) next_index: u64,
     /// Number of collective argument checks so far (selects the double-buffered slot).
     pub(crate) checks: u64,
@@ -146,7 +149,8 @@ impl Shmem {
         if heap.records.is_empty() {
             return Ok(());
         }
-        let ids: Vec<u64> = heap.records.keys().copied().collect();
+        let mut ids: Vec<u64> = heap.records.keys().copied().collect();
+        ids.sort_unstable();
         Err(Error::new(
             ErrorKind::InvalidState,
             "shutdown",
