@@ -357,19 +357,12 @@ fn unless_blocking<R: Send>(
     }
 }
 
-/// Whether every PE of `shmem`'s root is reached through this host's shared memory, where
-/// puts, gets, signals, atomics, quiet and fence are loads, stores and fences that cannot block
-/// (over UCX they may wait for the network).
-fn shared_memory_only(shmem: &Shmem) -> bool {
-    shmem.local_pes() == shmem.size()
-}
-
 /// Copies up to this many bytes holding the GIL (about a microsecond on shared memory).
 const QUICK_BYTES: usize = 16 << 10;
 
 /// [`unless_blocking`]'s test for a data-plane call moving `bytes` bytes.
 fn quick_copy(shmem: &Shmem, bytes: usize) -> bool {
-    bytes <= QUICK_BYTES && shared_memory_only(shmem)
+    bytes <= QUICK_BYTES && shmem.shared_memory_only()
 }
 
 /// This PE's rank in the active root.
@@ -541,7 +534,7 @@ pub(crate) fn signal_word<W: AtomicWord>(
     op: SignalOp,
     pe: usize,
 ) -> PyResult<()> {
-    unless_blocking(py, "signal", shared_memory_only, |shmem| {
+    unless_blocking(py, "signal", Shmem::shared_memory_only, |shmem| {
         shmem.signal(&signal.typed::<W>(shmem)?, value, op, pe)
     })
 }
@@ -665,7 +658,7 @@ pub(crate) fn atomic_word<W: PyWord>(
     pe: usize,
 ) -> PyResult<Option<Py<PyAny>>> {
     let Atomic { op, returns } = atomic;
-    let previous = unless_blocking(py, op.name(), shared_memory_only, |shmem| {
+    let previous = unless_blocking(py, op.name(), Shmem::shared_memory_only, |shmem| {
         let target = shmem.locate_region(op.name(), target.resolve(shmem)?)?;
         shmem.atomic_located(&target, op, pe)
     })?;
@@ -686,7 +679,7 @@ fn barrier(py: Python<'_>) -> PyResult<()> {
 /// Completes every outstanding operation of this PE.
 #[pyfunction]
 fn quiet(py: Python<'_>) -> PyResult<()> {
-    unless_blocking(py, "quiet", shared_memory_only, |shmem| {
+    unless_blocking(py, "quiet", Shmem::shared_memory_only, |shmem| {
         shmem.quiet();
         Ok(())
     })
@@ -695,7 +688,7 @@ fn quiet(py: Python<'_>) -> PyResult<()> {
 /// Orders this PE's earlier puts before its later ones.
 #[pyfunction]
 fn fence(py: Python<'_>) -> PyResult<()> {
-    unless_blocking(py, "fence", shared_memory_only, |shmem| {
+    unless_blocking(py, "fence", Shmem::shared_memory_only, |shmem| {
         shmem.fence();
         Ok(())
     })

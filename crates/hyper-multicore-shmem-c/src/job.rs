@@ -120,7 +120,7 @@ pub(crate) fn start(call: &str, heap_size: Option<u64>) {
         lifecycle::acquire(None, Some(heap_size.saturating_add(static_bytes))),
     );
     caller_memory::mappings_changed();
-    let (rank, size, heap_address, heap_size, local_pes) = check(
+    let (rank, size, heap_address, heap_size, shared_memory_only) = check(
         call,
         lifecycle::guarded(call, |shmem| {
             Ok((
@@ -128,13 +128,13 @@ pub(crate) fn start(call: &str, heap_size: Option<u64>) {
                 shmem.size(),
                 shmem.heap_address(),
                 shmem.heap_size(),
-                shmem.local_pes(),
+                shmem.shared_memory_only(),
             ))
         }),
     );
     RANK.store(rank, Ordering::Relaxed);
     SIZE.store(size, Ordering::Relaxed);
-    SHARED_MEMORY_ONLY.store(local_pes == size, Ordering::Relaxed);
+    SHARED_MEMORY_ONLY.store(shared_memory_only, Ordering::Relaxed);
     let statics = match statics {
         Ok((start, end)) => share_statics(call, start, end, heap_address),
         Err(why) => Statics::Private(why),

@@ -22,6 +22,9 @@ fn finish(shmem: Shmem) {
 fn puts_and_gets() {
     let (_world, shmem) = start_runtime(HEAP).unwrap();
     let (rank, size) = (shmem.rank(), shmem.size());
+    // Shared memory only when every PE shares this segment: not across hosts, nor with every
+    // pair forced through UCX (though the PEs then still share this host).
+    assert_eq!(shmem.shared_memory_only(), shmem.shared_pes().len() == size);
     for len in [0usize, 1, 13, 1000, 65_537] {
         let buffer = shmem.allocate::<u8>(len * size, None).unwrap();
         shmem.barrier().unwrap();

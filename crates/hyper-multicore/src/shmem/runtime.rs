@@ -99,10 +99,19 @@ impl Shmem {
         self.size
     }
 
-    /// The number of PEs of this root that share this process's heap segment (its host, unless
-    /// `HYPER_MULTICORE_SHMEM_TRANSPORT=ucx` puts every PE alone).
+    /// The number of PEs of this root on this host, this one included (what the waiting policy
+    /// counts against the cores, also when `HYPER_MULTICORE_SHMEM_TRANSPORT=ucx` routes them
+    /// through UCX; the PEs sharing this process's heap segment are [`Shmem::shared_pes`]).
     pub fn local_pes(&self) -> usize {
         self.transport.local_pes()
+    }
+
+    /// Whether every PE of this root shares this process's heap segment, so that every
+    /// data-plane operation is a load, a store or a fence in shared memory and none waits for
+    /// the network: false when a peer is on another host or
+    /// `HYPER_MULTICORE_SHMEM_TRANSPORT=ucx` puts every PE alone.
+    pub fn shared_memory_only(&self) -> bool {
+        self.transport.single_group()
     }
 
     /// The PEs of this root whose heaps are mapped in this process (so [`Shmem::ptr`] reaches
