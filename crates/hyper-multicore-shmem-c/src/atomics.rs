@@ -61,33 +61,40 @@ fn word<T: AmoValue>(call: &str, address: usize) -> Located {
     job::located(call, address, std::mem::size_of::<T>())
 }
 
-/// The atomic `op` on PE `pe`'s copy of the symmetric word `address` (of a `T`); returns the
-/// previous value.
-#[inline]
-fn apply<T: AmoValue>(call: &str, address: usize, op: AtomicOp<T::Word>, pe: c_int) -> T {
+/// The atomic operation `op` makes on PE `pe`'s copy of the symmetric word `address` (of a
+/// `T`); returns the previous value. Each operation passes its own `op`, so the compiler
+/// specialises the data-plane code for that operation (no dispatch on its kind, no copy of it
+/// through memory).
+#[inline(always)]
+fn apply<T: AmoValue>(
+    call: &str,
+    address: usize,
+    pe: c_int,
+    op: impl FnOnce() -> AtomicOp<T::Word>,
+) -> T {
     let pe = job::target_pe(call, pe);
     let at = word::<T>(call, address);
-    // One reference captured (see `job::run`).
-    let args = &(at, op, pe);
+    // One reference captured besides `op` (see `job::run`).
+    let args = &(at, pe);
     T::from_word(job::run(call, move |shmem| {
-        let (at, op, pe) = args;
-        shmem.atomic_located(at, *op, *pe)
+        let (at, pe) = args;
+        shmem.atomic_located(at, op(), *pe)
     }))
 }
 
 /// PE `pe`'s copy of the symmetric `source`, read atomically.
 pub(crate) fn fetch<T: AmoValue>(call: &str, source: usize, pe: c_int) -> T {
-    apply(call, source, AtomicOp::Fetch, pe)
+    apply(call, source, pe, || AtomicOp::Fetch)
 }
 
 /// Stores `value` into PE `pe`'s copy of `dest` atomically.
 pub(crate) fn set<T: AmoValue>(call: &str, dest: usize, value: T, pe: c_int) {
-    apply::<T>(call, dest, AtomicOp::Set(value.to_word()), pe);
+    apply::<T>(call, dest, pe, || AtomicOp::Set(value.to_word()));
 }
 
 /// Replaces PE `pe`'s copy of `dest` by `value`; returns the previous value.
 pub(crate) fn swap<T: AmoValue>(call: &str, dest: usize, value: T, pe: c_int) -> T {
-    apply(call, dest, AtomicOp::Swap(value.to_word()), pe)
+    apply(call, dest, pe, || AtomicOp::Swap(value.to_word()))
 }
 
 /// Sets PE `pe`'s copy of `dest` to `value` if it equals `cond`; returns the previous value.
@@ -98,16 +105,15 @@ pub(crate) fn compare_swap<T: AmoValue>(
     value: T,
     pe: c_int,
 ) -> T {
-    let op = AtomicOp::CompareSwap {
+    apply(call, dest, pe, || AtomicOp::CompareSwap {
         expected: cond.to_word(),
         desired: value.to_word(),
-    };
-    apply(call, dest, op, pe)
+    })
 }
 
 /// Adds `value` (wrapping) to PE `pe`'s copy of `dest`; returns the previous value.
 pub(crate) fn fetch_add<T: AmoValue>(call: &str, dest: usize, value: T, pe: c_int) -> T {
-    apply(call, dest, AtomicOp::FetchAdd(value.to_word()), pe)
+    apply(call, dest, pe, || AtomicOp::FetchAdd(value.to_word()))
 }
 
 /// `fetch_add` of one.

@@ -347,6 +347,7 @@ pub(crate) fn restart_heap(
 /// The word-sized calls pass a closure that captures one reference (to a tuple of their
 /// arguments): the guard moves `f`, and a closure of several captures, just stored word by
 /// word, is copied in 16-byte halves, which stalls store-to-load forwarding on every call.
+#[inline(always)]
 pub(crate) fn run<R>(call: &str, f: impl FnOnce(&Shmem) -> hyper_multicore::Result<R>) -> R {
     if rank().is_none() {
         fail(call, NOT_INITIALIZED);
@@ -416,13 +417,23 @@ impl Block {
 /// block of an older epoch is looked up again.
 static TABLE_EPOCH: AtomicU64 = AtomicU64::new(0);
 
-/// The block located last (by any thread), readable without a lock: the runtime's
-/// [`Located`] of the whole block (checked once, when it was found in the tables), keyed by
-/// the block's start and end in this process and the table epoch it was found in.
-/// Consecutive calls on the same buffer (the common case) skip the job's lock, the table and
-/// the runtime's full region check, and, unlike a thread-local cache, pay no thread-local
-/// lookup (a call into the dynamic loader in a shared library).
-static CACHE: LocatedCache = LocatedCache::new();
+/// The blocks located last (by any thread), readable without a lock: each entry the
+/// runtime's [`Located`] of a whole block (checked once, when it was found in the tables), keyed
+/// by the block's start and end in this process and the table epoch it was found in.
+/// Consecutive calls on the same few buffers (the common case: a ping-pong's data and signal
+/// words, a put-with-signal's two) skip the job's lock, the table and the runtime's full region
+/// check, and, unlike a thread-local cache, pay no thread-local lookup (a call into the dynamic
+/// loader in a shared library).
+static CACHE: [LocatedCache; CACHED_BLOCKS] = [const { LocatedCache::new() }; CACHED_BLOCKS];
+
+/// How many blocks [`CACHE`] holds.
+const CACHED_BLOCKS: usize = 4;
+
+/// The entry of [`CACHE`] that held the block found last (looked at first).
+static LAST_HIT: AtomicUsize = AtomicUsize::new(0);
+
+/// The entry of [`CACHE`] the next block found in the tables replaces (round robin).
+static NEXT_FILL: AtomicUsize = AtomicUsize::new(0);
 
 fn tables_changed() {
     TABLE_EPOCH.fetch_add(1, Ordering::Release);
@@ -439,17 +450,47 @@ pub(crate) fn locate(address: usize, bytes: usize) -> Result<Located, String> {
     }
 }
 
-/// The part of the cached block holding the `bytes` bytes at `address`, if the cache holds
-/// that block as of table epoch `epoch`.
+/// The part of a cached block holding the `bytes` bytes at `address`, if the cache holds that
+/// block as of table epoch `epoch`: the entry that held the last block found first.
 #[inline(always)]
 fn cached(address: usize, bytes: usize, epoch: u64) -> Option<Located> {
-    let ([start, end, seen], block) = CACHE.load()?;
+    let first = LAST_HIT.load(Ordering::Relaxed) % CACHED_BLOCKS;
+    match cached_in(first, address, bytes, epoch) {
+        Some(at) => Some(at),
+        None => cached_elsewhere(first, address, bytes, epoch),
+    }
+}
+
+/// [`cached`] in the entries but `first`; the entry that holds the block becomes the one
+/// looked at first.
+#[inline(never)]
+fn cached_elsewhere(first: usize, address: usize, bytes: usize, epoch: u64) -> Option<Located> {
+    (1..CACHED_BLOCKS).find_map(|step| {
+        let entry = (first + step) % CACHED_BLOCKS;
+        let at = cached_in(entry, address, bytes, epoch)?;
+        LAST_HIT.store(entry, Ordering::Relaxed);
+        Some(at)
+    })
+}
+
+/// [`cached`] in entry `entry` of the cache.
+#[inline(always)]
+fn cached_in(entry: usize, address: usize, bytes: usize, epoch: u64) -> Option<Located> {
+    let ([start, end, seen], block) = CACHE[entry].load()?;
     let (start, end) = (start as usize, end as usize);
     if seen == epoch && start <= address && address < end {
         // `part` also checks that the bytes end inside the block.
         return block.part((address - start) as u64, bytes as u64);
     }
     None
+}
+
+/// Caches `whole`, the block `start..end` found in the tables as of table epoch `epoch`, in
+/// the next entry round robin.
+fn cache(start: usize, end: usize, epoch: u64, whole: Located) {
+    let entry = NEXT_FILL.fetch_add(1, Ordering::Relaxed) % CACHED_BLOCKS;
+    CACHE[entry].store([start as u64, end as u64, epoch], whole);
+    LAST_HIT.store(entry, Ordering::Relaxed);
 }
 
 /// [`locate`] past the cached block: looks the block up in the tables (under the job's
@@ -469,7 +510,7 @@ fn locate_in_tables(address: usize, bytes: usize, epoch: u64) -> Result<Located,
             block.start, block.end
         )
     })?;
-    CACHE.store([block.start as u64, block.end as u64, epoch], whole);
+    cache(block.start, block.end, epoch, whole);
     if address.saturating_add(bytes) > block.end {
         return Err(format!(
             "bytes {address:#x}..{:#x} run past the end of the symmetric block they start in \

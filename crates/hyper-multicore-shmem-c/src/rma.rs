@@ -6,11 +6,12 @@
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 
-use hyper_multicore::shmem::{AtomicOp, SignalOp};
+use hyper_multicore::shmem::{Located, SignalOp};
 
+use crate::atomics;
 use crate::failure::fail;
 use crate::job::{self, At};
-use crate::sys::caller_memory::CallerBuffer;
+use crate::sys::caller_memory::{CallerBuffer, WORD};
 
 /// `SHMEM_SIGNAL_SET`.
 pub const SIGNAL_SET: c_int = 0;
@@ -42,6 +43,9 @@ pub(crate) fn strided_bytes(call: &str, nelems: usize, stride: isize, size: usiz
 
 /// Copies `source` into PE `pe`'s copy of the symmetric `dest`.
 pub(crate) fn put(call: &str, dest: usize, source: CallerBuffer, pe: c_int, nbi: bool) {
+    if let (Some(word), false) = (source.word(), nbi) {
+        return put_value(call, dest, word, pe);
+    }
     let pe = job::target_pe(call, pe);
     source.with_source(|bytes| {
         let at = job::located(call, dest, bytes.len());
@@ -59,6 +63,9 @@ pub(crate) fn put(call: &str, dest: usize, source: CallerBuffer, pe: c_int, nbi:
 
 /// Copies PE `pe`'s copy of the symmetric `source` into `target`.
 pub(crate) fn get(call: &str, target: CallerBuffer, source: usize, pe: c_int, nbi: bool) {
+    if target.len() == WORD && !nbi {
+        return target.set_word(g(call, source, pe));
+    }
     let pe = job::target_pe(call, pe);
     target.with_target(|bytes| {
         let at = job::located(call, source, bytes.len());
@@ -139,12 +146,33 @@ pub(crate) fn put_signal(
         ),
     };
     let pe = job::target_pe(call, pe);
-    let signal = job::region(call, signal, 8);
-    source.with_source(|bytes| {
-        let region = job::region(call, dest, bytes.len());
-        job::run(call, |shmem| {
-            shmem.put_signal::<u8, u64>(&At(region), bytes, &At(signal), value, op, pe)
-        });
+    let signal = job::located(call, signal, 8);
+    match source.word() {
+        Some(word) => put_signal_from(call, dest, word, (signal, value, op), pe),
+        None => source.with_source(|bytes| {
+            put_signal_from(call, dest, bytes, (signal, value, op), pe);
+        }),
+    }
+}
+
+/// [`put_signal`] of `source`'s bytes, then `signal` (the word, value and operation): generic
+/// so that a word's put has its own copy of this code, in which the length is a constant.
+#[inline(always)]
+fn put_signal_from(
+    call: &str,
+    dest: usize,
+    source: impl AsRef<[u8]>,
+    signal: (Located, u64, SignalOp),
+    pe: usize,
+) {
+    let bytes = source.as_ref();
+    let at = job::located(call, dest, bytes.len());
+    // One reference captured (see `job::run`).
+    let args = &(at, bytes, signal, pe);
+    job::run(call, move |shmem| {
+        let (at, bytes, (signal, value, op), pe) = args;
+        shmem.put_located(at, bytes, *pe)?;
+        shmem.signal_located(signal, *value, *op, *pe)
     });
 }
 
@@ -159,29 +187,25 @@ pub(crate) fn signal_fetch(call: &str, signal: usize) -> u64 {
 /// Stores `value` into PE `pe`'s copy of the symmetric `dest`. A naturally aligned 4- or
 /// 8-byte value is stored atomically, which also wakes a PE waiting on it.
 pub(crate) fn p<R: bytemuck::Pod>(call: &str, dest: usize, value: R, pe: c_int) {
-    let pe = job::target_pe(call, pe);
     let bytes = bytemuck::bytes_of(&value);
-    let at = job::located(call, dest, bytes.len());
     let aligned = dest % bytes.len().max(1) == 0;
+    match bytes.len() {
+        4 if aligned => atomics::set(call, dest, bytemuck::pod_read_unaligned::<u32>(bytes), pe),
+        8 if aligned => atomics::set(call, dest, bytemuck::pod_read_unaligned::<u64>(bytes), pe),
+        _ => put_value(call, dest, value, pe),
+    }
+}
+
+/// Copies `value` into PE `pe`'s copy of the symmetric `dest` (a put whose length the
+/// compiler knows: no `memcpy` call for a word).
+fn put_value<R: bytemuck::Pod>(call: &str, dest: usize, value: R, pe: c_int) {
+    let pe = job::target_pe(call, pe);
+    let at = job::located(call, dest, std::mem::size_of::<R>());
     // One reference captured (see `job::run`).
-    let args = &(at, bytes, pe, aligned);
+    let args = &(at, value, pe);
     job::run(call, move |shmem| {
-        let (at, bytes, pe, aligned) = *args;
-        match bytes.len() {
-            4 if aligned => {
-                let value = bytemuck::pod_read_unaligned::<u32>(bytes);
-                shmem
-                    .atomic_located(&at, AtomicOp::Set(value), pe)
-                    .map(drop)
-            }
-            8 if aligned => {
-                let value = bytemuck::pod_read_unaligned::<u64>(bytes);
-                shmem
-                    .atomic_located(&at, AtomicOp::Set(value), pe)
-                    .map(drop)
-            }
-            _ => shmem.put_located(&at, bytes, pe),
-        }
+        let (at, value, pe) = args;
+        shmem.put_located(at, bytemuck::bytes_of(value), *pe)
     });
 }
 

@@ -12,7 +12,7 @@
 
 use std::ffi::c_int;
 
-use hyper_multicore::shmem::{AtomicWord, Region};
+use hyper_multicore::shmem::{AtomicWord, Comparison, Region};
 
 use crate::failure::fail;
 use crate::job;
@@ -25,6 +25,9 @@ pub(crate) trait SyncValue: Copy + PartialOrd {
 
     /// The value at address `at`, out of `word`, the word containing it.
     fn from_word(word: Self::Word, at: usize) -> Self;
+
+    /// The value as its word, if it is a whole word (not a 16-bit half).
+    fn whole(self) -> Option<Self::Word>;
 }
 
 macro_rules! whole_words {
@@ -34,6 +37,10 @@ macro_rules! whole_words {
 
             fn from_word(word: $ty, _: usize) -> $ty {
                 word
+            }
+
+            fn whole(self) -> Option<$ty> {
+                Some(self)
             }
         }
     )*};
@@ -50,33 +57,36 @@ macro_rules! half_words {
                 let shift = if cfg!(target_endian = "little") { 8 * byte } else { 8 * (2 - byte) };
                 (word >> shift) as u16 as $ty
             }
+
+            fn whole(self) -> Option<u32> {
+                None
+            }
         }
     )*};
 }
 half_words!(i16, u16);
 
 /// `SHMEM_CMP_EQ` and the other comparison codes, in `shmem.h`'s order.
-const COMPARISONS: [&str; 6] = ["EQ", "NE", "GT", "GE", "LT", "LE"];
+const COMPARISONS: [Comparison; 6] = [
+    Comparison::Eq,
+    Comparison::Ne,
+    Comparison::Gt,
+    Comparison::Ge,
+    Comparison::Lt,
+    Comparison::Le,
+];
 
-/// Does `value` compare `cmp` to `target`?
-fn holds<W: PartialOrd>(cmp: c_int, value: W, target: W) -> bool {
-    match cmp {
-        0 => value == target,
-        1 => value != target,
-        2 => value > target,
-        3 => value >= target,
-        4 => value < target,
-        _ => value <= target,
-    }
-}
-
-fn check_comparison(call: &str, cmp: c_int) {
-    if !(0..COMPARISONS.len() as c_int).contains(&cmp) {
-        fail(
-            call,
-            format!("comparison {cmp} is not one of SHMEM_CMP_EQ, NE, GT, GE, LT, LE (0..5)"),
-        );
-    }
+/// The comparison `cmp` names (fails if it names none).
+fn comparison(call: &str, cmp: c_int) -> Comparison {
+    usize::try_from(cmp)
+        .ok()
+        .and_then(|i| COMPARISONS.get(i).copied())
+        .unwrap_or_else(|| {
+            fail(
+                call,
+                format!("comparison {cmp} is not one of SHMEM_CMP_EQ, NE, GT, GE, LT, LE (0..5)"),
+            )
+        })
 }
 
 /// How many of the words must satisfy their comparison.
@@ -112,7 +122,7 @@ pub(crate) fn wait_words<W: SyncValue>(
     quantifier: Quantifier,
     block: bool,
 ) -> Vec<usize> {
-    check_comparison(call, words.cmp);
+    let cmp = comparison(call, words.cmp);
     let size = std::mem::size_of::<W>();
     let active: Vec<usize> = (0..words.nelems)
         .filter(|&i| words.status.get(i).map_or(true, |&s| s == 0))
@@ -136,7 +146,7 @@ pub(crate) fn wait_words<W: SyncValue>(
                     .iter()
                     .zip(values.iter().zip(&addresses))
                     .filter(|&(&i, (&word, &at))| {
-                        holds(words.cmp, W::from_word(word, at), words.targets[i])
+                        cmp.holds(W::from_word(word, at), words.targets[i])
                     })
                     .map(|(&i, _)| i)
                     .collect();
@@ -173,19 +183,36 @@ fn single<W: SyncValue>(ivar: usize, cmp: c_int, value: W) -> Words<W> {
     }
 }
 
-/// Waits until this PE's `ivar` compares `cmp` to `value`: [`wait_words`] for one word, without
-/// its lists (the common case, on every ping-pong's path).
-pub(crate) fn wait_until<W: SyncValue>(call: &str, ivar: usize, cmp: c_int, value: W) {
-    check_comparison(call, cmp);
+/// Waits until this PE's `ivar` compares `cmp` to `value`; returns its value then. A whole
+/// word waits as a signal does ([`Shmem::wait_word`](hyper_multicore::shmem::Shmem::wait_word),
+/// the common case, on every ping-pong's path); a 16-bit value is [`wait_words`] on the word
+/// containing it.
+pub(crate) fn wait_until<W: SyncValue>(call: &str, ivar: usize, cmp: c_int, value: W) -> W {
+    let cmp = comparison(call, cmp);
+    if let Some(value) = value.whole() {
+        let at = job::located(call, ivar, std::mem::size_of::<W>());
+        // One reference captured (see `job::run`).
+        let args = &(at, value, cmp);
+        let seen = job::run(call, move |shmem| {
+            let (at, value, cmp) = args;
+            shmem.wait_word(call, at, *value, *cmp, None)
+        });
+        return W::from_word(seen, ivar);
+    }
     let region = containing_word::<W>(call, ivar);
+    let mut seen = value;
     job::run(call, |shmem| {
         shmem.wait_words::<W::Word>(
             call,
             std::slice::from_ref(&region),
-            |values| holds(cmp, W::from_word(values[0], ivar), value),
+            |values| {
+                seen = W::from_word(values[0], ivar);
+                cmp.holds(seen, value)
+            },
             None,
         )
     });
+    seen
 }
 
 /// 1 if this PE's `ivar` compares `cmp` to `value` now, else 0.
@@ -205,6 +232,5 @@ pub unsafe extern "C" fn shmem_signal_wait_until(
     value: u64,
 ) -> u64 {
     const CALL: &str = "shmem_signal_wait_until";
-    wait_until(CALL, sig_addr as usize, cmp, value);
-    crate::rma::signal_fetch(CALL, sig_addr as usize)
+    wait_until(CALL, sig_addr as usize, cmp, value)
 }

@@ -410,6 +410,24 @@ fn bytes_past_a_block_and_a_pe_past_the_last_fail_every_pe() {
 }
 
 #[test]
+fn a_misaligned_word_fails_every_pe_naming_its_alignment() {
+    // The aligned add located (and cached) the block; the misaligned one is in the same block.
+    fails_fast(
+        "misaligned",
+        2,
+        |code| code == 1,
+        &[
+            "PE 0: shmem_long_atomic_fetch_add: atomic_fetch_add failed on rank 0: invalid \
+             argument: the 8-byte word at heap offset",
+            "PE 1: shmem_long_atomic_fetch_add: atomic_fetch_add failed on rank 1: invalid \
+             argument: the 8-byte word at heap offset",
+        ],
+    );
+    alone_fails_saying("misaligned", "is not naturally aligned");
+    alone_fails_saying("misaligned_wait", "is not naturally aligned");
+}
+
+#[test]
 fn reductions_every_operator_and_type_on_teams_and_active_sets() {
     passes_on_1_2_4_pes("reductions");
 }

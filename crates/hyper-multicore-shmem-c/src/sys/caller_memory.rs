@@ -69,7 +69,7 @@ const SMALL: usize = 64;
 
 /// The most common small buffer (a `long`, a `double`): copied as one word, not through
 /// `memcpy` with a length known only at run time.
-const WORD: usize = 8;
+pub(crate) const WORD: usize = 8;
 
 /// `len` bytes of the C caller's memory at `address`.
 #[derive(Clone, Copy, Debug)]
@@ -108,17 +108,34 @@ impl CallerBuffer {
         }
     }
 
+    /// A copy of the buffer's bytes if it is one word (8 bytes) long: the most common small
+    /// buffer (a `long`, a `double`), whose length the compiler then knows.
+    #[inline]
+    pub(crate) fn word(&self) -> Option<[u8; WORD]> {
+        // SAFETY: readable for `len` = 8 bytes (constructor contract), unaligned allowed;
+        // shared bytes are plain data (module contract).
+        (self.len == WORD).then(|| unsafe { (self.address as *const [u8; WORD]).read_unaligned() })
+    }
+
+    /// Writes `word` into the buffer (panics unless it is one word long).
+    #[inline]
+    pub(crate) fn set_word(&self, word: [u8; WORD]) {
+        assert_eq!(
+            self.len, WORD,
+            "a word written into a caller buffer of another length"
+        );
+        // SAFETY: writable for `len` = 8 bytes (constructor contract), unaligned allowed.
+        unsafe { (self.address as *mut [u8; WORD]).write_unaligned(word) };
+    }
+
     /// Calls `f` with the buffer's bytes: the buffer itself when it is large private memory of
     /// this process, else a private copy of it.
     pub(crate) fn with_source<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         if self.len == 0 {
             return f(&[]);
         }
-        if self.len == WORD {
-            // SAFETY: readable for `len` = 8 bytes (constructor contract), unaligned allowed;
-            // shared bytes are plain data (module contract).
-            let copy = unsafe { (self.address as *const [u8; WORD]).read_unaligned() };
-            return f(&copy);
+        if let Some(word) = self.word() {
+            return f(&word);
         }
         if self.len <= SMALL {
             let mut copy = [0u8; SMALL];
@@ -162,8 +179,7 @@ impl CallerBuffer {
         if self.len == WORD {
             let mut copy = [0u8; WORD];
             let result = f(&mut copy);
-            // SAFETY: writable for `len` = 8 bytes (constructor contract), unaligned allowed.
-            unsafe { (self.address as *mut [u8; WORD]).write_unaligned(copy) };
+            self.set_word(copy);
             return result;
         }
         if self.len <= SMALL {

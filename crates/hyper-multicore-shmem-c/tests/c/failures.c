@@ -9,7 +9,9 @@
  *   past_end       every PE puts 8 bytes to an 8-byte block, then 16;
  *   bad_pe         every PE puts a long to its own copy, then to PE n;
  *   free_inside    every PE frees an address inside a block instead of its start;
- *   free_private   every PE frees a stack address.
+ *   free_private   every PE frees a stack address;
+ *   misaligned     every PE adds to an aligned long, then to one 4 bytes into it;
+ *   misaligned_wait every PE waits on a long 4 bytes into a block (its bytes already match).
  * Every PE first prints its process id, so the harness can check none is left behind. */
 #include <shmem.h>
 #include <shmemx.h>
@@ -63,6 +65,13 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[1], "free_inside") == 0) {
         long *block = shmem_calloc(2, sizeof(long));
         shmem_free(block + 1);
+    } else if (strcmp(argv[1], "misaligned") == 0) {
+        char *block = shmem_calloc(2, sizeof(long));
+        shmem_long_atomic_fetch_add((long *)block, 1, me);
+        shmem_long_atomic_fetch_add((long *)(block + 4), 1, me);
+    } else if (strcmp(argv[1], "misaligned_wait") == 0) {
+        char *block = shmem_calloc(2, sizeof(long));
+        shmem_long_wait_until((long *)(block + 4), SHMEM_CMP_EQ, 0);
     } else if (strcmp(argv[1], "free_private") == 0) {
         long local[2] = {0};
         shmem_free(local);

@@ -53,7 +53,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::{const_reentrant_mutex, ReentrantMutex};
+use parking_lot::{const_reentrant_mutex, ReentrantMutex, RwLockReadGuard};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -1029,50 +1029,71 @@ fn invalidated_error(operation: &str) -> Error {
 /// While a [`SharedRoot`] is active, a call is admitted only on a thread acting under the
 /// lease held now ([`Lease::run`], [`Lease::bind_thread`]); any other is refused naming the
 /// shared root (but `my_pe` and `n_pes`, which touch neither the heap nor a peer).
-#[inline]
+#[inline(always)]
 pub fn guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Result<R> {
-    if process::is_invalidated() {
-        return Err(invalidated_error(operation));
-    }
-    check_leased(operation)?;
-    if let Some(runtime) = RUNTIME.enter() {
-        return with_runtime(operation, runtime.as_ref(), f);
-    }
-    let runtime = match RUNTIME.try_read_recursive() {
-        Some(runtime) => runtime,
-        None => {
-            if RUNNING_STAGES.with(std::cell::Cell::get) {
-                return Err(in_progress(
-                    operation,
-                    "on this very thread (a preflight hook?)",
-                ));
-            }
-            let runtime = RUNTIME.read_recursive();
-            check_valid(operation)?;
-            runtime
-        }
-    };
-    with_runtime(operation, runtime.as_ref(), f)
+    through_gate(operation, f, read_locked)
 }
 
 /// [`guarded`] that never waits: while a release or restart of the runtime is in progress it
 /// fails at once (invalid state, retryable: call again after it).
-#[inline]
+#[inline(always)]
 pub fn try_guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Result<R> {
+    through_gate(operation, f, |operation| {
+        RUNTIME
+            .try_read_recursive()
+            .ok_or_else(|| in_progress(operation, "on another thread"))
+    })
+}
+
+/// The runtime read by a guarded call whose gate was closed.
+type Locked = RwLockReadGuard<'static, Option<Shmem>>;
+
+/// The guarded calls' common part: refuses them in an invalidated process or off the lease,
+/// then runs `f` past the runtime's open gate, or else under the read lock `locked` takes.
+/// `f` is called from one place, so that the compiler inlines it here (a caller's constant
+/// arguments, e.g. an atomic operation's kind, then fold into the data-plane code).
+#[inline(always)]
+fn through_gate<R>(
+    operation: &str,
+    f: impl FnOnce(&Shmem) -> Result<R>,
+    locked: impl FnOnce(&str) -> Result<Locked>,
+) -> Result<R> {
     if process::is_invalidated() {
         return Err(invalidated_error(operation));
     }
     check_leased(operation)?;
-    if let Some(runtime) = RUNTIME.enter() {
-        return with_runtime(operation, runtime.as_ref(), f);
-    }
-    let Some(runtime) = RUNTIME.try_read_recursive() else {
-        return Err(in_progress(operation, "on another thread"));
+    let entered = RUNTIME.enter();
+    let read;
+    let runtime = match &entered {
+        Some(runtime) => runtime.as_ref(),
+        None => {
+            read = locked(operation)?;
+            read.as_ref()
+        }
     };
-    with_runtime(operation, runtime.as_ref(), f)
+    with_runtime(operation, runtime, f)
 }
 
-#[inline]
+/// The read lock for [`guarded`] past a closed gate: waits for the writer, unless this very
+/// thread runs the release or restart.
+#[cold]
+#[inline(never)]
+fn read_locked(operation: &str) -> Result<Locked> {
+    if let Some(runtime) = RUNTIME.try_read_recursive() {
+        return Ok(runtime);
+    }
+    if RUNNING_STAGES.with(std::cell::Cell::get) {
+        return Err(in_progress(
+            operation,
+            "on this very thread (a preflight hook?)",
+        ));
+    }
+    let runtime = RUNTIME.read_recursive();
+    check_valid(operation)?;
+    Ok(runtime)
+}
+
+#[inline(always)]
 fn with_runtime<R>(
     operation: &str,
     runtime: Option<&Shmem>,

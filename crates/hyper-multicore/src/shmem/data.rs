@@ -316,6 +316,25 @@ impl Shmem {
             && at.region.bytes == bytes as u64
     }
 
+    /// The heap offset of the one-`W` word `at` (located before) on PE `pe`: checked as
+    /// [`Shmem::still_located`] does, plus its alignment; else the checked entry's error.
+    #[inline(always)]
+    pub(crate) fn located_word<W: AtomicWord>(
+        &self,
+        operation: &str,
+        at: &Located,
+        pe: usize,
+    ) -> Result<usize> {
+        let width = std::mem::size_of::<W>();
+        if self.still_located(at, width, pe) && at.region.heap_offset % width as u64 == 0 {
+            return Ok(at.region.heap_offset as usize);
+        }
+        self.refuse_located(|| {
+            self.locate_word::<W>(operation, at.region, pe)
+                .map(|(offset, _)| offset)
+        })
+    }
+
     /// Why `at` was refused by [`Shmem::still_located`]: the checked entry's own check of its
     /// region (`check`), which names the cause.
     #[cold]
@@ -325,7 +344,7 @@ impl Shmem {
     }
 
     /// [`Shmem::put_bytes`] into a range located before (see [`Located`]).
-    #[inline]
+    #[inline(always)]
     pub fn put_located(&self, target: &Located, source: &[u8], pe: usize) -> Result<()> {
         let offset = match self.still_located(target, source.len(), pe) {
             true => target.region.heap_offset as usize,
@@ -337,7 +356,7 @@ impl Shmem {
     }
 
     /// [`Shmem::get_bytes`] out of a range located before (see [`Located`]).
-    #[inline]
+    #[inline(always)]
     pub fn get_located(&self, target: &mut [u8], source: &Located, pe: usize) -> Result<()> {
         let offset = match self.still_located(source, target.len(), pe) {
             true => source.region.heap_offset as usize,
@@ -350,7 +369,7 @@ impl Shmem {
 
     /// The atomic `op` on PE `pe`'s copy of the one-`W` word `target`, located before (see
     /// [`Located`]); returns the previous value (the value read, for [`AtomicOp::Fetch`]).
-    #[inline]
+    #[inline(always)]
     pub fn atomic_located<W: AtomicWord>(
         &self,
         target: &Located,
@@ -358,13 +377,7 @@ impl Shmem {
         pe: usize,
     ) -> Result<W> {
         let width = std::mem::size_of::<W>();
-        let offset = match self.still_located(target, width, pe) {
-            true => target.region.heap_offset as usize,
-            false => self.refuse_located(|| {
-                self.locate_word::<W>(op.name(), target.region, pe)
-                    .map(|(offset, _)| offset)
-            })?,
-        };
+        let offset = self.located_word::<W>(op.name(), target, pe)?;
         self.rmw_at(pe, offset, Width::of_bytes(width), op.rmw())
     }
 
@@ -483,19 +496,31 @@ impl Shmem {
         target: Region,
         pe: usize,
     ) -> Result<(usize, Width)> {
-        if target.bytes as usize == std::mem::size_of::<W>() {
-            let offset = self.locate(operation, target, pe)?;
-            return Ok((offset, Width::of_bytes(std::mem::size_of::<W>())));
+        let width = std::mem::size_of::<W>();
+        if target.bytes as usize != width {
+            return Err(self.error(
+                ErrorKind::InvalidArgument,
+                operation,
+                format!(
+                    "the target must be exactly one {width}-byte word, got {} bytes; pass a \
+                     one-element view",
+                    target.bytes
+                ),
+            ));
         }
-        Err(self.error(
-            ErrorKind::InvalidArgument,
-            operation,
-            format!(
-                "the target must be exactly one {}-byte word, got {} bytes; pass a one-element view",
-                std::mem::size_of::<W>(),
-                target.bytes
-            ),
-        ))
+        if target.heap_offset % width as u64 != 0 {
+            return Err(self.error(
+                ErrorKind::InvalidArgument,
+                operation,
+                format!(
+                    "the {width}-byte word at heap offset {} is not naturally aligned (its \
+                     address must be a multiple of {width}); pass an aligned word",
+                    target.heap_offset
+                ),
+            ));
+        }
+        let offset = self.locate(operation, target, pe)?;
+        Ok((offset, Width::of_bytes(width)))
     }
 
     /// Performs `rmw` on the one-element `target` at PE `pe`; returns the previous value.
@@ -613,6 +638,21 @@ impl Shmem {
             .signal(pe, offset, width, add, value.to_bits())
     }
 
+    /// [`Shmem::signal`] on a word located before (see [`Located`]).
+    #[inline(always)]
+    pub fn signal_located<W: AtomicWord>(
+        &self,
+        signal: &Located,
+        value: W,
+        op: SignalOp,
+        pe: usize,
+    ) -> Result<()> {
+        let offset = self.located_word::<W>("signal", signal, pe)?;
+        let width = Width::of_bytes(std::mem::size_of::<W>());
+        self.transport
+            .signal(pe, offset, width, op == SignalOp::Add, value.to_bits())
+    }
+
     /// Puts `source` into PE `pe`'s `target`, then signals: a waiter that sees the signal sees
     /// the data.
     pub fn put_signal<T: Element, W: AtomicWord>(
@@ -639,7 +679,8 @@ impl Shmem {
         timeout: Option<Duration>,
     ) -> Result<W> {
         let timeout = timeout.unwrap_or(self.config.timeout);
-        self.wait_for_signal(signal, value, comparison, Deadline::After(timeout))
+        let deadline = Deadline::After(timeout);
+        self.wait_for_signal("wait_signal", signal.region(), value, comparison, deadline)
     }
 
     /// [`Shmem::wait_signal`] with a deadline.
@@ -650,27 +691,38 @@ impl Shmem {
         comparison: Comparison,
         deadline: Instant,
     ) -> Result<W> {
-        self.wait_for_signal(signal, value, comparison, Deadline::At(deadline))
+        let deadline = Deadline::At(deadline);
+        self.wait_for_signal("wait_signal", signal.region(), value, comparison, deadline)
     }
 
-    /// The signal wait: the clock is not read unless the wait outlasts its spin phase (see
-    /// [`Deadline::After`]), and nothing is formatted unless the wait fails.
+    /// The wait on this PE's copy of the word `region` (`operation` names it in errors).
     fn wait_for_signal<W: AtomicWord>(
         &self,
-        signal: &impl Symmetric<W>,
+        operation: &str,
+        region: Region,
         value: W,
         comparison: Comparison,
         deadline: Deadline,
     ) -> Result<W> {
-        const OP: &str = "wait_signal";
-        let region = signal.region();
-        let mut seen = self.rmw::<W>(OP, region, self.rank, Rmw::Load)?;
-        if comparison.holds(seen, value) {
-            return Ok(seen);
-        }
-        let offset = self.locate(OP, region, self.rank)?;
-        // The word is located and checked once, not on every spin of the wait. It is in this
-        // PE's own heap, which every transport keeps mapped here.
+        let (offset, _) = self.locate_word::<W>(operation, region, self.rank)?;
+        self.wait_own_word(operation, offset, value, comparison, deadline)
+    }
+
+    /// Waits until the word of `W` at `offset` of this PE's own heap (checked) compares
+    /// `comparison` to `value`; returns its value then. The clock is not read unless the wait
+    /// outlasts its spin phase (see [`Deadline::After`]), and nothing is formatted unless the
+    /// wait fails.
+    #[inline]
+    pub(crate) fn wait_own_word<W: AtomicWord>(
+        &self,
+        operation: &str,
+        offset: usize,
+        value: W,
+        comparison: Comparison,
+        deadline: Deadline,
+    ) -> Result<W> {
+        // The word is located once, not on every look of the wait. It is in this PE's own
+        // heap, which every transport keeps mapped here.
         let transport = &self.transport;
         let narrow = (std::mem::size_of::<W>() == 4).then(|| transport.own_word32(offset));
         let wide = (std::mem::size_of::<W>() == 8).then(|| transport.own_word64(offset));
@@ -681,6 +733,10 @@ impl Shmem {
                 (None, None) => unreachable!("atomic words are 4 or 8 bytes"),
             }
         };
+        let mut seen = load();
+        if comparison.holds(seen, value) {
+            return Ok(seen);
+        }
         let policy = WaitPolicy {
             spin: self.spin,
             deadline,
@@ -690,8 +746,8 @@ impl Shmem {
             comparison.holds(seen, value)
         };
         let outcome = transport.wait_own(look, &policy);
-        self.wait_outcome(OP, outcome, || {
-            format!("the signal is {seen:?}, waiting for {comparison:?} {value:?}")
+        self.wait_outcome(operation, outcome, || {
+            format!("the word is {seen:?}, waiting for {comparison:?} {value:?}")
         })?;
         Ok(seen)
     }

@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::allocation::Region;
-use super::data::AtomicWord;
+use super::data::{AtomicWord, Comparison, Located};
 use super::runtime::Shmem;
-use super::sync::{self, Deadline, WaitPolicy};
+use super::sync::{Deadline, WaitPolicy};
 use crate::error::{ErrorKind, Result};
 
 impl Shmem {
@@ -32,6 +32,24 @@ impl Shmem {
             .local_ptr(self.rank, 0)
             .expect("every transport maps this PE's own heap")
             .as_ptr() as usize
+    }
+
+    /// Waits until this PE's own copy of the word `at` (one naturally aligned `W`, located
+    /// before: see [`Located`]) compares `comparison` to `value`; returns the word's value then.
+    /// The one-word form of [`Shmem::wait_words`] (a C `wait_until`), as cheap as
+    /// [`Shmem::wait_signal`], with errors naming `operation`; `timeout` defaults to the
+    /// configured timeout.
+    pub fn wait_word<W: AtomicWord>(
+        &self,
+        operation: &str,
+        at: &Located,
+        value: W,
+        comparison: Comparison,
+        timeout: Option<Duration>,
+    ) -> Result<W> {
+        let offset = self.located_word::<W>(operation, at, self.rank)?;
+        let deadline = Deadline::After(timeout.unwrap_or(self.config.timeout));
+        self.wait_own_word(operation, offset, value, comparison, deadline)
     }
 
     /// Waits until `ready` holds for the current values of this PE's own copies of `words`
@@ -101,13 +119,11 @@ impl Shmem {
             spin: self.spin,
             deadline: Deadline::After(timeout.unwrap_or(self.config.timeout)),
         };
-        let outcome = sync::wait_until(
+        let outcome = transport.wait_own(
             || {
                 look(values);
                 ready(values)
             },
-            transport.own_doorbell(),
-            transport.abort_word(),
             &policy,
         );
         self.wait_outcome(operation, outcome, || {

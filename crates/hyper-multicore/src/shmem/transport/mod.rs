@@ -479,7 +479,7 @@ impl Transports {
     }
 
     /// See [`Transport::put`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn put(&self, pe: usize, offset: usize, source: &[u8]) -> Result<()> {
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.put(peer, offset, source),
@@ -497,7 +497,7 @@ impl Transports {
     }
 
     /// See [`Transport::get`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get(&self, pe: usize, offset: usize, target: &mut [u8]) -> Result<()> {
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.get(peer, offset, target),
@@ -515,7 +515,7 @@ impl Transports {
     }
 
     /// See [`Transport::atomic`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn atomic(&self, pe: usize, offset: usize, width: Width, rmw: Rmw) -> Result<u64> {
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.atomic(peer, offset, width, rmw),
