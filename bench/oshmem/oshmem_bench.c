@@ -19,6 +19,9 @@
  * per operation. Point-to-point patterns run from PE 0 to PE 1, timed by PE 0.
  * After shmem_init, PE r pins itself to CPU r % CPUs (as hm-bench does after initialize).
  *
+ * pingpong_put_signal: with OpenSHMEM 1.5 (PUT_WITH_SIGNAL) shmem_putmem_signal and
+ * shmem_signal_wait_until, as hm-bench's put_signal; with 1.4 (OSHMEM 4.1) put, fence, shmem_long_p.
+ *
  * pingpong_atomic_add: the ping-pong with shmem_long_atomic_add of 1 on the word the peer waits
  * on (a plain atomic, not a put); get_computing_peer: see computing_peer().
  *
@@ -33,6 +36,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* OpenSHMEM 1.5's put-with-signal (libhmshmem has it; OSHMEM 4.1 implements 1.4). */
+#if SHMEM_MAJOR_VERSION > 1 || (SHMEM_MAJOR_VERSION == 1 && SHMEM_MINOR_VERSION >= 5)
+#define PUT_WITH_SIGNAL 1
+#else
+#define PUT_WITH_SIGNAL 0
+#endif
 
 #define MAX_PES 1024
 #define WORD_BYTES 8
@@ -196,7 +206,7 @@ typedef struct {
 /* One ping-pong: its own signal word and count of round trips. */
 typedef struct {
     long *flag;
-    long *data; /* NULL: signal only; else put 8 B, fence, signal */
+    long *data; /* NULL: signal only; else put 8 B with the signal (see send_signal) */
     long sequence;
     int add;    /* 1: shmem_long_atomic_add of 1 instead of shmem_long_p */
 } ping_pong_t;
@@ -303,11 +313,28 @@ static void send_signal(ping_pong_t *p, long seq) {
         return;
     }
     if (p->data) {
+#if PUT_WITH_SIGNAL
+        shmem_putmem_signal(p->data, &seq, WORD_BYTES, (uint64_t *)p->flag, (uint64_t)seq,
+                            SHMEM_SIGNAL_SET, peer);
+        return;
+#else
         /* OpenSHMEM 1.4 has no put-with-signal: put, fence (orders the two), signal. */
         shmem_putmem(p->data, &seq, WORD_BYTES, peer);
         shmem_fence();
+#endif
     }
     shmem_long_p(p->flag, seq, peer);
+}
+
+/* Waits until this PE's copy of the ping-pong's flag holds seq. */
+static void wait_signal(ping_pong_t *p, long seq) {
+#if PUT_WITH_SIGNAL
+    if (p->data) {
+        shmem_signal_wait_until((uint64_t *)p->flag, SHMEM_CMP_EQ, (uint64_t)seq);
+        return;
+    }
+#endif
+    shmem_long_wait_until(p->flag, SHMEM_CMP_EQ, seq);
 }
 
 static uint64_t batch_ping_pong(uint64_t ops, void *state) {
@@ -317,9 +344,9 @@ static uint64_t batch_ping_pong(uint64_t ops, void *state) {
         long seq = ++p->sequence;
         if (me == 0) {
             send_signal(p, seq);
-            shmem_long_wait_until(p->flag, SHMEM_CMP_EQ, seq);
+            wait_signal(p, seq);
         } else {
-            shmem_long_wait_until(p->flag, SHMEM_CMP_EQ, seq);
+            wait_signal(p, seq);
             send_signal(p, seq);
         }
     }
