@@ -57,6 +57,7 @@ pub(crate) enum Bitwise {
     Xor,
 }
 
+#[inline(always)]
 fn word<T: AmoValue>(call: &str, address: usize) -> Located {
     job::located(call, address, std::mem::size_of::<T>())
 }
