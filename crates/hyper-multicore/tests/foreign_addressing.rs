@@ -1,13 +1,23 @@
-//! What fronts addressing the heap by raw address use (`shmem/foreign.rs`): `heap_address`, and
+//! What fronts addressing the heap by raw address use (`shmem/foreign.rs`): `heap_address`,
 //! `wait_words` over several words of this PE (woken by peers' atomics, ended by a lost peer,
-//! refusing words that are not naturally aligned single words).
+//! refusing words that are not naturally aligned single words), `wait_word` on one located word,
+//! and the refusal of a misaligned word by every atomic entry.
 
 use hm_testkit::{is_pe, start_runtime, Job, Options};
 use hyper_multicore::config::TRANSPORT;
-use hyper_multicore::shmem::{Region, Symmetric};
+use hyper_multicore::shmem::{AtomicOp, Comparison, Region, SignalOp, Symmetric};
 use hyper_multicore::ErrorKind;
 
 const HEAP: Option<u64> = Some(8 << 20);
+
+/// A region as a symmetric `u64` (the checked entries take `impl Symmetric`).
+struct Word(Region);
+
+impl Symmetric<u64> for Word {
+    fn region(&self) -> Region {
+        self.0
+    }
+}
 
 /// The one-word regions of `flags`.
 fn words(flags: &impl Symmetric<u64>) -> Vec<Region> {
@@ -67,6 +77,36 @@ fn waits_over_several_words() {
         .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidArgument);
     assert!(error.to_string().contains("wait odd"), "{error}");
+
+    // One located word: wait_word returns the value that satisfied it.
+    let at = shmem.locate_region("locate", regions[2]).unwrap();
+    let seen = shmem
+        .wait_word::<u64>("wait one", &at, 4, Comparison::Gt, None)
+        .unwrap();
+    assert_eq!(seen, 5);
+
+    // A word 4 bytes into the allocation: inside it, but not naturally aligned. Every entry
+    // refuses it naming the alignment (the located ones did not check it and panicked).
+    let odd_at = shmem.locate_region("locate", odd).unwrap();
+    let refusals = [
+        shmem.atomic_fetch_add(&Word(odd), 1u64, peer).map(drop),
+        shmem.signal(&Word(odd), 1u64, SignalOp::Set, peer),
+        shmem
+            .atomic_located(&odd_at, AtomicOp::FetchAdd(1u64), peer)
+            .map(drop),
+        shmem.signal_located(&odd_at, 1u64, SignalOp::Add, peer),
+        shmem
+            .wait_word::<u64>("wait odd one", &odd_at, 0, Comparison::Ge, None)
+            .map(drop),
+    ];
+    for refusal in refusals {
+        let error = refusal.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
+        assert!(
+            error.to_string().contains("not naturally aligned"),
+            "{error}"
+        );
+    }
 
     // A wait nobody ends: the peer dies, and the wait ends with a peer-lost error.
     shmem.barrier().unwrap();
