@@ -308,18 +308,29 @@ fn settle(error: &Error, retry: impl FnOnce() -> hyper_multicore::Result<()>) {
 fn data_point(world: &World, op: DataOp, victim: usize) -> Result<()> {
     let (rank, size) = (world.rank(), world.size());
     acquire().context("acquire")?;
-    let (gathered, flag, reduced, spare) = lifecycle::guarded("allocate", |s| {
+    let (gathered, flag, reduced, spare, arrived) = lifecycle::guarded("allocate", |s| {
         let gathered = s.allocate::<u64>(8 * size, None)?;
         let flag = s.allocate::<u64>(1, None)?;
         let reduced = s.allocate::<i64>(8, None)?;
         let spare = s.allocate::<u8>(64, None)?;
+        let arrived = s.allocate::<u64>(1, None)?;
         s.barrier()?;
-        Ok((gathered, flag, reduced, spare))
+        Ok((gathered, flag, reduced, spare, arrived))
     })
     .context("allocate the buffers")?;
+    // The victim dies once every survivor has left the barrier above (each says so with an
+    // atomic add, which does not wait): dying earlier, it would end a survivor still in that
+    // barrier (a lost peer ends every wait of the group), not in the operation under test.
+    let survivors = size as u64 - 1;
     if rank == victim {
+        lifecycle::guarded("wait for the survivors", |s| {
+            s.wait_signal(&arrived, survivors, Comparison::Eq, None)
+        })
+        .context("wait for the survivors")?;
         die();
     }
+    lifecycle::guarded("arrive", |s| s.atomic_add(&arrived, 1u64, victim))
+        .context("say the barrier is left")?;
     let mine = vec![rank as u64; 8];
     let everyone = vec![rank as u64; 8 * size];
     let _ = timed(op.name(), || {

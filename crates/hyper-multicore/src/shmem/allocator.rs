@@ -13,7 +13,10 @@
 //! as asked, the smallest one wins, ties going to the lowest offset. The alignment padding in front
 //! of the block and the remainder behind it stay free as blocks of their own, and `free` merges a
 //! block with its free neighbours on both sides, so freeing everything always restores one free
-//! block spanning the whole heap.
+//! block spanning the whole heap. The free blocks are indexed by offset and by (length, offset),
+//! except the top — the free block at the heap's end — which is kept aside, so that the common
+//! allocation carved from it and the free that merges back into it touch no index (the top
+//! competes for best fit like any other block).
 //!
 //! Example, in prose (the items are crate-private, so no doctest): on `Allocator::new(1024)`,
 //! `allocate(100, 16)` reserves 112 bytes (rounded up to a multiple of [`GRANULE`]) at offset 0;
@@ -46,10 +49,15 @@ pub(crate) const GRANULE: u64 = 16;
 pub(crate) struct Allocator {
     /// Heap size in bytes.
     capacity: u64,
-    /// Free blocks: offset → length.
+    /// Free blocks but the top: offset → length.
     free_by_offset: BTreeMap<u64, u64>,
     /// The same free blocks ordered by `(length, offset)`: the best-fit search order.
     free_by_size: BTreeSet<(u64, u64)>,
+    /// Where the top starts: the free block `top..capacity` at the heap's end (empty when
+    /// `top == capacity`), kept out of the indexes. The untouched tail, and what is freed back
+    /// next to it: most allocations are carved from it and most frees merge into it, and then
+    /// neither touches a B-tree (their inserts and removals were most of an allocate + free).
+    top: u64,
     /// Live blocks: offset → reserved length. Only looked up: a hash map, so that a dozen live
     /// blocks do not make every allocation split a B-tree node and every free merge it back.
     live: HashMap<u64, u64>,
@@ -126,17 +134,16 @@ pub(crate) struct NotAllocated {
 impl Allocator {
     /// An allocator whose whole range `[0, capacity)` is one free block (none if `capacity` is 0).
     pub(crate) fn new(capacity: u64) -> Allocator {
-        let mut allocator = Allocator {
+        Allocator {
             capacity,
             free_by_offset: BTreeMap::new(),
             free_by_size: BTreeSet::new(),
+            top: 0,
             live: HashMap::new(),
             allocated_bytes: 0,
-            free_bytes: 0,
+            free_bytes: capacity,
             peak_allocated_bytes: 0,
-        };
-        allocator.insert_free(0, capacity);
-        allocator
+        }
     }
 
     /// The heap size in bytes this allocator manages.
@@ -164,7 +171,17 @@ impl Allocator {
         let Some(size) = reserved_size(bytes) else {
             return Err(self.exhausted(bytes, alignment));
         };
-        let Some((block_offset, block_len, start)) = self.best_fit(size, alignment) else {
+        let fit = self.best_fit(size, alignment);
+        if let Some(start) = self.top_fit(size, alignment) {
+            // The top competes as any free block would, by (length, offset); its offset is the
+            // highest, so an indexed block of the same length wins.
+            let top = (self.capacity - self.top, self.top);
+            if fit.is_none_or(|(offset, len, _)| top < (len, offset)) {
+                self.carve_top(start, size);
+                return Ok(self.reserved(start, size));
+            }
+        }
+        let Some((block_offset, block_len, start)) = fit else {
             return Err(self.exhausted(bytes, alignment));
         };
 
@@ -174,10 +191,30 @@ impl Allocator {
         let block_end = block_offset + block_len;
         self.insert_free(block_offset, start - block_offset);
         self.insert_free(end, block_end - end);
+        Ok(self.reserved(start, size))
+    }
+
+    /// Records the live block `start..start + size`; returns `start`.
+    fn reserved(&mut self, start: u64, size: u64) -> u64 {
         self.live.insert(start, size);
         self.allocated_bytes += size;
         self.peak_allocated_bytes = self.peak_allocated_bytes.max(self.allocated_bytes);
-        Ok(start)
+        start
+    }
+
+    /// Where in the top a block of `size` bytes at `alignment` would start, if it fits.
+    fn top_fit(&self, size: u64, alignment: u64) -> Option<u64> {
+        let start = align_up(self.top, alignment)?;
+        (start.checked_add(size)? <= self.capacity).then_some(start)
+    }
+
+    /// Takes `start..start + size` (from [`Allocator::top_fit`]) out of the top; the padding in
+    /// front of `start` becomes a free block of its own.
+    fn carve_top(&mut self, start: u64, size: u64) {
+        let (padding, end) = (self.top, start + size);
+        self.free_bytes -= end - padding;
+        self.top = end;
+        self.insert_free(padding, start - padding);
     }
 
     /// Releases the live block starting at `offset`, merges it with its free neighbours on both
@@ -198,6 +235,11 @@ impl Allocator {
                 self.remove_free(prev_offset, prev_len);
                 start = prev_offset;
             }
+        }
+        if end == self.top {
+            self.free_bytes += end - start;
+            self.top = start;
+            return Ok(len);
         }
         if let Some(&next_len) = self.free_by_offset.get(&end) {
             self.remove_free(end, next_len);
@@ -256,7 +298,18 @@ impl Allocator {
 
     /// Length of the largest free block, 0 if none.
     fn largest_free(&self) -> u64 {
-        self.free_by_size.last().map_or(0, |&(len, _)| len)
+        let indexed = self.free_by_size.last().map_or(0, |&(len, _)| len);
+        indexed.max(self.capacity - self.top)
+    }
+
+    /// Every free block as `(offset, length)`, the top last.
+    #[cfg(test)]
+    fn free_blocks(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let top = (self.top < self.capacity).then_some((self.top, self.capacity - self.top));
+        self.free_by_offset
+            .iter()
+            .map(|(&offset, &len)| (offset, len))
+            .chain(top)
     }
 
     /// Adds a free block to both indexes; an empty block is not a block and is skipped.
@@ -311,9 +364,8 @@ mod tests {
 
         // (offset, len, is_free), sorted by offset.
         let mut blocks: Vec<(u64, u64, bool)> = allocator
-            .free_by_offset
-            .iter()
-            .map(|(&offset, &len)| (offset, len, true))
+            .free_blocks()
+            .map(|(offset, len)| (offset, len, true))
             .chain(
                 allocator
                     .live
@@ -338,7 +390,7 @@ mod tests {
         }
         prop_assert_eq!(cursor, allocator.capacity());
 
-        let free: u64 = allocator.free_by_offset.values().sum();
+        let free: u64 = allocator.free_blocks().map(|(_, len)| len).sum();
         let live: u64 = allocator.live.values().sum();
         prop_assert_eq!(free, allocator.usage().free_bytes);
         prop_assert_eq!(live, allocator.usage().allocated_bytes);
@@ -347,11 +399,7 @@ mod tests {
 
     /// The free blocks as `(offset, len)`, sorted by offset.
     fn free_blocks(allocator: &Allocator) -> Vec<(u64, u64)> {
-        allocator
-            .free_by_offset
-            .iter()
-            .map(|(&offset, &len)| (offset, len))
-            .collect()
+        allocator.free_blocks().collect()
     }
 
     /// Brute-force reference for `allocate`: the offset best fit must return, computed by scanning
@@ -360,9 +408,8 @@ mod tests {
         let size = u128::from(bytes.max(1)).div_ceil(u128::from(GRANULE)) * u128::from(GRANULE);
         let alignment = u128::from(alignment);
         allocator
-            .free_by_offset
-            .iter()
-            .filter_map(|(&offset, &len)| {
+            .free_blocks()
+            .filter_map(|(offset, len)| {
                 let start = u128::from(offset).div_ceil(alignment) * alignment;
                 (start + size <= u128::from(offset) + u128::from(len))
                     .then_some((len, offset, start))
