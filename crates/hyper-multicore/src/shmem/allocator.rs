@@ -176,7 +176,7 @@ impl Allocator {
             // The top competes as any free block would, by (length, offset); its offset is the
             // highest, so an indexed block of the same length wins.
             let top = (self.capacity - self.top, self.top);
-            if fit.is_none_or(|(offset, len, _)| top < (len, offset)) {
+            if fit.map_or(true, |(offset, len, _)| top < (len, offset)) {
                 self.carve_top(start, size);
                 return Ok(self.reserved(start, size));
             }
