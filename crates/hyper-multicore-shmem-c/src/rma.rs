@@ -43,7 +43,8 @@ pub(crate) fn strided_bytes(call: &str, nelems: usize, stride: isize, size: usiz
 
 /// Copies `source` into PE `pe`'s copy of the symmetric `dest`.
 pub(crate) fn put(call: &str, dest: usize, source: CallerBuffer, pe: c_int, nbi: bool) {
-    if let (Some(word), false) = (source.word(), nbi) {
+    let word = if nbi { None } else { source.word() };
+    if let Some(word) = word {
         return put_value(call, dest, word, pe);
     }
     let pe = job::target_pe(call, pe);

@@ -630,12 +630,22 @@ impl Shmem {
         op: SignalOp,
         pe: usize,
     ) -> Result<()> {
-        const OP: &str = "signal";
-        let region = signal.region();
-        let (offset, width) = self.locate_word::<W>(OP, region, pe)?;
-        let add = op == SignalOp::Add;
+        let (offset, _) = self.locate_word::<W>("signal", signal.region(), pe)?;
+        self.signal_at(pe, offset, value, op)
+    }
+
+    /// Sets or adds `value` to the word of `W` at `offset` (checked) of PE `pe`'s heap.
+    #[inline]
+    fn signal_at<W: AtomicWord>(
+        &self,
+        pe: usize,
+        offset: usize,
+        value: W,
+        op: SignalOp,
+    ) -> Result<()> {
+        let width = Width::of_bytes(std::mem::size_of::<W>());
         self.transport
-            .signal(pe, offset, width, add, value.to_bits())
+            .signal(pe, offset, width, op == SignalOp::Add, value.to_bits())
     }
 
     /// [`Shmem::signal`] on a word located before (see [`Located`]).
@@ -648,9 +658,7 @@ impl Shmem {
         pe: usize,
     ) -> Result<()> {
         let offset = self.located_word::<W>("signal", signal, pe)?;
-        let width = Width::of_bytes(std::mem::size_of::<W>());
-        self.transport
-            .signal(pe, offset, width, op == SignalOp::Add, value.to_bits())
+        self.signal_at(pe, offset, value, op)
     }
 
     /// Puts `source` into PE `pe`'s `target`, then signals: a waiter that sees the signal sees
