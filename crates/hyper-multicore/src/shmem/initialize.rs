@@ -2,7 +2,6 @@
 //! heap size, one host, one user, a heap that fits), then root rank 0 creates the heap segment
 //! and every PE maps it. Also the local check of a planned heap ([`Shmem::plan_heap`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -175,7 +174,7 @@ impl Shmem {
             spin: sync::spins(transport.local_pes()),
             heap: Mutex::new(Heap {
                 allocator: Allocator::new(heap_size),
-                records: HashMap::new(),
+                records: Default::default(),
                 next_index: 0,
                 checks: 0,
             }),

@@ -3,7 +3,6 @@
 //! the segment), `registry.rs` (collective allocate/free and the live-allocation registry),
 //! `arguments.rs` (the cross-rank argument check of those calls) and `debug.rs` (the snapshot).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -48,8 +47,8 @@ pub(crate) struct Heap {
     pub(crate) allocator: Allocator,
     /// Live allocations by index. Looked up, never iterated in an order that matters: a hash
     /// map, so a dozen live allocations do not make every allocate split a B-tree node and
-    /// every free merge it back (findings, round 8).
-    pub(crate) records: HashMap<u64, AllocationRecord>,
+    /// every free merge it back (findings, round 8); FxHash, as the allocator's live blocks.
+    pub(crate) records: rustc_hash::FxHashMap<u64, AllocationRecord>,
     pub(crate) next_index: u64,
     /// Number of collective argument checks so far (selects the double-buffered slot).
     pub(crate) checks: u64,
