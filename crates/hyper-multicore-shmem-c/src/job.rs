@@ -14,7 +14,6 @@
 //! (`shmemx_restart_heap`, [`restart_heap`]) carries that allocation into the new heap
 //! (preserved, first) and maps its pages over the data and bss again.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use hyper_multicore::lifecycle::{self, Replacement};
@@ -32,8 +31,8 @@ use crate::sys::{caller_memory, static_data};
 struct Job {
     heap_address: usize,
     heap_size: u64,
-    /// Live allocations made through this API, by heap offset.
-    allocations: BTreeMap<u64, AllocationRecord>,
+    /// Live allocations made through this API.
+    allocations: Allocations,
     /// The executable's data and bss, once symmetric.
     statics: Statics,
 }
@@ -48,6 +47,60 @@ enum Statics {
     },
     /// Not symmetric, for this reason.
     Private(String),
+}
+
+/// One live allocation made through this API: what the calls need of its record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Allocated {
+    pub(crate) id: AllocationId,
+    /// Heap offset of its first byte.
+    pub(crate) offset: u64,
+    pub(crate) bytes: u64,
+    /// The alignment it was asked for (a restart asks for the same).
+    alignment: Option<u64>,
+}
+
+impl Allocated {
+    fn of(record: &AllocationRecord) -> Allocated {
+        Allocated {
+            id: record.id,
+            offset: record.offset,
+            bytes: record.bytes,
+            alignment: record.spec.alignment,
+        }
+    }
+
+    fn region(&self) -> Region {
+        Region {
+            id: self.id,
+            heap_offset: self.offset,
+            bytes: self.bytes,
+        }
+    }
+}
+
+/// The live allocations, sorted by heap offset: a vector, which keeps its room when the last
+/// block is freed (a B-tree allocated and freed a node on every `shmem_malloc` + `shmem_free`
+/// of a program with nothing else live), searched by bisection.
+#[derive(Debug, Default)]
+struct Allocations(Vec<Allocated>);
+
+impl Allocations {
+    fn insert(&mut self, allocated: Allocated) {
+        let at = self.0.partition_point(|a| a.offset < allocated.offset);
+        self.0.insert(at, allocated);
+    }
+
+    /// The allocation starting at heap offset `offset`.
+    fn starting_at(&self, offset: u64) -> Option<usize> {
+        self.0.binary_search_by_key(&offset, |a| a.offset).ok()
+    }
+
+    /// The allocation with the highest offset at or below `offset`.
+    fn at_or_below(&self, offset: u64) -> Option<&Allocated> {
+        let after = self.0.partition_point(|a| a.offset <= offset);
+        after.checked_sub(1).map(|at| &self.0[at])
+    }
 }
 
 static JOB: RwLock<Option<Job>> = RwLock::new(None);
@@ -142,7 +195,7 @@ pub(crate) fn start(call: &str, heap_size: Option<u64>) {
     *job = Some(Job {
         heap_address,
         heap_size,
-        allocations: BTreeMap::new(),
+        allocations: Allocations::default(),
         statics,
     });
     tables_changed();
@@ -193,8 +246,9 @@ pub(crate) fn finish(call: &str) {
         shmem.barrier()?;
         state
             .allocations
-            .values()
-            .try_for_each(|record| shmem.free_id(record.id))?;
+            .0
+            .iter()
+            .try_for_each(|allocated| shmem.free_id(allocated.id))?;
         // The data and bss stay mapped onto the freed allocation's pages: the mapping keeps
         // them alive, and nothing else uses them once the runtime is gone.
         match &state.statics {
@@ -264,7 +318,10 @@ pub(crate) fn restart_heap(
         let record = resize
             .address
             .checked_sub(job.heap_address)
-            .and_then(|offset| job.allocations.get(&(offset as u64)))
+            .and_then(|offset| {
+                let at = job.allocations.starting_at(offset as u64)?;
+                Some(job.allocations.0[at])
+            })
             .unwrap_or_else(|| {
                 fail(
                     call,
@@ -285,7 +342,7 @@ pub(crate) fn restart_heap(
             target: AllocationSpec {
                 shape: vec![resize.bytes.next_multiple_of(4)],
                 dtype: Dtype::U8,
-                alignment: record.spec.alignment,
+                alignment: record.alignment,
             },
             preserve: resize.preserve,
         });
@@ -328,11 +385,11 @@ pub(crate) fn restart_heap(
         }
         *record = moved;
     }
-    job.allocations = BTreeMap::new();
+    job.allocations = Allocations::default();
     let mut addresses = Vec::with_capacity(resizes.len());
     for record in records {
         addresses.push(heap_address + record.offset as usize);
-        job.allocations.insert(record.offset, record);
+        job.allocations.insert(Allocated::of(&record));
     }
     tables_changed();
     caller_memory::mappings_changed();
@@ -560,15 +617,10 @@ fn find_block(address: usize, bytes: usize) -> Result<Block, String> {
         ));
     }
     let offset = (address - job.heap_address) as u64;
-    let record = job
-        .allocations
-        .range(..=offset)
-        .next_back()
-        .map(|(_, record)| record)
-        .filter(|record| {
-            offset < record.offset + record.bytes
-                || (bytes == 0 && offset == record.offset + record.bytes)
-        });
+    let record = job.allocations.at_or_below(offset).filter(|record| {
+        offset < record.offset + record.bytes
+            || (bytes == 0 && offset == record.offset + record.bytes)
+    });
     match record {
         Some(record) => Ok(Block {
             start: job.heap_address + record.offset as usize,
@@ -611,10 +663,10 @@ pub(crate) fn region(call: &str, address: usize, bytes: usize) -> Region {
 }
 
 /// Records a new allocation; returns its address on this PE.
-pub(crate) fn add_allocation(record: AllocationRecord) -> usize {
+pub(crate) fn add_allocation(record: &AllocationRecord) -> usize {
     let address = JOB.write().as_mut().map_or(0, |job| {
         let address = job.heap_address + record.offset as usize;
-        job.allocations.insert(record.offset, record);
+        job.allocations.insert(Allocated::of(record));
         address
     });
     tables_changed();
@@ -622,31 +674,28 @@ pub(crate) fn add_allocation(record: AllocationRecord) -> usize {
 }
 
 /// Forgets the allocation starting at `address`, returning it (fails if there is none).
-pub(crate) fn remove_allocation(call: &str, address: usize) -> AllocationRecord {
-    allocation_starting_at(call, address, |allocations, offset| {
-        allocations.remove(&offset)
-    })
+pub(crate) fn remove_allocation(call: &str, address: usize) -> Allocated {
+    allocation_starting_at(call, address, |allocations, at| allocations.0.remove(at))
 }
 
 /// The live allocation starting at `address` (fails if there is none).
-pub(crate) fn allocation_at(call: &str, address: usize) -> AllocationRecord {
-    allocation_starting_at(call, address, |allocations, offset| {
-        allocations.get(&offset).cloned()
-    })
+pub(crate) fn allocation_at(call: &str, address: usize) -> Allocated {
+    allocation_starting_at(call, address, |allocations, at| allocations.0[at])
 }
 
-/// `take` applied to the allocation table and the heap offset of `address`; fails naming the
-/// address when it finds no allocation starting there.
+/// `take` applied to the allocation table and the position in it of the allocation starting at
+/// `address`; fails naming the address when no allocation starts there.
 fn allocation_starting_at(
     call: &str,
     address: usize,
-    take: impl FnOnce(&mut BTreeMap<u64, AllocationRecord>, u64) -> Option<AllocationRecord>,
-) -> AllocationRecord {
+    take: impl FnOnce(&mut Allocations, usize) -> Allocated,
+) -> Allocated {
     let found = JOB.write().as_mut().and_then(|job| {
         let offset = address
             .checked_sub(job.heap_address)
             .filter(|&offset| (offset as u64) < job.heap_size)?;
-        take(&mut job.allocations, offset as u64)
+        let at = job.allocations.starting_at(offset as u64)?;
+        Some(take(&mut job.allocations, at))
     });
     if let Some(record) = found {
         tables_changed();

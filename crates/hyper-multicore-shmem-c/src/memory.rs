@@ -32,7 +32,7 @@ fn allocate(call: &str, size: usize, alignment: Option<u64>) -> *mut c_void {
     };
     let outcome = job::run(call, |shmem| Ok(shmem.allocate_spec(&spec)));
     match outcome {
-        Ok(record) => job::add_allocation(record) as *mut c_void,
+        Ok(record) => job::add_allocation(&record) as *mut c_void,
         // The heap cannot hold it (the same verdict on every PE): null, as the standard says.
         Err(error) if error.message().contains("heap is exhausted") => {
             record(call, &error.to_string());
