@@ -123,7 +123,7 @@ const CALLER_SLEEP_CAP: Duration = Duration::from_millis(1);
 const PROGRESS_SLEEP_CAP: Duration = Duration::from_millis(100);
 /// How long the progress thread first stands down while callers progress the worker themselves
 /// before it looks again (see [`Worker::start_progress_thread`]).
-const STAND_DOWN: Duration = Duration::from_micros(200);
+const STAND_DOWN: Duration = Duration::from_micros(50);
 /// The longest stand-down: each next one, while callers are still progressing when the thread
 /// looks, is twice as long up to this.
 const STAND_DOWN_CAP: Duration = Duration::from_micros(800);
