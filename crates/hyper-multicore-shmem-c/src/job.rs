@@ -91,9 +91,24 @@ impl Allocations {
         self.0.insert(at, allocated);
     }
 
-    /// The allocation starting at heap offset `offset`.
-    fn starting_at(&self, offset: u64) -> Option<usize> {
+    /// Where the allocation starting at heap offset `offset` is in the vector.
+    fn position(&self, offset: u64) -> Option<usize> {
         self.0.binary_search_by_key(&offset, |a| a.offset).ok()
+    }
+
+    /// The allocation starting at heap offset `offset`.
+    fn get(&self, offset: u64) -> Option<Allocated> {
+        self.position(offset).map(|at| self.0[at])
+    }
+
+    /// Takes out the allocation starting at heap offset `offset`.
+    fn remove(&mut self, offset: u64) -> Option<Allocated> {
+        self.position(offset).map(|at| self.0.remove(at))
+    }
+
+    /// The allocations in offset order.
+    fn iter(&self) -> impl Iterator<Item = &Allocated> {
+        self.0.iter()
     }
 
     /// The allocation with the highest offset at or below `offset`.
@@ -246,7 +261,6 @@ pub(crate) fn finish(call: &str) {
         shmem.barrier()?;
         state
             .allocations
-            .0
             .iter()
             .try_for_each(|allocated| shmem.free_id(allocated.id))?;
         // The data and bss stay mapped onto the freed allocation's pages: the mapping keeps
@@ -318,10 +332,7 @@ pub(crate) fn restart_heap(
         let record = resize
             .address
             .checked_sub(job.heap_address)
-            .and_then(|offset| {
-                let at = job.allocations.starting_at(offset as u64)?;
-                Some(job.allocations.0[at])
-            })
+            .and_then(|offset| job.allocations.get(offset as u64))
             .unwrap_or_else(|| {
                 fail(
                     call,
@@ -675,27 +686,26 @@ pub(crate) fn add_allocation(record: &AllocationRecord) -> usize {
 
 /// Forgets the allocation starting at `address`, returning it (fails if there is none).
 pub(crate) fn remove_allocation(call: &str, address: usize) -> Allocated {
-    allocation_starting_at(call, address, |allocations, at| allocations.0.remove(at))
+    allocation_starting_at(call, address, Allocations::remove)
 }
 
 /// The live allocation starting at `address` (fails if there is none).
 pub(crate) fn allocation_at(call: &str, address: usize) -> Allocated {
-    allocation_starting_at(call, address, |allocations, at| allocations.0[at])
+    allocation_starting_at(call, address, |allocations, offset| allocations.get(offset))
 }
 
-/// `take` applied to the allocation table and the position in it of the allocation starting at
-/// `address`; fails naming the address when no allocation starts there.
+/// `take` applied to the allocation table and the heap offset of `address`; fails naming the
+/// address when it finds no allocation starting there.
 fn allocation_starting_at(
     call: &str,
     address: usize,
-    take: impl FnOnce(&mut Allocations, usize) -> Allocated,
+    take: impl FnOnce(&mut Allocations, u64) -> Option<Allocated>,
 ) -> Allocated {
     let found = JOB.write().as_mut().and_then(|job| {
         let offset = address
             .checked_sub(job.heap_address)
             .filter(|&offset| (offset as u64) < job.heap_size)?;
-        let at = job.allocations.starting_at(offset as u64)?;
-        Some(take(&mut job.allocations, at))
+        take(&mut job.allocations, offset as u64)
     });
     if let Some(record) = found {
         tables_changed();
