@@ -962,28 +962,14 @@ impl Worker {
     /// look preempts a polling caller on a busy core: looking every 200 µs cost a stream of
     /// 8-byte gets a fifth of its rate). It serves events again at the first look that finds
     /// no recent caller, or at once after [`Worker::hand_over`].
-    ///
-    /// The thread runs in the `SCHED_IDLE` class (set before this returns): it takes a core no
-    /// other thread wants at once, and a busy core at the scheduler's next tick, but its
-    /// wake-ups never preempt the application's threads (each look preempted a polling main
-    /// thread on a busy core). Where the kernel refuses the class (a seccomp filter), it runs
-    /// at normal priority and a debug line says so.
     pub fn start_progress_thread(&self) -> Result<ProgressThread> {
-        const OP: &str = "ucx progress thread";
         let stop = Arc::new(AtomicBool::new(false));
         let worker = self.inner.clone();
         let thread_stop = stop.clone();
-        let (started, on_start) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("hm-ucx-progress".into())
-            .spawn(move || {
-                let _ = started.send(run_in_idle_time());
-                progress_loop(&worker, &thread_stop);
-            })
-            .map_err(|e| Error::backend(OP, "spawning it failed", e))?;
-        if let Ok(Err(refused)) = on_start.recv() {
-            tracing::debug!("{OP}: SCHED_IDLE refused ({refused}); it runs at normal priority");
-        }
+            .spawn(move || progress_loop(&worker, &thread_stop))
+            .map_err(|e| Error::backend("ucx progress thread", "spawning it failed", e))?;
         Ok(ProgressThread {
             stop,
             worker: self.inner.clone(),
@@ -1028,20 +1014,6 @@ impl Handover {
     fn ring(&self) {
         // A write of 1 makes the eventfd readable, which ends the thread's poll at once.
         let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
-    }
-}
-
-/// Moves the calling thread to the `SCHED_IDLE` scheduling class (see
-/// [`Worker::start_progress_thread`]).
-fn run_in_idle_time() -> std::io::Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pid 0 names the calling thread (Linux schedules threads); `param` is a valid
-    // parameter block, and SCHED_IDLE takes priority 0.
-    let status = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-    if status == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }
 

@@ -670,52 +670,6 @@ fn progress_thread_cycles() {
     assert_eq!((hm_testkit::thread_count(), hm_testkit::open_fds()), before);
 }
 
-#[test]
-fn progress_thread_runs_in_idle_time() {
-    in_own_process("progress_thread_runs_in_idle_time", || {
-        let context = Context::new().expect("context");
-        let worker = Worker::new(&context).expect("worker");
-        let before = scheduling_policies("hm-ucx-progress");
-        assert!(before.is_empty(), "no progress thread yet: {before:?}");
-        let thread = worker.start_progress_thread().expect("start");
-        assert_eq!(
-            scheduling_policies("hm-ucx-progress"),
-            [libc::SCHED_IDLE],
-            "the progress thread runs in the SCHED_IDLE class"
-        );
-        assert_eq!(
-            own_scheduling_policy(),
-            libc::SCHED_OTHER,
-            "the thread that started it keeps its class"
-        );
-        drop(thread);
-    });
-}
-
-/// The scheduling policy (field 41 of `/proc/self/task/TID/stat`) of each of this process's
-/// threads named `name`.
-fn scheduling_policies(name: &str) -> Vec<i32> {
-    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
-    tasks
-        .map(|task| task.expect("task entry").path())
-        .filter(|task| std::fs::read_to_string(task.join("comm")).is_ok_and(|c| c.trim() == name))
-        .map(|task| stat_policy(&std::fs::read_to_string(task.join("stat")).expect("stat")))
-        .collect()
-}
-
-/// The calling thread's scheduling policy.
-fn own_scheduling_policy() -> i32 {
-    stat_policy(&std::fs::read_to_string("/proc/thread-self/stat").expect("stat"))
-}
-
-/// Field 41 (policy) of a `stat` line; the fields after the name (in parentheses, which may
-/// hold spaces) start at field 3.
-fn stat_policy(stat: &str) -> i32 {
-    let (_, after_name) = stat.rsplit_once(')').expect("a stat line");
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    fields[41 - 3].parse().expect("a policy number")
-}
-
 /// Not a timed assertion: prints median latencies (µs) of 8 B put + flush, 8 B get and u64
 /// fetch-add from rank 0 to rank 1, whose main thread waits in a control-plane barrier (its
 /// progress thread serves). `HM_UCX_BENCH_ITERS` sets the sample count (default 200).
