@@ -37,6 +37,14 @@ struct Job {
     statics: Statics,
 }
 
+impl Job {
+    /// The heap offset of `address`, if it lies in this PE's heap.
+    fn heap_offset(&self, address: usize) -> Option<u64> {
+        let offset = address.checked_sub(self.heap_address)? as u64;
+        (offset < self.heap_size).then_some(offset)
+    }
+}
+
 /// What became of the executable's data and bss.
 #[derive(Debug)]
 enum Statics {
@@ -481,8 +489,9 @@ impl Block {
     }
 }
 
-/// Bumped whenever the tables change (an allocation made or freed, init, finalize): a cached
-/// block of an older epoch is looked up again.
+/// Bumped whenever a block may leave the tables (an allocation freed, init, finalize, a
+/// restart): a cached block of an older epoch is looked up again. A new allocation leaves it:
+/// it takes free heap, which no cached (live) block covers.
 static TABLE_EPOCH: AtomicU64 = AtomicU64::new(0);
 
 /// The blocks located last (by any thread), readable without a lock: each entry the
@@ -503,8 +512,11 @@ static LAST_HIT: AtomicUsize = AtomicUsize::new(0);
 /// The entry of [`CACHE`] the next block found in the tables replaces (round robin).
 static NEXT_FILL: AtomicUsize = AtomicUsize::new(0);
 
+/// Voids every cached block. Every caller holds [`JOB`]'s write lock (the tables change only
+/// under it), so the bump is a plain store, not a locked read-modify-write.
 fn tables_changed() {
-    TABLE_EPOCH.fetch_add(1, Ordering::Release);
+    let epoch = TABLE_EPOCH.load(Ordering::Relaxed);
+    TABLE_EPOCH.store(epoch + 1, Ordering::Release);
 }
 
 /// Where the symmetric `bytes` bytes at `address` are: the runtime's [`Located`] range of the
@@ -611,8 +623,8 @@ fn find_block(address: usize, bytes: usize) -> Result<Block, String> {
             });
         }
     }
-    let heap_end = job.heap_address + job.heap_size as usize;
-    if address < job.heap_address || address >= heap_end {
+    let Some(offset) = job.heap_offset(address) else {
+        let heap_end = job.heap_address + job.heap_size as usize;
         let statics = match &job.statics {
             Statics::Symmetric { start, record } => format!(
                 "nor in the program's data and bss ({start:#x}..{:#x})",
@@ -626,8 +638,7 @@ fn find_block(address: usize, bytes: usize) -> Result<Block, String> {
              shmem_malloc",
             job.heap_address
         ));
-    }
-    let offset = (address - job.heap_address) as u64;
+    };
     let record = job.allocations.at_or_below(offset).filter(|record| {
         offset < record.offset + record.bytes
             || (bytes == 0 && offset == record.offset + record.bytes)
@@ -673,45 +684,38 @@ pub(crate) fn region(call: &str, address: usize, bytes: usize) -> Region {
     located(call, address, bytes).region()
 }
 
-/// Records a new allocation; returns its address on this PE.
+/// Records a new allocation; returns its address on this PE. The cache stays valid (see
+/// [`TABLE_EPOCH`]).
 pub(crate) fn add_allocation(record: &AllocationRecord) -> usize {
-    let address = JOB.write().as_mut().map_or(0, |job| {
-        let address = job.heap_address + record.offset as usize;
+    JOB.write().as_mut().map_or(0, |job| {
         job.allocations.insert(Allocated::of(record));
-        address
-    });
-    tables_changed();
-    address
+        job.heap_address + record.offset as usize
+    })
 }
 
 /// Forgets the allocation starting at `address`, returning it (fails if there is none).
 pub(crate) fn remove_allocation(call: &str, address: usize) -> Allocated {
-    allocation_starting_at(call, address, Allocations::remove)
+    let removed = JOB.write().as_mut().and_then(|job| {
+        let removed = job.allocations.remove(job.heap_offset(address)?)?;
+        tables_changed();
+        Some(removed)
+    });
+    removed.unwrap_or_else(|| not_an_allocation(call, address))
 }
 
 /// The live allocation starting at `address` (fails if there is none).
 pub(crate) fn allocation_at(call: &str, address: usize) -> Allocated {
-    allocation_starting_at(call, address, |allocations, offset| allocations.get(offset))
+    let found = JOB
+        .read()
+        .as_ref()
+        .and_then(|job| job.allocations.get(job.heap_offset(address)?));
+    found.unwrap_or_else(|| not_an_allocation(call, address))
 }
 
-/// `take` applied to the allocation table and the heap offset of `address`; fails naming the
-/// address when it finds no allocation starting there.
-fn allocation_starting_at(
-    call: &str,
-    address: usize,
-    take: impl FnOnce(&mut Allocations, u64) -> Option<Allocated>,
-) -> Allocated {
-    let found = JOB.write().as_mut().and_then(|job| {
-        let offset = address
-            .checked_sub(job.heap_address)
-            .filter(|&offset| (offset as u64) < job.heap_size)?;
-        take(&mut job.allocations, offset as u64)
-    });
-    if let Some(record) = found {
-        tables_changed();
-        return record;
-    }
-    // Say why: not symmetric memory at all (or no shmem_init), or not a block's start.
+/// Fails `call` for an `address` where no allocation starts, saying why.
+#[cold]
+fn not_an_allocation(call: &str, address: usize) -> ! {
+    // Not symmetric memory at all (or no shmem_init), or not a block's start.
     if let Err(why) = find_block(address, 0) {
         fail(call, why);
     }
