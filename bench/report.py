@@ -610,6 +610,10 @@ def main():
     if c_api:
         w("- The C API (section below): the same `oshmem_bench.c`, unchanged, built with "
           "`hmcc -O2` against libhmshmem and run under `hmrun -n 2`, right after OSHMEM.")
+    w("- The 2-PE runs (ours, OSHMEM, the C API) repeat in alternated rounds "
+      "(`HM_BENCH_ROUNDS`, 3 by default; the count is under OSHMEM runs), so that each meets "
+      "the same minutes of this VM: a 2-PE row's median is the median of its rounds' medians, "
+      "its min and max over every round, its reference likewise.")
     w("")
     w("## Summary: every row against the bar")
     w("")
