@@ -297,7 +297,11 @@ def merge(rows):
         row["trials"] = sum(r.get("trials", 1) for r in group)
         refs = [r["ref_ns"] for r in group if r.get("ref_ns") is not None]
         row["ref_ns"] = statistics.median(refs) if refs else None
-        row["ratio"] = row["median_ns"] / row["ref_ns"] if row["ref_ns"] else None
+        # Each round's operation was interleaved with its own reference, trial by trial: the
+        # ratio is the median of the rounds' ratios, not a ratio of medians from different
+        # rounds (which may have met different modes of the VM).
+        ratios = [r["median_ns"] / r["ref_ns"] for r in group if r.get("ref_ns")]
+        row["ratio"] = statistics.median(ratios) if ratios else None
         merged.append(row)
     return merged
 
@@ -613,7 +617,9 @@ def main():
     w("- The 2-PE runs (ours, OSHMEM, the C API) repeat in alternated rounds "
       "(`HM_BENCH_ROUNDS`, 3 by default; the count is under OSHMEM runs), so that each meets "
       "the same minutes of this VM: a 2-PE row's median is the median of its rounds' medians, "
-      "its min and max over every round, its reference likewise.")
+      "its min and max over every round, its reference likewise, and its ratio to the "
+      "reference the median of the rounds' ratios (each round's operation against the "
+      "reference interleaved with it).")
     w("")
     w("## Summary: every row against the bar")
     w("")
