@@ -490,8 +490,8 @@ impl Block {
 }
 
 /// Bumped whenever a block may leave the tables (an allocation freed, init, finalize, a
-/// restart): a cached block of an older epoch is looked up again. A new allocation leaves it:
-/// it takes free heap, which no cached (live) block covers.
+/// restart): a cached block of an older epoch is looked up again. A new allocation does not bump
+/// it: it takes free heap, which no cached (live) block covers.
 static TABLE_EPOCH: AtomicU64 = AtomicU64::new(0);
 
 /// The blocks located last (by any thread), readable without a lock: each entry the
