@@ -337,10 +337,9 @@ pub(crate) fn restart_heap(
         Statics::Private(_) => 0,
     };
     for (index, resize) in resizes.iter().enumerate() {
-        let record = resize
-            .address
-            .checked_sub(job.heap_address)
-            .and_then(|offset| job.allocations.get(offset as u64))
+        let record = job
+            .heap_offset(resize.address)
+            .and_then(|offset| job.allocations.get(offset))
             .unwrap_or_else(|| {
                 fail(
                     call,

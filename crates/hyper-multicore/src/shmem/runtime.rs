@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
 
 use super::allocation::AllocationRecord;
 use super::allocator::Allocator;
@@ -48,7 +49,7 @@ pub(crate) struct Heap {
     /// Live allocations by index. Looked up, never iterated in an order that matters: a hash
     /// map, so a dozen live allocations do not make every allocate split a B-tree node and
     /// every free merge it back (findings, round 8); FxHash, as the allocator's live blocks.
-    pub(crate) records: rustc_hash::FxHashMap<u64, AllocationRecord>,
+    pub(crate) records: FxHashMap<u64, AllocationRecord>,
     pub(crate) next_index: u64,
     /// Number of collective argument checks so far (selects the double-buffered slot).
     pub(crate) checks: u64,
