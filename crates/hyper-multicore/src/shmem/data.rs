@@ -261,9 +261,28 @@ impl<W: AtomicWord> AtomicOp<W> {
 }
 
 impl Shmem {
+    /// True if `region` on PE `pe` passes every check of [`Shmem::locate`]: of this runtime
+    /// lifetime, its allocation live, the range inside it, `pe` a PE of the root. Branches and
+    /// loads only: the fast entries test this first and build no error on the way (nothing to
+    /// spill before the data operation); a failure is worked out again by the checked entry.
+    #[inline(always)]
+    fn in_place(&self, region: &Region, pe: usize) -> bool {
+        pe < self.size
+            && region.id.generation == self.segment.generation()
+            && self.live.contains(*region)
+    }
+
     /// The offset of `region` in PE `pe`'s heap, after checking both.
-    #[inline]
+    #[inline(always)]
     fn locate(&self, operation: &str, region: Region, pe: usize) -> Result<usize> {
+        if self.in_place(&region, pe) {
+            return Ok(region.heap_offset as usize);
+        }
+        self.refused(|| self.locate_checked(operation, region, pe))
+    }
+
+    /// [`Shmem::locate`] that names the failed check.
+    fn locate_checked(&self, operation: &str, region: Region, pe: usize) -> Result<usize> {
         self.check_region(operation, region)?;
         if pe >= self.size {
             return Err(self.error(
@@ -277,6 +296,7 @@ impl Shmem {
 
     /// [`Shmem::locate`] of a region that a local buffer of `local_bytes` is copied to or from
     /// (the lengths must match).
+    #[inline(always)]
     fn locate_bytes(
         &self,
         operation: &str,
@@ -284,18 +304,23 @@ impl Shmem {
         local_bytes: usize,
         pe: usize,
     ) -> Result<usize> {
-        if region.bytes as usize == local_bytes {
-            return self.locate(operation, region, pe);
+        if region.bytes == local_bytes as u64 && self.in_place(&region, pe) {
+            return Ok(region.heap_offset as usize);
         }
-        Err(self.error(
-            ErrorKind::InvalidArgument,
-            operation,
-            format!(
-                "byte-count mismatch: the local buffer has {local_bytes} bytes, the symmetric \
-                 target {}; pass a view of the same length",
-                region.bytes
-            ),
-        ))
+        self.refused(|| {
+            if region.bytes as usize == local_bytes {
+                return self.locate_checked(operation, region, pe);
+            }
+            Err(self.error(
+                ErrorKind::InvalidArgument,
+                operation,
+                format!(
+                    "byte-count mismatch: the local buffer has {local_bytes} bytes, the \
+                     symmetric target {}; pass a view of the same length",
+                    region.bytes
+                ),
+            ))
+        })
     }
 
     /// Checks `region` once for the `_located` entries: of this runtime lifetime, its
@@ -329,17 +354,15 @@ impl Shmem {
         if self.still_located(at, width, pe) && at.region.heap_offset % width as u64 == 0 {
             return Ok(at.region.heap_offset as usize);
         }
-        self.refuse_located(|| {
-            self.locate_word::<W>(operation, at.region, pe)
-                .map(|(offset, _)| offset)
-        })
+        self.refused(|| self.word_checked::<W>(operation, at.region, pe))
     }
 
-    /// Why `at` was refused by [`Shmem::still_located`]: the checked entry's own check of its
-    /// region (`check`), which names the cause.
+    /// Why a fast check ([`Shmem::in_place`], [`Shmem::still_located`]) failed: the checked
+    /// entry's own check (`check`), which names the cause. Cold and out of line, so the fast
+    /// entries keep their error paths off the hot path.
     #[cold]
     #[inline(never)]
-    fn refuse_located<R>(&self, check: impl FnOnce() -> Result<R>) -> Result<R> {
+    fn refused<R>(&self, check: impl FnOnce() -> Result<R>) -> Result<R> {
         check()
     }
 
@@ -348,9 +371,7 @@ impl Shmem {
     pub fn put_located(&self, target: &Located, source: &[u8], pe: usize) -> Result<()> {
         let offset = match self.still_located(target, source.len(), pe) {
             true => target.region.heap_offset as usize,
-            false => {
-                self.refuse_located(|| self.locate_bytes("put", target.region, source.len(), pe))?
-            }
+            false => self.refused(|| self.locate_bytes("put", target.region, source.len(), pe))?,
         };
         self.transport.put(pe, offset, source)
     }
@@ -360,9 +381,7 @@ impl Shmem {
     pub fn get_located(&self, target: &mut [u8], source: &Located, pe: usize) -> Result<()> {
         let offset = match self.still_located(source, target.len(), pe) {
             true => source.region.heap_offset as usize,
-            false => {
-                self.refuse_located(|| self.locate_bytes("get", source.region, target.len(), pe))?
-            }
+            false => self.refused(|| self.locate_bytes("get", source.region, target.len(), pe))?,
         };
         self.transport.get(pe, offset, target)
     }
@@ -487,15 +506,14 @@ impl Shmem {
         let _ = self.transport.fence();
     }
 
-    /// [`Shmem::locate`] of a one-`W` word and its width (fails unless `target` is exactly one
-    /// `W`).
-    #[inline]
-    fn locate_word<W: AtomicWord>(
+    /// [`Shmem::word_offset`] that names the failed check: `target` must be exactly one
+    /// naturally aligned `W`, then as [`Shmem::locate_checked`].
+    fn word_checked<W: AtomicWord>(
         &self,
         operation: &str,
         target: Region,
         pe: usize,
-    ) -> Result<(usize, Width)> {
+    ) -> Result<usize> {
         let width = std::mem::size_of::<W>();
         if target.bytes as usize != width {
             return Err(self.error(
@@ -519,12 +537,11 @@ impl Shmem {
                 ),
             ));
         }
-        let offset = self.locate(operation, target, pe)?;
-        Ok((offset, Width::of_bytes(width)))
+        self.locate_checked(operation, target, pe)
     }
 
     /// Performs `rmw` on the one-element `target` at PE `pe`; returns the previous value.
-    #[inline]
+    #[inline(always)]
     fn rmw<W: AtomicWord>(
         &self,
         operation: &str,
@@ -532,8 +549,24 @@ impl Shmem {
         pe: usize,
         rmw: Rmw,
     ) -> Result<W> {
-        let (offset, width) = self.locate_word::<W>(operation, target, pe)?;
-        self.rmw_at(pe, offset, width, rmw)
+        let offset = self.word_offset::<W>(operation, &target, pe)?;
+        self.rmw_at(pe, offset, Width::of_bytes(std::mem::size_of::<W>()), rmw)
+    }
+
+    /// The heap offset of the one-`W` word `target` on PE `pe`: exactly one naturally aligned
+    /// `W`, and [`Shmem::in_place`]; else [`Shmem::word_checked`]'s error.
+    #[inline(always)]
+    fn word_offset<W: AtomicWord>(
+        &self,
+        operation: &str,
+        target: &Region,
+        pe: usize,
+    ) -> Result<usize> {
+        let width = std::mem::size_of::<W>() as u64;
+        if target.bytes == width && target.heap_offset % width == 0 && self.in_place(target, pe) {
+            return Ok(target.heap_offset as usize);
+        }
+        self.refused(|| self.word_checked::<W>(operation, *target, pe))
     }
 
     /// The transport's `rmw` on the word at heap offset `offset` of PE `pe` (located and
@@ -630,7 +663,7 @@ impl Shmem {
         op: SignalOp,
         pe: usize,
     ) -> Result<()> {
-        let (offset, _) = self.locate_word::<W>("signal", signal.region(), pe)?;
+        let offset = self.word_offset::<W>("signal", &signal.region(), pe)?;
         self.signal_at(pe, offset, value, op)
     }
 
@@ -712,7 +745,7 @@ impl Shmem {
         comparison: Comparison,
         deadline: Deadline,
     ) -> Result<W> {
-        let (offset, _) = self.locate_word::<W>(operation, region, self.rank)?;
+        let offset = self.word_offset::<W>(operation, &region, self.rank)?;
         self.wait_own_word(operation, offset, value, comparison, deadline)
     }
 

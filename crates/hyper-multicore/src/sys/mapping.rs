@@ -216,9 +216,7 @@ impl SharedMapping {
         // SAFETY: in bounds (checked); `source` is ordinary memory of this process and cannot
         // overlap the shared mapping's pages viewed as a slice (we never create such slices);
         // see the module contract for concurrent writers.
-        unsafe {
-            std::ptr::copy_nonoverlapping(source.as_ptr(), self.address(offset), source.len());
-        }
+        unsafe { copy_small_inline(source.as_ptr(), self.address(offset), source.len()) }
     }
 
     /// Copies bytes at `offset` out of the mapping into `destination`.
@@ -227,11 +225,11 @@ impl SharedMapping {
         self.check(offset, destination.len());
         // SAFETY: in bounds (checked); see `write` and the module contract.
         unsafe {
-            std::ptr::copy_nonoverlapping(
+            copy_small_inline(
                 self.address(offset),
                 destination.as_mut_ptr(),
                 destination.len(),
-            );
+            )
         }
     }
 
@@ -345,6 +343,24 @@ impl SharedMapping {
         // returned borrow cannot outlive; `W: SharedWords` is valid for any bit pattern and only
         // mutated atomically.
         unsafe { &*pointer.cast::<W>() }
+    }
+}
+
+/// `copy_nonoverlapping(source, destination, len)`, with the word sizes (4 and 8 bytes, the
+/// common single-element put and get) copied by an inline move instead of a call to `memcpy`.
+///
+/// # Safety
+///
+/// As [`std::ptr::copy_nonoverlapping`].
+#[inline(always)]
+unsafe fn copy_small_inline(source: *const u8, destination: *mut u8, len: usize) {
+    // SAFETY: the caller's contract; each arm copies exactly `len` bytes.
+    unsafe {
+        match len {
+            8 => std::ptr::copy_nonoverlapping(source, destination, 8),
+            4 => std::ptr::copy_nonoverlapping(source, destination, 4),
+            _ => std::ptr::copy_nonoverlapping(source, destination, len),
+        }
     }
 }
 
