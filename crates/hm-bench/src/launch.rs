@@ -15,14 +15,14 @@
 //! ```
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use hyper_multicore::config::{Config, TIMEOUT_SEC};
-use hyper_multicore::launch::JobPlan;
+use hyper_multicore::launch::{JobPlan, PeChild, PeStdio};
 use rustix::process::{kill_process, Pid, Signal};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -107,16 +107,16 @@ pub fn run_job(size: usize, args: &[&str]) -> Result<JobOutput> {
     let (sender, events) = mpsc::channel();
     let mut job = RunningJob::default();
     let started = Instant::now();
-    // Every PE is spawned before any thread reads one (as hmrun does): each spawn forks this
-    // process, which costs more the more threads it has running on other cores.
+    // Every PE is spawned before any thread reads one (as hmrun does), so the spawns do not
+    // compete for the cores with the readers of the PEs already started.
     let mut children = Vec::with_capacity(size);
     for rank in 0..size {
         let mut command = plan.command(rank, &program);
         command
             .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stdin(PeStdio::Null)
+            .stdout(PeStdio::Piped)
+            .stderr(PeStdio::Piped);
         if std::env::var_os(TIMEOUT_SEC).is_none() {
             command.env(TIMEOUT_SEC, PE_TIMEOUT_SEC);
         }
@@ -124,7 +124,7 @@ pub fn run_job(size: usize, args: &[&str]) -> Result<JobOutput> {
             .spawn()
             .with_context(|| format!("spawn PE {rank} of {size} ({})", program.display()))?;
         // Recorded at once: dropping `job` on a later failure kills it.
-        job.pids.push(Some(Pid::from_child(&child)));
+        job.pids.push(Some(child.pid()));
         children.push(child);
     }
     let spawned = Instant::now();
@@ -156,7 +156,7 @@ struct RunningJob {
 impl RunningJob {
     /// Starts the threads that read PE `rank`'s output and report its exit on `events` (its pid
     /// is already recorded).
-    fn adopt(&mut self, rank: usize, mut child: Child, events: Sender<Event>) {
+    fn adopt(&mut self, rank: usize, mut child: PeChild, events: Sender<Event>) {
         let stderr = child.stderr.take().expect("stderr is piped");
         self.stderr.push(Some(std::thread::spawn(move || {
             let mut bytes = Vec::new();

@@ -25,7 +25,7 @@
 
 use std::io::{BufRead, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -37,10 +37,10 @@ use hyper_multicore::control::frame::{
     MAX_PAYLOAD,
 };
 use hyper_multicore::control::{ControlPlane, UniqueId, SECRET_LEN};
-use hyper_multicore::launch::JobPlan;
+use hyper_multicore::launch::{JobPlan, PeStdio};
 use hyper_multicore::lifecycle;
 use hyper_multicore::world::World;
-use rustix::process::{kill_process, Pid, Signal};
+use rustix::process::{kill_process, Signal};
 use serde::Serialize;
 
 use crate::job::{Launcher, SystemView, JOB_TAG};
@@ -387,14 +387,14 @@ fn run_job(
             .env(JOB_TAG, &tag)
             .env("TMPDIR", &tmpdir)
             .stdin(if rank == 0 {
-                Stdio::piped()
+                PeStdio::Piped
             } else {
-                Stdio::null()
+                PeStdio::Null
             })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stdout(PeStdio::Piped)
+            .stderr(PeStdio::Piped);
         let mut child = command.spawn().context("spawn a PE")?;
-        pids.push(Pid::from_child(&child));
+        pids.push(child.pid());
         if rank == 0 {
             root_stdin = child.stdin.take();
         }

@@ -17,13 +17,13 @@
 
 use std::collections::HashSet;
 use std::io::Read;
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hyper_multicore::config::{Config, TIMEOUT_SEC};
-use hyper_multicore::launch::JobPlan;
+use hyper_multicore::launch::{JobPlan, PeChild, PeStdio};
 use hyper_multicore::world::World;
 use rustix::process::{kill_process, Pid, Signal};
 
@@ -278,11 +278,11 @@ impl Job {
                         .filter(|(r, _, _)| *r == rank)
                         .map(|(_, n, v)| (n, v)),
                 )
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            let mut child: Child = command.spawn().expect("spawn a PE");
-            job.pids.push(Some(Pid::from_child(&child)));
+                .stdin(PeStdio::Null)
+                .stdout(PeStdio::Piped)
+                .stderr(PeStdio::Piped);
+            let mut child: PeChild = command.spawn().expect("spawn a PE");
+            job.pids.push(Some(child.pid()));
             let stdout = child.stdout.take().expect("piped");
             let stderr = child.stderr.take().expect("piped");
             job.outputs.push(Some((collect(stdout), collect(stderr))));

@@ -27,16 +27,16 @@
 //! ```
 
 use std::ffi::OsString;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use hyper_multicore::config::Config;
-use hyper_multicore::launch::{JobPlan, NodePlacement};
+use hyper_multicore::launch::{JobPlan, NodePlacement, PeChild, PeStdio};
 use rustix::io::Errno;
 use rustix::process::{kill_process_group, waitid, Pid, Signal, WaitId, WaitIdOptions};
 use signal_hook::low_level::signal_name;
@@ -117,7 +117,7 @@ enum Phase {
 #[derive(Debug)]
 struct Rank {
     /// The process, until it is reaped.
-    child: Option<Child>,
+    child: Option<PeChild>,
     /// The rank's process group (its own pid).
     group: Pid,
 }
@@ -146,9 +146,9 @@ impl Job {
             threads: Vec::with_capacity(3 * spec.processes),
             asked_to_stop: false,
         };
-        // Every rank is spawned before any thread serves one: each spawn forks hmrun, and a
-        // fork of a process whose threads run on other cores interrupts those cores to flush
-        // their TLBs (with three threads per rank started, 32 ranks took 3 ms each).
+        // Every rank is spawned before any thread serves one, so the spawns (each holds this
+        // thread until its rank executes the program) do not compete for the cores with three
+        // threads per rank already started.
         let started = (0..spec.processes)
             .try_for_each(|rank| job.spawn_rank(&plan, rank, spec).map_err(|e| (rank, e)))
             .and_then(|()| {
@@ -179,12 +179,12 @@ impl Job {
         command
             .arg0(&spec.arg0)
             .args(&spec.args)
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .process_group(true)
+            .stdin(PeStdio::Null)
+            .stdout(PeStdio::Piped)
+            .stderr(PeStdio::Piped);
         let child = command.spawn()?;
-        let group = Pid::from_child(&child);
+        let group = child.pid();
         // Recorded before anything else can fail, so `finish` cleans it up.
         self.ranks.push(Rank {
             child: Some(child),

@@ -11,12 +11,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::marker::PhantomData;
 use std::net::TcpListener;
-use std::ops::{Deref, DerefMut};
-use std::os::fd::AsRawFd;
-use std::process::Command;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::process::ExitStatus;
 
 use crate::config::{self, Config};
 use crate::control::{BootstrapListener, UniqueId};
@@ -172,47 +172,237 @@ impl JobPlan {
     }
 
     /// A command running `program` as this plan's PE `local_rank`: its environment set, dying
-    /// with the launcher, and for world rank 0 the world listener inherited. It borrows the plan, so the listener is
-    /// still open when the command spawns.
+    /// with the launcher, and for world rank 0 the world listener inherited. It borrows the
+    /// plan, so the listener is still open when the command spawns.
     pub fn command(&self, local_rank: usize, program: impl AsRef<OsStr>) -> PeCommand<'_> {
-        let mut command = Command::new(program);
-        command.envs(self.environment(local_rank));
         let inherit = self
             .listener
             .as_ref()
             .filter(|_| self.world_rank(local_rank) == 0)
             .map(|bound| bound.listener.as_raw_fd());
-        if let Some(fd) = inherit {
-            command.env(config::WORLD_LISTEN_FD, fd.to_string());
-        } else {
-            command.env_remove(config::WORLD_LISTEN_FD);
-        }
-        crate::sys::spawn::die_with_parent(&mut command, inherit);
-        PeCommand {
-            command,
+        let mut command = PeCommand {
+            program: program.as_ref().to_os_string(),
+            arg0: None,
+            args: Vec::new(),
+            env: Vec::new(),
+            stdio: [PeStdio::Inherit; 3],
+            process_group: false,
+            inherit,
             _plan: PhantomData,
-        }
+        };
+        command.envs(self.environment(local_rank));
+        match inherit {
+            Some(fd) => command.env(config::WORLD_LISTEN_FD, fd.to_string()),
+            None => command.env_remove(config::WORLD_LISTEN_FD),
+        };
+        command
     }
 }
 
-/// A [`Command`] for one PE of a [`JobPlan`]; use it as a `Command` (it dereferences to one).
+/// How a PE's standard stream is connected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PeStdio {
+    /// The launcher's own stream.
+    #[default]
+    Inherit,
+    /// `/dev/null`.
+    Null,
+    /// A pipe whose other end is the launcher's, in [`PeChild`].
+    Piped,
+}
+
+/// The process of one PE of a [`JobPlan`], to be started by [`PeCommand::spawn`]: a builder
+/// like [`std::process::Command`]'s (program, `argv[0]`, arguments, environment on top of this
+/// process's, standard streams, process group).
+///
+/// Unlike a `Command`, it does not fork the launcher: the child is created sharing the
+/// launcher's memory until it executes the program (as `posix_spawn` does) and arms its
+/// parent-death signal on the way, so a PE dies with its launcher, even one killed by SIGKILL
+/// (`PR_SET_PDEATHSIG`: with the launcher's *thread* that spawned it, so spawn PEs from a
+/// thread that lives as long as they should).
 #[derive(Debug)]
 pub struct PeCommand<'plan> {
-    command: Command,
+    program: OsString,
+    arg0: Option<OsString>,
+    args: Vec<OsString>,
+    /// Changes to this process's environment, in order (`None`: removed).
+    env: Vec<(OsString, Option<OsString>)>,
+    stdio: [PeStdio; 3],
+    process_group: bool,
+    inherit: Option<RawFd>,
     _plan: PhantomData<&'plan JobPlan>,
 }
 
-impl Deref for PeCommand<'_> {
-    type Target = Command;
+impl PeCommand<'_> {
+    /// Sets `argv[0]` (by default the program as given).
+    pub fn arg0(&mut self, arg0: impl AsRef<OsStr>) -> &mut Self {
+        self.arg0 = Some(arg0.as_ref().to_os_string());
+        self
+    }
 
-    fn deref(&self) -> &Command {
-        &self.command
+    /// Adds an argument.
+    pub fn arg(&mut self, arg: impl AsRef<OsStr>) -> &mut Self {
+        self.args.push(arg.as_ref().to_os_string());
+        self
+    }
+
+    /// Adds arguments.
+    pub fn args<I, S>(&mut self, args: I) -> &mut Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_os_string()));
+        self
+    }
+
+    /// Sets an environment variable of the PE.
+    pub fn env(&mut self, name: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> &mut Self {
+        let value = Some(value.as_ref().to_os_string());
+        self.env.push((name.as_ref().to_os_string(), value));
+        self
+    }
+
+    /// Sets environment variables of the PE.
+    pub fn envs<I, K, V>(&mut self, vars: I) -> &mut Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        for (name, value) in vars {
+            self.env(name, value);
+        }
+        self
+    }
+
+    /// Removes an environment variable from the PE's environment.
+    pub fn env_remove(&mut self, name: impl AsRef<OsStr>) -> &mut Self {
+        self.env.push((name.as_ref().to_os_string(), None));
+        self
+    }
+
+    /// Connects the PE's standard input.
+    pub fn stdin(&mut self, stdio: PeStdio) -> &mut Self {
+        self.stdio[0] = stdio;
+        self
+    }
+
+    /// Connects the PE's standard output.
+    pub fn stdout(&mut self, stdio: PeStdio) -> &mut Self {
+        self.stdio[1] = stdio;
+        self
+    }
+
+    /// Connects the PE's standard error.
+    pub fn stderr(&mut self, stdio: PeStdio) -> &mut Self {
+        self.stdio[2] = stdio;
+        self
+    }
+
+    /// Puts the PE in a process group of its own (its process ID), so a signal to the group
+    /// reaches everything it starts.
+    pub fn process_group(&mut self, own: bool) -> &mut Self {
+        self.process_group = own;
+        self
+    }
+
+    /// Starts the PE; returns once it executes the program (a program that cannot be executed
+    /// is this call's error).
+    pub fn spawn(&mut self) -> std::io::Result<PeChild> {
+        let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        for (name, value) in &self.env {
+            env.retain(|(n, _)| n != name);
+            if let Some(value) = value {
+                env.push((name.clone(), value.clone()));
+            }
+        }
+        // The child's ends (closed here once it has its copies) and the launcher's.
+        let mut child_ends: [Option<OwnedFd>; 3] = [None, None, None];
+        let mut ours: [Option<File>; 3] = [None, None, None];
+        for (stream, stdio) in self.stdio.iter().enumerate() {
+            match stdio {
+                PeStdio::Inherit => {}
+                PeStdio::Null => {
+                    let flags = rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC;
+                    child_ends[stream] = Some(rustix::fs::open(
+                        "/dev/null",
+                        flags,
+                        rustix::fs::Mode::empty(),
+                    )?);
+                }
+                PeStdio::Piped => {
+                    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+                    let (child, launcher) = match stream {
+                        0 => (read, write),
+                        _ => (write, read),
+                    };
+                    child_ends[stream] = Some(child);
+                    ours[stream] = Some(File::from(launcher));
+                }
+            }
+        }
+        let argv0 = self.arg0.as_deref().unwrap_or(&self.program);
+        let spawn = crate::sys::spawn::Spawn {
+            program: &self.program,
+            argv: std::iter::once(argv0)
+                .chain(self.args.iter().map(OsString::as_os_str))
+                .collect(),
+            env,
+            stdio: child_ends
+                .each_ref()
+                .map(|end| end.as_ref().map(AsRawFd::as_raw_fd)),
+            process_group: self.process_group,
+            inherit: self.inherit,
+        };
+        let id = crate::sys::spawn::spawn(&spawn)?;
+        let [stdin, stdout, stderr] = ours;
+        Ok(PeChild {
+            id,
+            status: None,
+            stdin,
+            stdout,
+            stderr,
+        })
     }
 }
 
-impl DerefMut for PeCommand<'_> {
-    fn deref_mut(&mut self) -> &mut Command {
-        &mut self.command
+/// A PE started by [`PeCommand::spawn`]. Dropping it neither kills nor waits for the process.
+#[derive(Debug)]
+pub struct PeChild {
+    id: u32,
+    status: Option<ExitStatus>,
+    /// The launcher's end of the PE's standard input, if [`PeStdio::Piped`].
+    pub stdin: Option<File>,
+    /// The launcher's end of the PE's standard output, if [`PeStdio::Piped`].
+    pub stdout: Option<File>,
+    /// The launcher's end of the PE's standard error, if [`PeStdio::Piped`].
+    pub stderr: Option<File>,
+}
+
+impl PeChild {
+    /// The PE's process ID (also its process group's, with [`PeCommand::process_group`]).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// [`PeChild::id`] as a `rustix` process ID (for signals and waits through `rustix`).
+    pub fn pid(&self) -> rustix::process::Pid {
+        rustix::process::Pid::from_raw(self.id as i32).expect("a process ID is positive")
+    }
+
+    /// Waits for the PE to exit and reaps it (later calls return the same status). Closes
+    /// the launcher's end of the PE's standard input first, as `std::process::Child::wait`
+    /// does, so a PE reading it to its end is not left waiting.
+    pub fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        drop(self.stdin.take());
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        let status = crate::sys::spawn::wait(self.id)?;
+        self.status = Some(status);
+        Ok(status)
     }
 }
 
@@ -233,4 +423,83 @@ fn free_port() -> Result<u16> {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .map_err(|e| Error::backend("plan job", "cannot find a free port for MASTER_PORT", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+
+    fn read_all(file: Option<File>) -> String {
+        let mut text = String::new();
+        file.expect("piped").read_to_string(&mut text).unwrap();
+        text
+    }
+
+    #[test]
+    fn a_pe_runs_its_program_with_the_arguments_environment_and_streams_given() {
+        let plan = JobPlan::new(2, &Config::default()).unwrap();
+        let script = r#"echo "$0 $1 rank=$RANK removed=${HM_TEST_REMOVED-unset} set=$HM_TEST_SET"
+read line; echo "got $line" >&2; exit 7"#;
+        let mut child = plan
+            .command(1, "sh")
+            .args(["-c", script, "zero", "one"])
+            .env("HM_TEST_REMOVED", "1")
+            .env_remove("HM_TEST_REMOVED")
+            .env("HM_TEST_SET", "yes")
+            .stdin(PeStdio::Piped)
+            .stdout(PeStdio::Piped)
+            .stderr(PeStdio::Piped)
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+        assert_eq!(
+            read_all(child.stdout.take()),
+            "zero one rank=1 removed=unset set=yes\n"
+        );
+        assert_eq!(read_all(child.stderr.take()), "got hello\n");
+        assert_eq!(child.wait().unwrap().code(), Some(7));
+        assert_eq!(child.wait().unwrap().code(), Some(7), "the status is kept");
+    }
+
+    #[test]
+    fn rank_0_alone_inherits_the_world_listener_and_a_pe_may_lead_its_own_group() {
+        let plan = JobPlan::new(2, &Config::default()).unwrap();
+        let script = format!(
+            r#"fd=${{{}-none}}; [ "$fd" = none ] || [ -e /proc/$$/fd/$fd ] || fd=closed
+echo "$fd $(cut -d' ' -f5 /proc/$$/stat)""#,
+            config::WORLD_LISTEN_FD
+        );
+        for rank in [0, 1] {
+            let mut child = plan
+                .command(rank, "sh")
+                .args(["-c", &script])
+                .process_group(true)
+                .stdout(PeStdio::Piped)
+                .spawn()
+                .unwrap();
+            let said = read_all(child.stdout.take());
+            let (fd, group) = said.trim().split_once(' ').unwrap();
+            assert_eq!(group, child.id().to_string(), "its own process group");
+            match rank {
+                0 => assert!(fd.parse::<u32>().is_ok(), "an open listener: {said}"),
+                _ => assert_eq!(fd, "none", "{said}"),
+            }
+            assert!(child.wait().unwrap().success());
+        }
+    }
+
+    #[test]
+    fn a_program_that_cannot_be_executed_is_the_spawns_error() {
+        let plan = JobPlan::new(1, &Config::default()).unwrap();
+        for (program, kind) in [
+            ("hm-no-such-program", std::io::ErrorKind::NotFound),
+            ("/nonexistent/hm-program", std::io::ErrorKind::NotFound),
+            ("/", std::io::ErrorKind::PermissionDenied),
+        ] {
+            let error = plan.command(0, program).spawn().unwrap_err();
+            assert_eq!(error.kind(), kind, "{program}: {error}");
+        }
+    }
 }
