@@ -566,7 +566,8 @@ impl Shmem {
         if target.bytes == width && target.heap_offset % width == 0 && self.in_place(target, pe) {
             return Ok(target.heap_offset as usize);
         }
-        self.refused(|| self.word_checked::<W>(operation, *target, pe))
+        let target = *target;
+        self.refused(move || self.word_checked::<W>(operation, target, pe))
     }
 
     /// The transport's `rmw` on the word at heap offset `offset` of PE `pe` (located and
