@@ -572,7 +572,7 @@ impl Shmem {
 
     /// The transport's `rmw` on the word at heap offset `offset` of PE `pe` (located and
     /// checked by the caller).
-    #[inline]
+    #[inline(always)]
     fn rmw_at<W: AtomicWord>(&self, pe: usize, offset: usize, width: Width, rmw: Rmw) -> Result<W> {
         let previous = self.transport.atomic(pe, offset, width, rmw)?;
         Ok(W::from_bits(previous))

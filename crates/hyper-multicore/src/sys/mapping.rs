@@ -191,22 +191,17 @@ impl SharedMapping {
     /// The address of byte `offset` (for `ptr()` and diagnostics; no access is made).
     #[inline]
     pub(crate) fn address(&self, offset: usize) -> *mut u8 {
-        assert!(
-            offset <= self.len,
-            "offset {offset} outside a mapping of {}",
-            self.len
-        );
+        if offset > self.len {
+            outside(offset, 0, self.len);
+        }
         self.base.as_ptr().wrapping_add(offset)
     }
 
     #[inline]
     fn check(&self, offset: usize, len: usize) {
-        let end = offset.checked_add(len).expect("range overflows");
-        assert!(
-            end <= self.len,
-            "range {offset}..{end} outside a mapping of {}",
-            self.len
-        );
+        if offset.checked_add(len).map_or(true, |end| end > self.len) {
+            outside(offset, len, self.len);
+        }
     }
 
     /// Copies `source` into the mapping at `offset`.
@@ -334,16 +329,35 @@ impl SharedMapping {
     pub(crate) fn words<W: SharedWords>(&self, offset: usize) -> &W {
         self.check(offset, std::mem::size_of::<W>());
         let pointer = self.address(offset);
-        assert!(
-            pointer as usize % std::mem::align_of::<W>() == 0,
-            "offset {offset} is not aligned for {}",
-            std::any::type_name::<W>()
-        );
+        if pointer as usize % std::mem::align_of::<W>() != 0 {
+            misaligned(offset, std::any::type_name::<W>());
+        }
         // SAFETY: in bounds and aligned (checked), valid for the mapping's lifetime which the
         // returned borrow cannot outlive; `W: SharedWords` is valid for any bit pattern and only
         // mutated atomically.
         unsafe { &*pointer.cast::<W>() }
     }
+}
+
+/// The panic of a range outside a mapping (a bug of the caller, which checks ranges first).
+/// Out of line, with its values passed by value: a formatted `assert!` in the checks would
+/// keep them in stack slots on every data-plane call.
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn outside(offset: usize, len: usize, mapping_len: usize) -> ! {
+    match offset.checked_add(len) {
+        Some(end) => panic!("range {offset}..{end} outside a mapping of {mapping_len}"),
+        None => panic!("range overflows"),
+    }
+}
+
+/// The panic of a misaligned shared word (see [`outside`]).
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn misaligned(offset: usize, type_name: &str) -> ! {
+    panic!("offset {offset} is not aligned for {type_name}")
 }
 
 /// `copy_nonoverlapping(source, destination, len)`, with the word sizes (4 and 8 bytes, the

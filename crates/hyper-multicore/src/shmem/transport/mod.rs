@@ -519,8 +519,16 @@ impl Transports {
     pub(crate) fn atomic(&self, pe: usize, offset: usize, width: Width, rmw: Rmw) -> Result<u64> {
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.atomic(peer, offset, width, rmw),
-            Route::Ucx(peer) => self.ucx()?.atomic(peer, offset, width, rmw),
+            Route::Ucx(peer) => self.ucx_atomic(peer, offset, width, rmw),
         }
+    }
+
+    /// [`Transports::atomic`] on the UCX route, out of line: passed to it inline, `rmw` would
+    /// live in memory on the shared-memory route too (it is passed by reference), where the
+    /// acquire loads of the checks before it keep its constant kind from being folded.
+    #[inline(never)]
+    fn ucx_atomic(&self, peer: UcxPeer, offset: usize, width: Width, rmw: Rmw) -> Result<u64> {
+        self.ucx()?.atomic(peer, offset, width, rmw)
     }
 
     /// See [`Transport::signal`].

@@ -161,7 +161,7 @@ impl Transport for ShmTransport {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     fn atomic(&self, peer: ShmPeer, offset: usize, width: Width, rmw: Rmw) -> Result<u64> {
         Ok(self.rmw(peer, offset, width, rmw))
     }
@@ -215,7 +215,7 @@ impl ShmTransport {
 
     /// Performs `rmw` on the word at `offset` of `peer`'s heap; updates ring the peer's
     /// doorbell. Returns the previous value.
-    #[inline]
+    #[inline(always)]
     fn rmw(&self, peer: ShmPeer, offset: usize, width: Width, rmw: Rmw) -> u64 {
         let mapping = self.mapping();
         let offset = peer.heap + offset;
