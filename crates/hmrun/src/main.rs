@@ -32,7 +32,6 @@
 
 mod job;
 mod output;
-mod program;
 mod signals;
 
 use std::ffi::OsString;
@@ -143,8 +142,9 @@ fn launch(cli: Cli) -> anyhow::Result<u8> {
     let arg0 = command.next().expect("clap requires PROGRAM");
     let config = Config::from_env().map_err(|err| UsageError(err.to_string()))?;
     hyper_multicore::logging::install_as("hmrun").map_err(|err| UsageError(err.to_string()))?;
-    let program = program::resolve(&arg0, std::env::var_os("PATH").as_deref())
-        .map_err(|err| UsageError(err.to_string()))?;
+    let program =
+        hyper_multicore::launch::program::resolve(&arg0, std::env::var_os("PATH").as_deref())
+            .map_err(|err| UsageError(err.to_string()))?;
     let nodes = match (cli.nnodes, cli.master_addr) {
         (1, None) => None,
         (nodes, Some(master_addr)) => Some(NodePlacement {

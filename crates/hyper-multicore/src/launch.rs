@@ -19,6 +19,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::process::ExitStatus;
 
 use crate::config::{self, Config};
+
+pub mod program;
 use crate::control::{BootstrapListener, UniqueId};
 use crate::error::{Error, ErrorKind, Result};
 

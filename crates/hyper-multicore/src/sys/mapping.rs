@@ -192,7 +192,7 @@ impl SharedMapping {
     #[inline]
     pub(crate) fn address(&self, offset: usize) -> *mut u8 {
         if offset > self.len {
-            outside(offset, 0, self.len);
+            offset_outside(offset, self.len);
         }
         self.base.as_ptr().wrapping_add(offset)
     }
@@ -350,6 +350,14 @@ fn outside(offset: usize, len: usize, mapping_len: usize) -> ! {
         Some(end) => panic!("range {offset}..{end} outside a mapping of {mapping_len}"),
         None => panic!("range overflows"),
     }
+}
+
+/// The panic of an address outside a mapping (see [`outside`]).
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn offset_outside(offset: usize, mapping_len: usize) -> ! {
+    panic!("offset {offset} outside a mapping of {mapping_len}")
 }
 
 /// The panic of a misaligned shared word (see [`outside`]).

@@ -17,9 +17,7 @@
 use std::ffi::{c_char, c_int, c_void, CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::process::ExitStatus;
 
 /// The child's stack: it runs a handful of system-call wrappers, then `execve`.
@@ -27,7 +25,8 @@ const CHILD_STACK: usize = 64 * 1024;
 
 /// What the child process is to be: resolved and encoded by [`spawn`] before the clone.
 pub(crate) struct Spawn<'a> {
-    /// The program: a path, or a name looked up in the child's `PATH`.
+    /// The program: a path, or a name looked up in the child's `PATH` (as
+    /// [`crate::launch::program::resolve`] does).
     pub(crate) program: &'a OsStr,
     /// `argv[0]`, then the arguments.
     pub(crate) argv: Vec<&'a OsStr>,
@@ -60,7 +59,9 @@ struct ChildPlan {
 /// process ID once it has executed the program (an `exec` failure, a missing program among
 /// them, is this call's error).
 pub(crate) fn spawn(spawn: &Spawn<'_>) -> std::io::Result<u32> {
-    let path = resolve(spawn.program, &spawn.env)?;
+    let search = spawn.env.iter().find(|(name, _)| name == "PATH");
+    let path = crate::launch::program::resolve(spawn.program, search.map(|(_, v)| v.as_os_str()))?;
+    let path = c_string(path.as_os_str().as_bytes())?;
     let argv = spawn
         .argv
         .iter()
@@ -249,38 +250,6 @@ impl Drop for SignalsBlocked {
             libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut());
         }
     }
-}
-
-/// The program's path: as given if it contains a `/`, else the first executable file of that
-/// name in the child's `PATH` (the launcher's default path if the child has none).
-fn resolve(program: &OsStr, env: &[(OsString, OsString)]) -> std::io::Result<CString> {
-    if program.as_bytes().contains(&b'/') {
-        return c_string(program.as_bytes());
-    }
-    let search = env.iter().find(|(name, _)| name == "PATH").map_or_else(
-        || OsString::from("/usr/local/bin:/usr/bin:/bin"),
-        |(_, v)| v.clone(),
-    );
-    std::env::split_paths(&search)
-        .map(|directory| directory.join(program))
-        .find(|candidate| is_executable(candidate))
-        .map_or_else(
-            || {
-                Err(std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    format!(
-                        "program {:?} not found in PATH ({})",
-                        program,
-                        search.to_string_lossy()
-                    ),
-                ))
-            },
-            |found| c_string(found.as_os_str().as_bytes()),
-        )
-}
-
-fn is_executable(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 fn c_string(bytes: &[u8]) -> std::io::Result<CString> {

@@ -1,4 +1,5 @@
-//! Finding the program every rank runs, before anything is started.
+//! Finding the program a PE runs: hmrun checks it before anything is started, and
+//! [`PeCommand::spawn`](super::PeCommand::spawn) resolves it the same way.
 //!
 //! The lookup follows `execvp`: a name containing `/` is a path; any other name is searched in
 //! the directories of `PATH` (an empty entry meaning the current directory; `/bin:/usr/bin`
@@ -30,6 +31,18 @@ pub enum ProgramError {
     NotAFile(PathBuf),
     /// A path naming a file the caller may not execute.
     NotExecutable(PathBuf),
+}
+
+impl From<ProgramError> for std::io::Error {
+    fn from(error: ProgramError) -> std::io::Error {
+        let kind = match error {
+            ProgramError::NotInPath(_) | ProgramError::Missing(_) => std::io::ErrorKind::NotFound,
+            ProgramError::NotAFile(_) | ProgramError::NotExecutable(_) => {
+                std::io::ErrorKind::PermissionDenied
+            }
+        };
+        std::io::Error::new(kind, error)
+    }
 }
 
 impl fmt::Display for ProgramError {
