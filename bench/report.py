@@ -431,7 +431,44 @@ def scaling(ours, oshmem):
             f"floor(32)/floor(4) = {floor_growth:.2f} in this run. Met if the barrier grows no "
             f"faster than that floor from 4 to 32 PEs. Measured: t(32)/t(4) = {growth:.2f} → "
             f"{verdict(judged)}.")
+    lines.extend(switch_floor(ours, oshmem, by_pes))
     return lines, judged
+
+
+def switch_floor(ours, oshmem, by_pes, cores=2):
+    """What the bar "≤ 0.3× OSHMEM" asks of an oversubscribed barrier, against the least any
+    barrier can cost on these cores: the yield rotation (every PE calling `sched_yield`, so each
+    core runs each of its N/cores PEs once per call) gives one bare context switch; a barrier
+    needs at least N/cores − 1 of them per core (the PE that completes it runs on)."""
+    rotation = {r["pes"]: r["median_ns"] for r in ours
+                if r["layer"] == "reference" and r["op"] == "raw_yield_rotation"}
+    rows = []
+    for n in sorted(rotation):
+        peer = find(oshmem, "oshmem", "barrier", 0, n)
+        if n not in by_pes or not peer or n <= cores:
+            continue
+        per_core = n // cores
+        switch = rotation[n] / per_core
+        floor = switch * (per_core - 1)
+        asked = 0.3 * peer["median_ns"]
+        rows.append(f"| {n} | {human_ns(rotation[n])} | {human_ns(switch)} | {human_ns(floor)} "
+                    f"| {human_ns(asked)} ({asked / floor:.2f}× the floor) "
+                    f"| {human_ns(by_pes[n])} ({by_pes[n] / floor:.2f}× the floor) |")
+    if not rows:
+        return []
+    return [
+        "",
+        "What the OSHMEM half of the bar asks, against the least a barrier can cost here: the "
+        "yield rotation (every PE calling `sched_yield` in a loop, interleaved with the barrier) "
+        "costs one bare context switch per PE of a core; a barrier needs at least N/2 − 1 of "
+        "them per core per barrier (the PE that completes it goes on running, every other PE "
+        "of the core must run once to see it done). Where 0.3× OSHMEM is at or below that "
+        "floor, no barrier can meet it on these cores.",
+        "",
+        "| PEs | yield rotation | one switch | floor: (N/2 − 1) switches | 0.3× OSHMEM | ours |",
+        "|---:|---:|---:|---:|---:|---:|",
+        *rows,
+    ]
 
 
 def plots(ours, oshmem, directory):

@@ -728,7 +728,9 @@ impl<'s> Bench<'s> {
     /// the first core (PE r runs on core r % cores; each sleeps on its own word until the
     /// previous one passes the token). Every core must run each of its PEs once per barrier,
     /// so one round of that ring — PEs / cores context switches — is what any barrier at least
-    /// costs.
+    /// costs. Also interleaved: the yield rotation, every PE calling `sched_yield` in a loop
+    /// (no wake-up, no shared word: the cheapest way the scheduler runs each PE of a core
+    /// once), whose time per call is the lowest any barrier can reach on these cores.
     fn barrier_of_many(&self) -> Result<()> {
         let shmem = self.shmem;
         let barrier = |ops| self.repeat(ops, || Ok(shmem.barrier()?));
@@ -770,11 +772,19 @@ impl<'s> Bench<'s> {
             }
             Ok(start.elapsed())
         });
-        let timings = self.time(vec![ring, self.together(barrier)])?;
-        let [ring, barrier] = timings[..] else {
-            unreachable!("two batches were timed")
+        let rotation = self.together(|ops| {
+            let start = Instant::now();
+            for _ in 0..ops {
+                rustix::thread::sched_yield();
+            }
+            Ok(start.elapsed())
+        });
+        let timings = self.time(vec![ring, rotation, self.together(barrier)])?;
+        let [ring, rotation, barrier] = timings[..] else {
+            unreachable!("three batches were timed")
         };
         self.report("raw_futex_ring", REFERENCE, 0, ring, None)?;
+        self.report("raw_yield_rotation", REFERENCE, 0, rotation, None)?;
         let reference = Some(("raw futex ring through one core's PEs", ring));
         self.report("barrier", LAYER, 0, barrier, reference)?;
         shmem.barrier()?;
