@@ -457,33 +457,154 @@ pub fn run_pe(args: &PeArgs) -> Result<()> {
 }
 
 /// The PE side of the guarded job: the runtime comes from `lifecycle::acquire` (over the whole
-/// world) and the whole benchmark runs inside one `lifecycle::guarded` call, in which each
-/// timed call takes the guard again (it nests).
+/// world) and every call goes through `lifecycle::guarded` from outside any other guarded call,
+/// as a front makes them (see [`guarded_word_ops`]).
 fn run_pe_lifecycle(args: &PeArgs) -> Result<()> {
     lifecycle::acquire(None, Some(args.heap)).context("acquire the runtime")?;
-    let mut outcome = Ok(());
-    lifecycle::guarded("hm-bench", |shmem| {
-        outcome = (|| {
-            let cpus = allowed_cpus()?;
-            if !args.no_pin {
-                pin_main_thread(shmem.rank(), &cpus)?;
-            }
-            let bench = Bench {
-                shmem,
-                method: method(args.quick),
-                only: Vec::new(),
-                remote: false,
-                cores: cpus.len(),
-            };
-            bench
-                .guarded_word_ops()
-                .with_context(|| format!("guarded benchmarks on rank {}", shmem.rank()))
-        })();
-        Ok(())
-    })
-    .context("enter the lifecycle guard")?;
-    outcome?;
+    let rank = lifecycle::guarded("my_pe", |shmem| Ok(shmem.rank()))?;
+    if !args.no_pin {
+        pin_main_thread(rank, &allowed_cpus()?)?;
+    }
+    guarded_word_ops(&method(args.quick), rank)
+        .with_context(|| format!("guarded benchmarks on rank {rank}"))?;
     lifecycle::release().context("release the runtime")
+}
+
+/// Put 8 B + quiet, get 8 B and fetch-add on the peer's word, each call through its own
+/// `lifecycle::guarded` (one guard per API call, none nested: a front calling them one by one),
+/// interleaved with the same calls made directly inside one guarded call per batch (the
+/// reference: the guard's cost).
+fn guarded_word_ops(method: &Method, rank: usize) -> Result<()> {
+    let (word, counter) = lifecycle::guarded("allocate", |s| {
+        let word = s.allocate::<u64>(1, None)?;
+        let counter = s.allocate::<u64>(1, None)?;
+        s.put(&word, &[0], s.rank())?;
+        s.atomic_set(&counter, 0, s.rank())?;
+        s.barrier()?;
+        Ok((word, counter))
+    })?;
+    let put = |s: &Shmem, i: u64| s.put(&word, &[black_box(i)], PEER);
+    let get = |s: &Shmem, value: &mut [u64; 1]| s.get(value, &word, PEER);
+    let fetch_add = |s: &Shmem| s.atomic_fetch_add(&counter, 1u64, PEER);
+    let root = rank == 0;
+    let mut batches = vec![
+        direct_on_root(root, |s, ops| {
+            for i in 0..ops {
+                put(s, i)?;
+                s.quiet();
+            }
+            Ok(())
+        }),
+        guarded_on_root(root, |ops| {
+            let start = Instant::now();
+            for i in 0..ops {
+                lifecycle::guarded("put", |s| put(s, i))?;
+                lifecycle::guarded("quiet", |s| {
+                    s.quiet();
+                    Ok(())
+                })?;
+            }
+            Ok(start.elapsed())
+        }),
+        direct_on_root(root, |s, ops| {
+            let mut value = [0u64];
+            for _ in 0..ops {
+                get(s, &mut value)?;
+                black_box(&mut value);
+            }
+            Ok(())
+        }),
+        guarded_on_root(root, |ops| {
+            let mut value = [0u64];
+            let start = Instant::now();
+            for _ in 0..ops {
+                lifecycle::guarded("get", |s| get(s, &mut value))?;
+                black_box(&mut value);
+            }
+            Ok(start.elapsed())
+        }),
+        direct_on_root(root, |s, ops| {
+            for _ in 0..ops {
+                black_box(fetch_add(s)?);
+            }
+            Ok(())
+        }),
+        guarded_on_root(root, |ops| {
+            let start = Instant::now();
+            for _ in 0..ops {
+                black_box(lifecycle::guarded("atomic_fetch_add", fetch_add)?);
+            }
+            Ok(start.elapsed())
+        }),
+    ];
+    let timings = time_interleaved(method, &mut batches)?;
+    drop(batches);
+    let [put, put_guarded, get, get_guarded, fetch_add, fetch_add_guarded] = timings[..] else {
+        unreachable!("six batches were timed")
+    };
+    if root {
+        let rows = [
+            (
+                "put_quiet_guarded",
+                put_guarded,
+                "put_quiet without the guard",
+                put,
+            ),
+            ("get_guarded", get_guarded, "get without the guard", get),
+            (
+                "fetch_add_guarded",
+                fetch_add_guarded,
+                "fetch_add without the guard",
+                fetch_add,
+            ),
+        ];
+        for (op, timing, reference, direct) in rows {
+            emit(&PeMessage::Timed {
+                op: op.to_string(),
+                layer: LAYER.to_string(),
+                bytes: WORD_BYTES,
+                timing,
+                reference: Some((reference.to_string(), direct.per_op.median_ns)),
+            })?;
+        }
+    }
+    Ok(lifecycle::guarded("free", |s| {
+        s.barrier()?;
+        s.free(counter)?;
+        s.free(word)
+    })?)
+}
+
+/// A batch of direct calls (`batch(shmem, ops)`) inside one guarded call, as
+/// [`guarded_on_root`] runs it.
+fn direct_on_root<'b>(
+    root: bool,
+    batch: impl Fn(&Shmem, u64) -> hyper_multicore::Result<()> + 'b,
+) -> Batch<'b> {
+    guarded_on_root(root, move |ops| {
+        let took = lifecycle::guarded("batch", |s| {
+            let start = Instant::now();
+            batch(s, ops)?;
+            Ok(start.elapsed())
+        })?;
+        Ok(took)
+    })
+}
+
+/// [`together`] for the guarded job, where no `&Shmem` outlives a guarded call: each call of
+/// the batch starts right after a barrier, and root rank 0's duration is broadcast, each
+/// through `lifecycle::guarded`; only root rank 0 runs `batch` (the others wait).
+fn guarded_on_root<'b>(
+    root: bool,
+    mut batch: impl FnMut(u64) -> Result<Duration> + 'b,
+) -> Batch<'b> {
+    Box::new(move |ops| {
+        lifecycle::guarded("barrier", |s| s.barrier())?;
+        let took = if root { nanos(batch(ops)?) } else { 0 };
+        let root_took =
+            lifecycle::guarded("broadcast", |s| s.control().broadcast(&took.to_le_bytes()))?;
+        root_duration(root_took)
+    })
 }
 
 /// Initializes a runtime over every rank of `world` (collective): root rank 0 creates the
@@ -592,98 +713,6 @@ impl<'s> Bench<'s> {
             self.wake_sleeper()?;
         }
         Ok(shmem.barrier()?)
-    }
-
-    /// Put 8 B + quiet, get 8 B and fetch-add on the peer's word, each through
-    /// `lifecycle::guarded` (one guard per API call, as a front calling them one by one),
-    /// interleaved with the same calls made directly (the reference: the guard's cost).
-    fn guarded_word_ops(&self) -> Result<()> {
-        let shmem = self.shmem;
-        let word = shmem.allocate::<u64>(1, None)?;
-        let counter = shmem.allocate::<u64>(1, None)?;
-        shmem.put(&word, &[0], shmem.rank())?;
-        shmem.atomic_set(&counter, 0, shmem.rank())?;
-        shmem.barrier()?;
-        let put = |s: &Shmem, i: u64| s.put(&word, &[black_box(i)], PEER);
-        let get = |s: &Shmem, value: &mut [u64; 1]| s.get(value, &word, PEER);
-        let fetch_add = |s: &Shmem| s.atomic_fetch_add(&counter, 1u64, PEER);
-        let timings = self.time(vec![
-            self.on_root(|ops| {
-                let start = Instant::now();
-                for i in 0..ops {
-                    put(shmem, i)?;
-                    shmem.quiet();
-                }
-                Ok(start.elapsed())
-            }),
-            self.on_root(|ops| {
-                let start = Instant::now();
-                for i in 0..ops {
-                    lifecycle::guarded("put", |s| put(s, i))?;
-                    lifecycle::guarded("quiet", |s| {
-                        s.quiet();
-                        Ok(())
-                    })?;
-                }
-                Ok(start.elapsed())
-            }),
-            self.on_root(|ops| {
-                let mut value = [0u64];
-                let start = Instant::now();
-                for _ in 0..ops {
-                    get(shmem, &mut value)?;
-                    black_box(&mut value);
-                }
-                Ok(start.elapsed())
-            }),
-            self.on_root(|ops| {
-                let mut value = [0u64];
-                let start = Instant::now();
-                for _ in 0..ops {
-                    lifecycle::guarded("get", |s| get(s, &mut value))?;
-                    black_box(&mut value);
-                }
-                Ok(start.elapsed())
-            }),
-            self.on_root(|ops| {
-                let start = Instant::now();
-                for _ in 0..ops {
-                    black_box(fetch_add(shmem)?);
-                }
-                Ok(start.elapsed())
-            }),
-            self.on_root(|ops| {
-                let start = Instant::now();
-                for _ in 0..ops {
-                    black_box(lifecycle::guarded("atomic_fetch_add", fetch_add)?);
-                }
-                Ok(start.elapsed())
-            }),
-        ])?;
-        let [put, put_guarded, get, get_guarded, fetch_add, fetch_add_guarded] = timings[..] else {
-            unreachable!("six batches were timed")
-        };
-        let rows = [
-            (
-                "put_quiet_guarded",
-                put_guarded,
-                "put_quiet without the guard",
-                put,
-            ),
-            ("get_guarded", get_guarded, "get without the guard", get),
-            (
-                "fetch_add_guarded",
-                fetch_add_guarded,
-                "fetch_add without the guard",
-                fetch_add,
-            ),
-        ];
-        for (op, timing, reference, direct) in rows {
-            self.report(op, LAYER, WORD_BYTES, timing, Some((reference, direct)))?;
-        }
-        shmem.barrier()?;
-        shmem.free(counter)?;
-        Ok(shmem.free(word)?)
     }
 
     /// Whether `group` is to run.
@@ -1408,12 +1437,16 @@ fn together<'b>(
     Box::new(move |ops| {
         shmem.barrier()?;
         let took = nanos(batch(ops)?);
-        let root_took = shmem.control().broadcast(&took.to_le_bytes())?;
-        let root_took: [u8; 8] = root_took.try_into().map_err(|bytes| {
-            anyhow::anyhow!("root rank 0 broadcast a malformed duration {bytes:?}")
-        })?;
-        Ok(Duration::from_nanos(u64::from_le_bytes(root_took)))
+        root_duration(shmem.control().broadcast(&took.to_le_bytes())?)
     })
+}
+
+/// The duration root rank 0 broadcast (nanoseconds, little-endian).
+fn root_duration(bytes: Vec<u8>) -> Result<Duration> {
+    let nanos: [u8; 8] = bytes
+        .try_into()
+        .map_err(|bytes| anyhow::anyhow!("root rank 0 broadcast a malformed duration {bytes:?}"))?;
+    Ok(Duration::from_nanos(u64::from_le_bytes(nanos)))
 }
 
 /// A private byte buffer that starts on a cache line (64 bytes), every byte written.
