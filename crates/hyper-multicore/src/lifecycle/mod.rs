@@ -77,7 +77,7 @@ use crate::shmem::{
     debug_state_inactive, Allocation, AllocationRecord, AllocationSpec, DebugState, Element,
     Joining, Region, Shmem, ShutdownError, MAX_ALIGNMENT,
 };
-use crate::sys::gate::{Exclusive, Gated};
+use crate::sys::gate::Exclusive;
 use crate::world::World;
 use stage::StageFailure;
 
@@ -175,9 +175,7 @@ fn root_channel(operation: &str) -> Result<Arc<dyn GroupChannel>> {
         })
 }
 
-/// The process's runtime: guarded calls pass its gate, acquire/release/restart and
-/// invalidation hold it exclusively (`sys/gate.rs`).
-static RUNTIME: Gated<Option<Shmem>> = Gated::new(None);
+use process::RUNTIME;
 
 /// [`acquire_root`] with `None` = [`RootGroup::World`] and `Some(channel)` =
 /// [`RootGroup::Channel`].
@@ -1048,21 +1046,25 @@ pub fn try_guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> R
 /// The runtime read by a guarded call whose gate was closed.
 type Locked = RwLockReadGuard<'static, Option<Shmem>>;
 
-/// The guarded calls' common part: refuses them in an invalidated process or off the lease,
-/// then runs `f` past the runtime's open gate, or else under the read lock `locked` takes.
-/// `f` is called from one place, so that the compiler inlines it here (a caller's constant
-/// arguments, e.g. an atomic operation's kind, then fold into the data-plane code).
+/// The guarded calls' common part: runs `f` past the runtime's gate when its word admits the
+/// call on one load (open, not invalidated, no shared root); else refuses the call in an
+/// invalidated process or off the lease, then runs `f` past the open gate, or under the read
+/// lock `locked` takes. `f` is called from one place, so that the compiler inlines it here (a
+/// caller's constant arguments, e.g. an atomic operation's kind, then fold into the data-plane
+/// code).
 #[inline(always)]
 fn through_gate<R>(
     operation: &str,
     f: impl FnOnce(&Shmem) -> Result<R>,
     locked: impl FnOnce(&str) -> Result<Locked>,
 ) -> Result<R> {
-    if process::is_invalidated() {
-        return Err(invalidated_error(operation));
-    }
-    check_leased(operation)?;
-    let entered = RUNTIME.enter();
+    let entered = match RUNTIME.enter_clear() {
+        Some(entered) => Some(entered),
+        None => {
+            admit(operation)?;
+            RUNTIME.enter()
+        }
+    };
     let read;
     let runtime = match &entered {
         Some(runtime) => runtime.as_ref(),
@@ -1072,6 +1074,17 @@ fn through_gate<R>(
         }
     };
     with_runtime(operation, runtime, f)
+}
+
+/// What the gate word's holds stand for, checked when it does not admit a call at once:
+/// refuses a call in an invalidated process, or off the lease while a shared root manages the
+/// heap.
+#[inline(never)]
+fn admit(operation: &str) -> Result<()> {
+    if process::is_invalidated() {
+        return Err(invalidated_error(operation));
+    }
+    check_leased(operation)
 }
 
 /// The read lock for [`guarded`] past a closed gate: waits for the writer, unless this very

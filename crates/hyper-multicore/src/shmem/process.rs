@@ -9,15 +9,17 @@
 //!        any state ──lifecycle gives up──▶ Invalidated (terminal: the runtime is released)
 //! ```
 //!
-//! The lifecycle's fast path (every guarded call) reads one atomic mirror of "invalidated",
-//! written only under the lock together with the state.
-
-use std::sync::atomic::{AtomicBool, Ordering};
+//! The process's runtime as the managed lifecycle holds it ([`RUNTIME`]) lives here too: its
+//! gate word carries an atomic mirror of "invalidated" (written only under the lock together
+//! with the state) and of "a shared root manages the heap" (`registry.rs`), so that one load
+//! admits a guarded call.
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use super::runtime::Shmem;
 use crate::error::{Error, ErrorKind, Recovery, Result};
+use crate::sys::gate::{Gated, FIRST_HOLD};
 
 /// The native runtime's state in this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,9 +65,18 @@ static PROCESS: Mutex<ProcessState> = Mutex::new(ProcessState {
     latest_failure: None,
 });
 
-/// True once the state is terminal ([`RuntimeState::Finalized`] or
-/// [`RuntimeState::Invalidated`]): a mirror of the state for fast paths, written under the lock.
-static INVALIDATED: AtomicBool = AtomicBool::new(false);
+/// The process's runtime under the managed lifecycle (`lifecycle`): guarded calls pass its
+/// gate, acquire/release/restart and invalidation hold it exclusively (`sys/gate.rs`). Its gate
+/// word holds [`INVALIDATED`] and [`LEASED`] besides the gate's own bits.
+pub(crate) static RUNTIME: Gated<Option<Shmem>> = Gated::new(None);
+
+/// [`RUNTIME`]'s hold while the state is terminal ([`RuntimeState::Finalized`] or
+/// [`RuntimeState::Invalidated`]): a mirror of the state for fast paths, set under the lock.
+const INVALIDATED: u32 = FIRST_HOLD;
+
+/// [`RUNTIME`]'s hold while a shared root manages the heap (the registry's lease word is not
+/// zero): guarded calls then check the calling thread's lease.
+pub(crate) const LEASED: u32 = FIRST_HOLD << 1;
 
 /// The runtime state of this process.
 pub fn runtime_state() -> RuntimeState {
@@ -80,7 +91,7 @@ pub fn latest_failure() -> Option<FailureRecord> {
 /// One load: is this process terminal (finalized or invalidated)?
 #[inline]
 pub(crate) fn is_invalidated() -> bool {
-    INVALIDATED.load(Ordering::Acquire)
+    RUNTIME.word().holds(INVALIDATED)
 }
 
 /// The recovery and cause that made the process terminal, if it is.
@@ -103,7 +114,7 @@ pub(crate) fn invalidate(recovery: Recovery, cause: &Error) {
         process.state = RuntimeState::Invalidated;
         process.terminal_because = Some((recovery, cause.to_string()));
     }
-    INVALIDATED.store(true, Ordering::Release);
+    RUNTIME.word().hold(INVALIDATED);
 }
 
 /// Claims the process for a new runtime lifetime.
@@ -153,7 +164,7 @@ pub(crate) fn end_lifetime(failure: Option<&Error>) {
         Some(error) => {
             process.state = RuntimeState::Finalized;
             process.terminal_because = Some((Recovery::Terminal, error.to_string()));
-            INVALIDATED.store(true, Ordering::Release);
+            RUNTIME.word().hold(INVALIDATED);
         }
     }
 }

@@ -48,6 +48,10 @@ pub(crate) fn set_managed(description: Option<String>, lease: Option<u64>) {
         },
         Ordering::Release,
     );
+    match description {
+        Some(_) => process::RUNTIME.word().hold(process::LEASED),
+        None => process::RUNTIME.word().release(process::LEASED),
+    }
     *managed = description;
 }
 

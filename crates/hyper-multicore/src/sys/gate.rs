@@ -1,7 +1,12 @@
 //! A cell read through a gate ([`Gated`]: the lifecycle's runtime, which guarded calls use):
-//! entering costs two stores to this thread's own slot and one load of the gate, no
+//! entering costs two stores to this thread's own slot and one load of the gate word, no
 //! lock-prefixed instruction (an `RwLock` read lock costs two, and they were most of the guarded
 //! path's overhead on an 8-byte put).
+//!
+//! The gate word ([`GateWord`]) also carries its owner's holds (the lifecycle's: the process is
+//! invalidated, a shared root manages the heap), so one load admits a call when the word is
+//! zero. Any bit set sends the call to the general entry ([`Gated::enter`]), after the owner has
+//! checked its holds itself.
 //!
 //! The protocol is an asymmetric Dekker handshake:
 //!
@@ -24,17 +29,67 @@
 //! does. A reader that finds the gate closed takes the read lock, which waits for the writer.
 
 use std::marker::PhantomData;
-use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Once;
 use std::time::Duration;
 
 use parking_lot::{const_rwlock, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// A value changed only under [`Exclusive`] and read through [`Gated::enter`] or a read lock.
+/// A value changed only under [`Exclusive`] and read through [`Gated::enter_clear`],
+/// [`Gated::enter`] or a read lock.
 pub(crate) struct Gated<T> {
     value: RwLock<T>,
-    /// Open while no writer is changing the value.
-    gate: AtomicBool,
+    /// [`CLOSED`] while a writer is changing the value; zero when a call may pass at once.
+    gate: GateWord,
+}
+
+/// The word a [`Gated`] is entered by: zero while calls may pass on one load. Bits 0 and 1 are
+/// the gate's own ([`CLOSED`], [`FENCED`]); its owner sets and clears its holds, from
+/// [`FIRST_HOLD`] up, with [`GateWord::hold`] and [`GateWord::release`].
+pub(crate) struct GateWord(AtomicU32);
+
+/// A writer holds the value (closed by [`Gated::exclusive`]).
+const CLOSED: u32 = 1;
+/// `membarrier` is not registered (yet) for this process: readers must fence, so none takes
+/// the one-load entry. Cleared by the first general entry after the registration succeeded.
+const FENCED: u32 = 2;
+/// The lowest bit an owner may use for its holds.
+pub(crate) const FIRST_HOLD: u32 = 4;
+
+impl GateWord {
+    /// A word with no hold set (and [`FENCED`] until `membarrier` is registered).
+    const fn new() -> GateWord {
+        GateWord(AtomicU32::new(FENCED))
+    }
+
+    /// Sets the owner's holds `bits`: later calls take the general entry.
+    pub(crate) fn hold(&self, bits: u32) {
+        debug_assert!(
+            bits >= FIRST_HOLD,
+            "the gate's own bits are not the owner's"
+        );
+        self.0.fetch_or(bits, Ordering::SeqCst);
+    }
+
+    /// Clears the owner's holds `bits`.
+    pub(crate) fn release(&self, bits: u32) {
+        debug_assert!(
+            bits >= FIRST_HOLD,
+            "the gate's own bits are not the owner's"
+        );
+        self.0.fetch_and(!bits, Ordering::SeqCst);
+    }
+
+    /// Whether any of the gate's own `bits` is set (an acquire load).
+    fn holds_own(&self, bits: u32) -> bool {
+        self.0.load(Ordering::Acquire) & bits != 0
+    }
+
+    /// Whether any of the owner's `bits` is set (an acquire load).
+    #[inline]
+    pub(crate) fn holds(&self, bits: u32) -> bool {
+        self.0.load(Ordering::Acquire) & bits != 0
+    }
 }
 
 /// Whether `membarrier(PRIVATE_EXPEDITED)` is registered for this process.
@@ -147,12 +202,57 @@ impl<T> Gated<T> {
     pub(crate) const fn new(value: T) -> Gated<T> {
         Gated {
             value: const_rwlock(value),
-            gate: AtomicBool::new(true),
+            gate: GateWord::new(),
         }
+    }
+
+    /// The gate word, for the owner's holds.
+    pub(crate) fn word(&self) -> &GateWord {
+        &self.gate
+    }
+
+    /// The value past the gate on one load of the gate word, or `None` (then check the owner's
+    /// holds and take [`Gated::enter`]) if this thread is not registered yet or the word has a
+    /// bit set that matters: any, for a thread entering from outside; the owner's holds, for
+    /// one already inside (a writer waits for it).
+    #[inline(always)]
+    pub(crate) fn enter_clear(&self) -> Option<Entered<'_, T>> {
+        let slot = this_threads_slot();
+        let depth = slot.load(Ordering::Relaxed);
+        if depth & REGISTERED == 0 {
+            return None;
+        }
+        slot.store(depth + 1, Ordering::Relaxed);
+        // `FENCED` is clear when it matters, so a writer's `membarrier` orders this store
+        // before its scan of the slots.
+        compiler_fence(Ordering::SeqCst);
+        let word = self.gate.0.load(Ordering::Acquire);
+        let matters = if depth == REGISTERED {
+            u32::MAX
+        } else {
+            !(CLOSED | FENCED)
+        };
+        if word & matters != 0 {
+            slot.store(depth, Ordering::Release);
+            return None;
+        }
+        // SAFETY: as in `enter`: this thread's slot is raised and either the gate was open
+        // after it was raised, with `membarrier` registered (`FENCED` clear), so a writer's
+        // scan sees the slot and waits for it, or this thread was already inside (a writer is
+        // waiting for it). The acquire load makes every change made before the gate opened
+        // visible.
+        let value = unsafe { &*self.value.data_ptr() };
+        Some(Entered {
+            value,
+            slot,
+            depth,
+            _thread: PhantomData,
+        })
     }
 
     /// The value past the gate, or `None` if a writer holds the gate closed (then read through
     /// [`Gated::read_recursive`] or [`Gated::try_read_recursive`]) or this thread is ending.
+    /// Registers the thread; ignores the owner's holds (its caller checked them).
     #[inline]
     pub(crate) fn enter(&self) -> Option<Entered<'_, T>> {
         let slot = this_threads_slot();
@@ -163,13 +263,16 @@ impl<T> Gated<T> {
             }
             depth |= REGISTERED;
         }
+        if ASYMMETRIC.load(Ordering::Relaxed) && self.gate.holds_own(FENCED) {
+            self.gate.0.fetch_and(!FENCED, Ordering::SeqCst);
+        }
         slot.store(depth + 1, Ordering::Relaxed);
         if ASYMMETRIC.load(Ordering::Relaxed) {
             compiler_fence(Ordering::SeqCst);
         } else {
             fence(Ordering::SeqCst);
         }
-        if depth == REGISTERED && !self.gate.load(Ordering::Acquire) {
+        if depth == REGISTERED && self.gate.holds_own(CLOSED) {
             slot.store(depth, Ordering::Release);
             return None;
         }
@@ -217,7 +320,7 @@ impl<T> Gated<T> {
         let lock = self.value.try_write()?;
         self.close();
         if !each_slot(|slot| slot.load(Ordering::Acquire) & !REGISTERED == 0) {
-            self.gate.store(true, Ordering::Release);
+            self.gate.0.fetch_and(!CLOSED, Ordering::Release);
             return None;
         }
         Some(Exclusive {
@@ -229,7 +332,7 @@ impl<T> Gated<T> {
     /// Closes the gate; on return every thread that will pass it sees it closed or has
     /// raised a slot that `each_slot` shows.
     fn close(&self) {
-        self.gate.store(false, Ordering::SeqCst);
+        self.gate.0.fetch_or(CLOSED, Ordering::SeqCst);
         if ASYMMETRIC.load(Ordering::Relaxed) {
             // Registered at the first slot, so it cannot fail (EPERM is only for an
             // unregistered process); readers rely on it, so a failure must not go unnoticed.
@@ -245,7 +348,7 @@ impl<T> Gated<T> {
 /// The value of a [`Gated`] held exclusively: no gated call runs while it lives.
 pub(crate) struct Exclusive<'a, T> {
     lock: RwLockWriteGuard<'a, T>,
-    gate: &'a AtomicBool,
+    gate: &'a GateWord,
 }
 
 impl<T> std::ops::Deref for Exclusive<'_, T> {
@@ -266,7 +369,7 @@ impl<T> Drop for Exclusive<'_, T> {
     fn drop(&mut self) {
         // Changes are visible to every reader that sees the gate open (release); readers that
         // found it closed wait on the read lock, released just after.
-        self.gate.store(true, Ordering::Release);
+        self.gate.0.fetch_and(!CLOSED, Ordering::Release);
     }
 }
 
