@@ -63,6 +63,49 @@ pub(crate) enum Rmw {
     Add(u64),
 }
 
+/// The kind of an [`Rmw`], for passing one in registers ([`Rmw::split`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RmwKind {
+    /// [`Rmw::Load`].
+    Load,
+    /// [`Rmw::Store`].
+    Store,
+    /// [`Rmw::Swap`].
+    Swap,
+    /// [`Rmw::CompareSwap`].
+    CompareSwap,
+    /// [`Rmw::Add`].
+    Add,
+}
+
+impl Rmw {
+    /// This operation as its kind and operands (unused operands zero).
+    #[inline(always)]
+    fn split(self) -> (RmwKind, [u64; 2]) {
+        match self {
+            Rmw::Load => (RmwKind::Load, [0, 0]),
+            Rmw::Store(value) => (RmwKind::Store, [value, 0]),
+            Rmw::Swap(value) => (RmwKind::Swap, [value, 0]),
+            Rmw::CompareSwap { expected, desired } => (RmwKind::CompareSwap, [expected, desired]),
+            Rmw::Add(value) => (RmwKind::Add, [value, 0]),
+        }
+    }
+
+    /// The operation [`Rmw::split`] split.
+    fn join(kind: RmwKind, [a, b]: [u64; 2]) -> Rmw {
+        match kind {
+            RmwKind::Load => Rmw::Load,
+            RmwKind::Store => Rmw::Store(a),
+            RmwKind::Swap => Rmw::Swap(a),
+            RmwKind::CompareSwap => Rmw::CompareSwap {
+                expected: a,
+                desired: b,
+            },
+            RmwKind::Add => Rmw::Add(a),
+        }
+    }
+}
+
 /// The width of an atomic word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Width {
@@ -519,15 +562,27 @@ impl Transports {
     pub(crate) fn atomic(&self, pe: usize, offset: usize, width: Width, rmw: Rmw) -> Result<u64> {
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.atomic(peer, offset, width, rmw),
-            Route::Ucx(peer) => self.ucx_atomic(peer, offset, width, rmw),
+            Route::Ucx(peer) => {
+                let (kind, operands) = rmw.split();
+                self.ucx_atomic(peer, offset, width, kind, operands)
+            }
         }
     }
 
-    /// [`Transports::atomic`] on the UCX route, out of line: passed to it inline, `rmw` would
-    /// live in memory on the shared-memory route too (it is passed by reference), where the
-    /// acquire loads of the checks before it keep its constant kind from being folded.
+    /// [`Transports::atomic`] on the UCX route, out of line, with `rmw` split into registers
+    /// ([`Rmw::split`]): passed whole (24 bytes) it would go by reference, so the caller would
+    /// keep it in memory on the shared-memory route too, and read its constant kind back from
+    /// there (a jump table) instead of folding it.
     #[inline(never)]
-    fn ucx_atomic(&self, peer: UcxPeer, offset: usize, width: Width, rmw: Rmw) -> Result<u64> {
+    fn ucx_atomic(
+        &self,
+        peer: UcxPeer,
+        offset: usize,
+        width: Width,
+        kind: RmwKind,
+        operands: [u64; 2],
+    ) -> Result<u64> {
+        let rmw = Rmw::join(kind, operands);
         self.ucx()?.atomic(peer, offset, width, rmw)
     }
 
