@@ -232,15 +232,36 @@ impl<T> Gated<T> {
         } else {
             !(CLOSED | FENCED)
         };
-        if word & matters != 0 {
+        // SAFETY: the slot was raised from `depth` just above, and the call is refused unless
+        // the gate was open after that with `membarrier` registered (`FENCED` clear), or this
+        // thread was already inside.
+        unsafe { self.past_gate(slot, depth, word & matters != 0) }
+    }
+
+    /// The value past the gate for this thread, whose `slot` was raised from `depth`; if
+    /// `refused`, `None` and the slot lowered again.
+    ///
+    /// # Safety
+    ///
+    /// Unless `refused`, either the gate was open (an acquire load) after the slot was raised,
+    /// with the writer's barrier ordering that store before its scan of the slots (`membarrier`,
+    /// or a full fence on both sides), or this thread was already inside (`depth` above
+    /// [`REGISTERED`]): then a writer's scan sees the slot and waits for it, so no [`Exclusive`]
+    /// changes the value until the [`Entered`] drops, and every change made before the gate
+    /// opened is visible.
+    #[inline(always)]
+    unsafe fn past_gate<'a>(
+        &'a self,
+        slot: &'a AtomicUsize,
+        depth: usize,
+        refused: bool,
+    ) -> Option<Entered<'a, T>> {
+        if refused {
             slot.store(depth, Ordering::Release);
             return None;
         }
-        // SAFETY: as in `enter`: this thread's slot is raised and either the gate was open
-        // after it was raised, with `membarrier` registered (`FENCED` clear), so a writer's
-        // scan sees the slot and waits for it, or this thread was already inside (a writer is
-        // waiting for it). The acquire load makes every change made before the gate opened
-        // visible.
+        // SAFETY: no writer changes the value while the slot stays raised (the caller's
+        // contract above).
         let value = unsafe { &*self.value.data_ptr() };
         Some(Entered {
             value,
@@ -272,22 +293,16 @@ impl<T> Gated<T> {
         } else {
             fence(Ordering::SeqCst);
         }
-        if depth == REGISTERED && self.gate.holds_own(CLOSED) {
-            slot.store(depth, Ordering::Release);
-            return None;
+        // SAFETY: the slot was raised from `depth` just above and fenced as the writer's
+        // barrier requires (a compiler fence with `membarrier`, else a full fence); the call is
+        // refused if this thread enters from outside and the gate was closed after that.
+        unsafe {
+            self.past_gate(
+                slot,
+                depth,
+                depth == REGISTERED && self.gate.holds_own(CLOSED),
+            )
         }
-        // SAFETY: this thread's slot is raised and either the gate was open after it was
-        // raised (so a writer's scan, which follows its closing of the gate and a process-wide
-        // barrier, sees the slot and waits for it) or this thread was already inside (a writer
-        // is waiting for it). So no `Exclusive` changes the value until the `Entered` drops,
-        // and every change made before the gate opened is visible (acquire load of the gate).
-        let value = unsafe { &*self.value.data_ptr() };
-        Some(Entered {
-            value,
-            slot,
-            depth,
-            _thread: PhantomData,
-        })
     }
 
     /// The read lock (waits while a writer holds the value).
