@@ -71,7 +71,7 @@ use crate::control::{BootstrapListener, ChannelMode, GroupChannel, UniqueId};
 use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::Allocator;
 use crate::shmem::converge::LocalFailure;
-use crate::shmem::process;
+use crate::shmem::process::{self, RUNTIME};
 use crate::shmem::registry::{check_leased, check_unmanaged};
 use crate::shmem::{
     debug_state_inactive, Allocation, AllocationRecord, AllocationSpec, DebugState, Element,
@@ -174,8 +174,6 @@ fn root_channel(operation: &str) -> Result<Arc<dyn GroupChannel>> {
             )
         })
 }
-
-use process::RUNTIME;
 
 /// [`acquire_root`] with `None` = [`RootGroup::World`] and `Some(channel)` =
 /// [`RootGroup::Channel`].

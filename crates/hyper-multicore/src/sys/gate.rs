@@ -80,12 +80,7 @@ impl GateWord {
         self.0.fetch_and(!bits, Ordering::SeqCst);
     }
 
-    /// Whether any of the gate's own `bits` is set (an acquire load).
-    fn holds_own(&self, bits: u32) -> bool {
-        self.0.load(Ordering::Acquire) & bits != 0
-    }
-
-    /// Whether any of the owner's `bits` is set (an acquire load).
+    /// Whether any of `bits` is set (an acquire load).
     #[inline]
     pub(crate) fn holds(&self, bits: u32) -> bool {
         self.0.load(Ordering::Acquire) & bits != 0
@@ -284,7 +279,7 @@ impl<T> Gated<T> {
             }
             depth |= REGISTERED;
         }
-        if ASYMMETRIC.load(Ordering::Relaxed) && self.gate.holds_own(FENCED) {
+        if ASYMMETRIC.load(Ordering::Relaxed) && self.gate.holds(FENCED) {
             self.gate.0.fetch_and(!FENCED, Ordering::SeqCst);
         }
         slot.store(depth + 1, Ordering::Relaxed);
@@ -296,13 +291,7 @@ impl<T> Gated<T> {
         // SAFETY: the slot was raised from `depth` just above and fenced as the writer's
         // barrier requires (a compiler fence with `membarrier`, else a full fence); the call is
         // refused if this thread enters from outside and the gate was closed after that.
-        unsafe {
-            self.past_gate(
-                slot,
-                depth,
-                depth == REGISTERED && self.gate.holds_own(CLOSED),
-            )
-        }
+        unsafe { self.past_gate(slot, depth, depth == REGISTERED && self.gate.holds(CLOSED)) }
     }
 
     /// The read lock (waits while a writer holds the value).
