@@ -582,12 +582,11 @@ fn direct_on_root<'b>(
     batch: impl Fn(&Shmem, u64) -> hyper_multicore::Result<()> + 'b,
 ) -> Batch<'b> {
     guarded_on_root(root, move |ops| {
-        let took = lifecycle::guarded("batch", |s| {
+        Ok(lifecycle::guarded("batch", |s| {
             let start = Instant::now();
             batch(s, ops)?;
             Ok(start.elapsed())
-        })?;
-        Ok(took)
+        })?)
     })
 }
 
@@ -759,7 +758,8 @@ impl<'s> Bench<'s> {
     /// so one round of that ring — PEs / cores context switches — is what any barrier at least
     /// costs. Also interleaved: the yield rotation, every PE calling `sched_yield` in a loop
     /// (no wake-up, no shared word: the cheapest way the scheduler runs each PE of a core
-    /// once), whose time per call is the lowest any barrier can reach on these cores.
+    /// once), so one call costs one bare context switch per PE of a core; `bench/report.py`
+    /// sets the barrier beside N/cores − 1 of those, the least a barrier needs per core.
     fn barrier_of_many(&self) -> Result<()> {
         let shmem = self.shmem;
         let barrier = |ops| self.repeat(ops, || Ok(shmem.barrier()?));
