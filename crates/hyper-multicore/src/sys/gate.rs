@@ -336,6 +336,9 @@ impl<T> Gated<T> {
     /// Closes the gate; on return every thread that will pass it sees it closed or has
     /// raised a slot that `each_slot` shows.
     fn close(&self) {
+        // A reader on the one-load entry saw `FENCED` cleared (after `ASYMMETRIC` was set) and
+        // `CLOSED` clear: so this read-modify-write comes after that clearing in the word's
+        // order and sees `ASYMMETRIC` set too — such a reader always meets a `membarrier`.
         self.gate.0.fetch_or(CLOSED, Ordering::SeqCst);
         if ASYMMETRIC.load(Ordering::Relaxed) {
             // Registered at the first slot, so it cannot fail (EPERM is only for an
