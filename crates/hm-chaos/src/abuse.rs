@@ -400,7 +400,9 @@ fn run_job(
         }
         let stdout = child.stdout.take().expect("piped");
         let lines = events.clone();
-        std::thread::spawn(move || {
+        // Lines go to the driver as they come (it acts on some at once); the exit waits for
+        // the last of them, so a PE's final report never arrives after its exit.
+        let stdout = std::thread::spawn(move || {
             for line in std::io::BufReader::new(stdout)
                 .lines()
                 .map_while(std::io::Result::ok)
@@ -412,6 +414,7 @@ fn run_job(
         let exited = events.clone();
         std::thread::spawn(move || {
             let status = child.wait();
+            let _ = stdout.join();
             let _ = stderr.join().map(|lines| {
                 for line in lines {
                     let _ = exited.send(Event::Line(rank, format!("stderr: {line}")));
