@@ -499,10 +499,7 @@ fn guarded_word_ops(method: &Method, rank: usize) -> Result<()> {
             let start = Instant::now();
             for i in 0..ops {
                 lifecycle::guarded("put", |s| put(s, i))?;
-                lifecycle::guarded("quiet", |s| {
-                    s.quiet();
-                    Ok(())
-                })?;
+                lifecycle::quiet()?;
             }
             Ok(start.elapsed())
         }),

@@ -14,7 +14,7 @@
 //! (`shmemx_restart_heap`, [`restart_heap`]) carries that allocation into the new heap
 //! (preserved, first) and maps its pages over the data and bss again.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use hyper_multicore::lifecycle::{self, Replacement};
 use hyper_multicore::shmem::{
@@ -134,11 +134,6 @@ static RANK: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// job's lock.
 static SIZE: AtomicUsize = AtomicUsize::new(0);
 
-/// Set while this PE is initialized and reaches every PE through this host's shared memory,
-/// where a put is a store: `shmem_quiet` and `shmem_fence` are then the memory fences the
-/// runtime's shared-memory transport makes, without entering the runtime (see [`fence_only`]).
-static SHARED_MEMORY_ONLY: AtomicBool = AtomicBool::new(false);
-
 /// Why a call made before `shmem_init` fails.
 const NOT_INITIALIZED: &str = "the OpenSHMEM library is not initialized; call shmem_init first";
 
@@ -196,7 +191,7 @@ pub(crate) fn start(call: &str, heap_size: Option<u64>) {
         lifecycle::acquire(None, Some(heap_size.saturating_add(static_bytes))),
     );
     caller_memory::mappings_changed();
-    let (rank, size, heap_address, heap_size, shared_memory_only) = check(
+    let (rank, size, heap_address, heap_size) = check(
         call,
         lifecycle::guarded(call, |shmem| {
             Ok((
@@ -204,13 +199,11 @@ pub(crate) fn start(call: &str, heap_size: Option<u64>) {
                 shmem.size(),
                 shmem.heap_address(),
                 shmem.heap_size(),
-                shmem.shared_memory_only(),
             ))
         }),
     );
     RANK.store(rank, Ordering::Relaxed);
     SIZE.store(size, Ordering::Relaxed);
-    SHARED_MEMORY_ONLY.store(shared_memory_only, Ordering::Relaxed);
     let statics = match statics {
         Ok((start, end)) => share_statics(call, start, end, heap_address),
         Err(why) => Statics::Private(why),
@@ -278,7 +271,6 @@ pub(crate) fn finish(call: &str) {
             Statics::Private(_) => Ok(()),
         }
     });
-    SHARED_MEMORY_ONLY.store(false, Ordering::Relaxed);
     check(call, lifecycle::release());
     caller_memory::mappings_changed();
     RANK.store(usize::MAX, Ordering::Relaxed);
@@ -430,16 +422,15 @@ pub(crate) fn run<R>(call: &str, f: impl FnOnce(&Shmem) -> hyper_multicore::Resu
     check(call, lifecycle::guarded(call, f))
 }
 
-/// Makes `order` (a memory fence) and returns true when every PE is in this host's shared
-/// memory, where the runtime's fence and quiet are exactly such fences; false otherwise (and
-/// before `shmem_init`): enter the runtime instead.
+/// `shmem_fence` or `shmem_quiet` (`call`): `order_puts`, the lifecycle's `fence` or `quiet`
+/// (a memory fence alone when every PE is in this host's shared memory); fails before
+/// `shmem_init`.
 #[inline]
-pub(crate) fn fence_only(order: Ordering) -> bool {
-    if !SHARED_MEMORY_ONLY.load(Ordering::Relaxed) {
-        return false;
+pub(crate) fn order(call: &str, order_puts: fn() -> hyper_multicore::Result<()>) {
+    if rank().is_none() {
+        fail(call, NOT_INITIALIZED);
     }
-    std::sync::atomic::fence(order);
-    true
+    check(call, order_puts());
 }
 
 /// The number of PEs (fails before `shmem_init`).

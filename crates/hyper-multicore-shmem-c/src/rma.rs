@@ -4,8 +4,8 @@
 //! these with the element size; every byte moves through the runtime's data plane.
 
 use std::ffi::c_int;
-use std::sync::atomic::Ordering;
 
+use hyper_multicore::lifecycle;
 use hyper_multicore::shmem::{Located, SignalOp};
 
 use crate::atomics;
@@ -227,22 +227,13 @@ pub(crate) fn g<R: bytemuck::Pod>(call: &str, source: usize, pe: c_int) -> R {
 /// Orders this PE's puts and atomics to each PE.
 #[no_mangle]
 pub extern "C" fn shmem_fence() {
-    if job::fence_only(Ordering::Release) {
-        return;
-    }
-    job::run("shmem_fence", |shmem| {
-        shmem.fence();
-        Ok(())
-    });
+    job::order("shmem_fence", lifecycle::fence);
 }
 
 /// Completes every outstanding put, get and atomic of this PE.
 #[no_mangle]
 pub extern "C" fn shmem_quiet() {
-    if job::fence_only(Ordering::SeqCst) {
-        return;
-    }
-    job::run("shmem_quiet", |shmem| shmem.try_quiet());
+    job::order("shmem_quiet", lifecycle::quiet);
 }
 
 /// Atomically reads this PE's signal word `sig_addr`.

@@ -28,6 +28,8 @@ fn references_are_counted_and_the_last_release_shuts_down() {
         lifecycle::acquire(None, None).unwrap();
         lifecycle::acquire(None, Some(4 * MIB)).unwrap();
         assert_eq!(lifecycle::reference_count(), 3);
+        lifecycle::quiet().unwrap();
+        lifecycle::fence().unwrap();
         let error = lifecycle::acquire(None, Some(16 * MIB)).unwrap_err();
         assert!(error.to_string().contains("larger heap"), "{error}");
         assert_eq!(lifecycle::debug_state().reference_count, Some(3));
@@ -46,6 +48,11 @@ fn references_are_counted_and_the_last_release_shuts_down() {
         assert!(error.to_string().contains("no reference"), "{error}");
         let error = lifecycle::guarded("put", |_| Ok(())).unwrap_err();
         assert_eq!(error.kind(), ErrorKind::InvalidState);
+        // A quiet or fence needs a runtime too, even where it is a memory fence alone.
+        for error in [lifecycle::quiet(), lifecycle::fence()].map(Result::unwrap_err) {
+            assert_eq!(error.kind(), ErrorKind::InvalidState);
+            assert!(error.to_string().contains("no reference"), "{error}");
+        }
         // A new lifetime with another heap size.
         lifecycle::acquire(None, Some(12 * MIB)).unwrap();
         assert_eq!(
@@ -570,6 +577,7 @@ fn lifecycle_while_a_rank_dies() {
     println!("KIND {:?}", error.kind());
     let again = lifecycle::acquire(None, None).unwrap_err();
     println!("AFTER {again}");
+    println!("QUIET {}", lifecycle::quiet().unwrap_err());
 }
 
 #[test]
@@ -607,11 +615,13 @@ fn a_rank_killed_at_any_lifecycle_stage_invalidates_the_survivors() {
                 message.contains("cannot be managed safely any more; restart the process"),
                 "{message}"
             );
-            assert!(
-                pe.lines_with("AFTER ")[0].contains("invalidated"),
-                "{}",
-                result.describe()
-            );
+            for after in ["AFTER ", "QUIET "] {
+                assert!(
+                    pe.lines_with(after)[0].contains("invalidated"),
+                    "{after}\n{}",
+                    result.describe()
+                );
+            }
         }
     }
 }

@@ -50,6 +50,7 @@ mod shared_root;
 mod stage;
 
 use std::cell::RefCell;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -77,7 +78,6 @@ use crate::shmem::{
     debug_state_inactive, Allocation, AllocationRecord, AllocationSpec, DebugState, Element,
     Joining, Region, Shmem, ShutdownError, MAX_ALIGNMENT,
 };
-use crate::sys::gate::Exclusive;
 use crate::world::World;
 use stage::StageFailure;
 
@@ -301,7 +301,7 @@ fn acquire_reference(root: RootGroup, heap_size_bytes: Option<u64>) -> Result<()
     let shmem = start_runtime(channel.as_ref(), heap_size_bytes)
         .map_err(|e| with_hint(e, OP, Recovery::Retryable, None))?;
     let heap_size = shmem.heap_size();
-    *RUNTIME.exclusive() = Some(shmem);
+    *process::hold_runtime() = Some(shmem);
     let mut state = guard.borrow_mut();
     state.references = 1;
     state.root = Some(ActiveRoot {
@@ -716,7 +716,7 @@ fn restart_as(
 struct Steps<'a> {
     channel: &'a dyn GroupChannel,
     operation: &'static str,
-    runtime: Exclusive<'static, Option<Shmem>>,
+    runtime: process::HeldRuntime,
     timings: StageTimings,
 }
 
@@ -730,7 +730,7 @@ static STAGES_SNAPSHOT: parking_lot::Mutex<Option<DebugState>> = parking_lot::co
 
 impl<'a> Steps<'a> {
     fn new(channel: &'a dyn GroupChannel, operation: &'static str) -> Self {
-        let runtime = RUNTIME.exclusive();
+        let runtime = process::hold_runtime();
         *STAGES_SNAPSHOT.lock() = runtime.as_ref().map(Shmem::debug_state);
         RUNNING_STAGES.with(|running| running.set(true));
         Steps {
@@ -985,7 +985,7 @@ fn with_hint(error: Error, operation: &str, recovery: Recovery, stage: Option<St
 fn invalidate(recovery: Recovery, cause: &Error) {
     process::invalidate(recovery, cause);
     // A release or restart holding the runtime releases it itself (see `Steps::fail`).
-    if let Some(mut runtime) = RUNTIME.try_exclusive() {
+    if let Some(mut runtime) = process::try_hold_runtime() {
         runtime.take();
     }
     let guard = LIFECYCLE.lock();
@@ -1038,6 +1038,31 @@ pub fn try_guarded<R>(operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> R
         RUNTIME
             .try_read_recursive()
             .ok_or_else(|| in_progress(operation, "on another thread"))
+    })
+}
+
+/// Completes every outstanding put, get and atomic of this PE: [`Shmem::try_quiet`] as a
+/// [`guarded`] call. On a root whose every peer is in this host's shared memory a quiet is a
+/// memory fence, so while the runtime's gate admits calls at once it is made without entering
+/// the runtime (the C API's `shmem_quiet` is this call).
+#[inline]
+pub fn quiet() -> Result<()> {
+    if process::ordering_only(Ordering::SeqCst) {
+        return Ok(());
+    }
+    guarded("quiet", Shmem::try_quiet)
+}
+
+/// Orders this PE's earlier puts and atomics before its later ones, per target PE:
+/// [`Shmem::fence`] as a [`guarded`] call, made without entering the runtime as [`quiet`] is.
+#[inline]
+pub fn fence() -> Result<()> {
+    if process::ordering_only(Ordering::Release) {
+        return Ok(());
+    }
+    guarded("fence", |shmem| {
+        shmem.fence();
+        Ok(())
     })
 }
 

@@ -12,14 +12,18 @@
 //! The process's runtime as the managed lifecycle holds it ([`RUNTIME`]) lives here too: its
 //! gate word carries an atomic mirror of "invalidated" (written only under the lock together
 //! with the state) and of "a shared root manages the heap" (`registry.rs`), so that one load
-//! admits a guarded call.
+//! admits a guarded call; and, beside it, whether that runtime reaches every peer through this
+//! host's shared memory, so that a fence or a quiet is made without entering it
+//! ([`ordering_only`]).
+
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::runtime::Shmem;
 use crate::error::{Error, ErrorKind, Recovery, Result};
-use crate::sys::gate::{Gated, FIRST_HOLD};
+use crate::sys::gate::{Exclusive, Gated, FIRST_HOLD};
 
 /// The native runtime's state in this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +81,63 @@ const INVALIDATED: u32 = FIRST_HOLD;
 /// [`RUNTIME`]'s hold while a shared root manages the heap (the registry's lease word is not
 /// zero): guarded calls then check the calling thread's lease.
 pub(crate) const LEASED: u32 = FIRST_HOLD << 1;
+
+/// Whether the runtime past [`RUNTIME`]'s gate reaches every peer through this host's shared
+/// memory, where a fence or a quiet is a memory fence and nothing more. Written by
+/// [`HeldRuntime`]'s drop, before the gate opens again.
+static SHARED_MEMORY_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// [`RUNTIME`] held exclusively (no guarded call runs meanwhile); its drop records whether the
+/// runtime it leaves behind is shared-memory only, then opens the gate.
+pub(crate) struct HeldRuntime(Exclusive<'static, Option<Shmem>>);
+
+/// [`RUNTIME`] held exclusively, once every thread inside has left it.
+pub(crate) fn hold_runtime() -> HeldRuntime {
+    HeldRuntime(RUNTIME.exclusive())
+}
+
+/// [`RUNTIME`] held exclusively if no writer holds it and no thread is inside now.
+pub(crate) fn try_hold_runtime() -> Option<HeldRuntime> {
+    RUNTIME.try_exclusive().map(HeldRuntime)
+}
+
+impl std::ops::Deref for HeldRuntime {
+    type Target = Option<Shmem>;
+
+    fn deref(&self) -> &Option<Shmem> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for HeldRuntime {
+    fn deref_mut(&mut self) -> &mut Option<Shmem> {
+        &mut self.0
+    }
+}
+
+impl Drop for HeldRuntime {
+    fn drop(&mut self) {
+        // Before the gate opens (the `Exclusive` field drops after this): a call that sees it
+        // open (an acquire load) sees this store too.
+        let only = self.0.as_ref().is_some_and(Shmem::shared_memory_only);
+        SHARED_MEMORY_ONLY.store(only, Ordering::Relaxed);
+    }
+}
+
+/// Makes the memory fence `order` and returns true when that is all a fence or a quiet of the
+/// runtime needs now: its gate admits calls at once (open, not invalidated, no shared root) and
+/// every peer is in this host's shared memory. False: make the call through the runtime.
+///
+/// A quiet racing a release or restart on another thread may take either side of it; a thread
+/// that reached the runtime after the gate last opened sees the flag of that runtime.
+#[inline]
+pub(crate) fn ordering_only(order: Ordering) -> bool {
+    if !RUNTIME.word().is_clear() || !SHARED_MEMORY_ONLY.load(Ordering::Relaxed) {
+        return false;
+    }
+    fence(order);
+    true
+}
 
 /// The runtime state of this process.
 pub fn runtime_state() -> RuntimeState {

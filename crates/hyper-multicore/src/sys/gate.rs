@@ -80,6 +80,12 @@ impl GateWord {
         self.0.fetch_and(!bits, Ordering::SeqCst);
     }
 
+    /// Whether no bit is set: the gate admits a call on one load (an acquire load).
+    #[inline]
+    pub(crate) fn is_clear(&self) -> bool {
+        self.0.load(Ordering::Acquire) == 0
+    }
+
     /// Whether any of `bits` is set (an acquire load).
     #[inline]
     pub(crate) fn holds(&self, bits: u32) -> bool {
