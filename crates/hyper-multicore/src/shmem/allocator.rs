@@ -20,9 +20,17 @@
 //!
 //! Example, in prose (the items are crate-private, so no doctest): on `Allocator::new(1024)`,
 //! `allocate(100, 16)` reserves 112 bytes (rounded up to a multiple of [`GRANULE`]) at offset 0;
-//! `allocate(8, 64)` then returns offset 128 and leaves the padding `[112, 128)` free;
-//! `allocate(0, 16)` is served from that padding at offset 112. `usage()` now reports 144 bytes
-//! allocated in 3 allocations, and `free(0)` returns 112, the reserved length of the first block.
+//! `allocate(8, 64)` then reserves a whole cache line at offset 128 and leaves the padding
+//! `[112, 128)` free; `allocate(0, 16)` is served from that padding at offset 112. `usage()` now
+//! reports 192 bytes allocated in 3 allocations, and `free(0)` returns 112, the reserved length of
+//! the first block.
+//!
+//! A request aligned to 32 bytes or more reserves a multiple of its alignment, up to a cache line
+//! ([`LINE`]): so a run of such allocations leaves no padding between them (a padding hole in
+//! front of every 8-byte default-aligned word, which no default-aligned request can use, made each
+//! best-fit search step over all of them: allocation cost grew with the number of live
+//! allocations), and a default-aligned allocation owns whole cache lines, which no later
+//! allocation shares.
 //! A request no free block can hold fails with [`Exhausted`], whose [`Exhausted::describe`] says
 //! how much was asked for, how much is free and what to do.
 
@@ -36,6 +44,10 @@ pub(crate) const MIN_ALIGNMENT: u64 = 16;
 /// Reserved sizes are rounded up to a multiple of this many bytes, and are at least one granule,
 /// so a 0-byte request still gets an offset of its own.
 pub(crate) const GRANULE: u64 = 16;
+
+/// A request aligned to this many bytes or more reserves a multiple of it (one cache line); a
+/// less aligned one a multiple of its alignment (see [`reserved_size`]).
+pub(crate) const LINE: u64 = 64;
 
 /// Best-fit allocator over the byte range `[0, capacity)` of a symmetric heap.
 ///
@@ -76,7 +88,8 @@ pub(crate) struct Allocator {
 /// A snapshot of the heap's occupancy, as reported by [`Allocator::usage`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Usage {
-    /// Sum of the reserved sizes of the live blocks (requests rounded up to [`GRANULE`]).
+    /// Sum of the reserved sizes of the live blocks (requests rounded up as [`reserved_size`]
+    /// says).
     pub allocated_bytes: u64,
     /// Bytes in free blocks, alignment padding included; `allocated_bytes + free_bytes` is the
     /// capacity.
@@ -158,8 +171,8 @@ impl Allocator {
     /// Reserves a block for `bytes` bytes starting at a multiple of `alignment` and returns its
     /// offset.
     ///
-    /// The reserved length is `bytes` rounded up to a multiple of [`GRANULE`] (at least one
-    /// granule). Best fit: among the free blocks that can hold the reserved length at an aligned
+    /// The reserved length is `bytes` rounded up to a multiple of `alignment` up to [`LINE`] (at
+    /// least one granule: see [`reserved_size`]). Best fit: among the free blocks that can hold the reserved length at an aligned
     /// offset, the one with the smallest length wins, ties going to the lowest offset. The padding
     /// in front of the aligned offset and the remainder behind the block stay free.
     ///
@@ -172,7 +185,7 @@ impl Allocator {
             alignment.is_power_of_two() && alignment >= MIN_ALIGNMENT,
             "alignment {alignment} is not a power of two >= {MIN_ALIGNMENT}"
         );
-        let Some(size) = reserved_size(bytes) else {
+        let Some(size) = reserved_size(bytes, alignment) else {
             return Err(self.exhausted(bytes, alignment));
         };
         let fit = self.best_fit(size, alignment);
@@ -265,7 +278,7 @@ impl Allocator {
     }
 
     /// Worst-case number of heap bytes one request can consume, for capacity planning:
-    /// `round_up(max(bytes, 1), GRANULE) + alignment - 1`, saturating at `u64::MAX` (which no
+    /// `reserved_size(bytes, alignment) + alignment - 1`, saturating at `u64::MAX` (which no
     /// heap can hold).
     ///
     /// If the footprints of a sequence of requests sum to at most a heap's capacity, allocating
@@ -273,7 +286,7 @@ impl Allocator {
     /// most its footprint from the untouched tail of the heap). Restart relies on this to check
     /// that the live allocations fit a new heap.
     pub(crate) fn footprint(bytes: u64, alignment: u64) -> u64 {
-        reserved_size(bytes)
+        reserved_size(bytes, alignment)
             .and_then(|size| size.checked_add(alignment - 1))
             .unwrap_or(u64::MAX)
     }
@@ -336,10 +349,13 @@ impl Allocator {
     }
 }
 
-/// The reserved length of a `bytes`-byte request: rounded up to a multiple of [`GRANULE`], at
-/// least one granule; `None` if rounding overflows `u64`.
-fn reserved_size(bytes: u64) -> Option<u64> {
-    bytes.max(1).checked_next_multiple_of(GRANULE)
+/// The reserved length of a `bytes`-byte request at `alignment`: at least one granule, rounded
+/// up to a multiple of `alignment` clamped to [`GRANULE`]..=[`LINE`]; `None` if rounding
+/// overflows `u64`.
+fn reserved_size(bytes: u64, alignment: u64) -> Option<u64> {
+    bytes
+        .max(1)
+        .checked_next_multiple_of(alignment.clamp(GRANULE, LINE))
 }
 
 /// `offset` rounded up to a multiple of `alignment` (a power of two); `None` on overflow.
@@ -409,7 +425,8 @@ mod tests {
     /// Brute-force reference for `allocate`: the offset best fit must return, computed by scanning
     /// every free block in 128-bit arithmetic (no overflow possible), or `None` if no block fits.
     fn brute_force_best_fit(allocator: &Allocator, bytes: u64, alignment: u64) -> Option<u64> {
-        let size = u128::from(bytes.max(1)).div_ceil(u128::from(GRANULE)) * u128::from(GRANULE);
+        let unit = u128::from(alignment.clamp(GRANULE, LINE));
+        let size = u128::from(bytes.max(1)).div_ceil(unit) * unit;
         let alignment = u128::from(alignment);
         allocator
             .free_blocks()
@@ -446,7 +463,7 @@ mod tests {
         assert_eq!(allocator.allocate(8, 64), Ok(128));
         assert_eq!(allocator.allocate(0, 16), Ok(112));
         let usage = allocator.usage();
-        assert_eq!((usage.allocated_bytes, usage.allocation_count), (144, 3));
+        assert_eq!((usage.allocated_bytes, usage.allocation_count), (192, 3));
         assert_eq!(allocator.free(0), Ok(112));
     }
 
@@ -598,10 +615,30 @@ mod tests {
         let hole = allocator.allocate(64, MIN_ALIGNMENT).unwrap();
         allocator.allocate(16, MIN_ALIGNMENT).unwrap(); // separator
         allocator.free(hole).unwrap();
-        // The 64-byte hole at 16 holds 32 bytes, but not at a 64-aligned offset: 64 + 32 > 80.
+        // The 64-byte hole at 16 holds the 64 bytes a 64-aligned request reserves, but not at a
+        // 64-aligned offset: 64 + 64 > 80.
         let offset = allocator.allocate(32, 64).unwrap();
         assert_eq!(offset, 128);
-        assert_eq!(allocator.allocate(16, 64), Ok(64));
+        // A less aligned request fits it (the padding [96, 128) is too short).
+        assert_eq!(allocator.allocate(48, 16), Ok(16));
+        check_invariants(&allocator).unwrap();
+    }
+
+    #[test]
+    fn default_aligned_words_leave_no_padding_behind() {
+        // Every 8-byte word at the default alignment reserves its whole line, so the next starts
+        // right behind it: no padding holes for later best-fit searches to step over.
+        let mut allocator = Allocator::new(64 * KIB);
+        let offsets: Vec<u64> = (0..256)
+            .map(|_| allocator.allocate(8, LINE).unwrap())
+            .collect();
+        assert!(offsets.iter().zip(0..).all(|(&o, i)| o == i * LINE));
+        assert_eq!(free_blocks(&allocator), vec![(256 * LINE, 48 * KIB)]);
+        // Freeing every other word leaves line-sized, line-aligned holes that words reuse.
+        for &offset in offsets.iter().step_by(2) {
+            allocator.free(offset).unwrap();
+        }
+        assert_eq!(allocator.allocate(8, LINE), Ok(0));
         check_invariants(&allocator).unwrap();
     }
 
@@ -631,7 +668,8 @@ mod tests {
             })
         );
         assert!(allocator.allocate(u64::MAX - 14, 1 << 63).is_err());
-        // Offset 0 is aligned to anything, so a huge alignment succeeds on an empty heap...
+        // Offset 0 is aligned to anything, so a huge alignment succeeds on an empty heap (one
+        // line reserved)...
         assert_eq!(allocator.allocate(16, 1 << 63), Ok(0));
         // ...but once offset 0 is taken the next aligned offset lies far beyond the heap.
         assert_eq!(
@@ -639,8 +677,8 @@ mod tests {
             Err(Exhausted {
                 requested: 16,
                 alignment: 1 << 63,
-                free_bytes: free - 16,
-                largest_free: free - 16,
+                free_bytes: free - LINE,
+                largest_free: free - LINE,
             })
         );
         check_invariants(&allocator).unwrap();
@@ -704,7 +742,8 @@ mod tests {
     fn footprint_is_rounded_size_plus_alignment_minus_one() {
         assert_eq!(Allocator::footprint(0, 16), 16 + 15);
         assert_eq!(Allocator::footprint(1, 16), 16 + 15);
-        assert_eq!(Allocator::footprint(100, 64), 112 + 63);
+        assert_eq!(Allocator::footprint(40, 32), 64 + 31);
+        assert_eq!(Allocator::footprint(100, 64), 128 + 63);
         assert_eq!(Allocator::footprint(4096, 4096), 4096 + 4095);
         assert_eq!(Allocator::footprint(u64::MAX, 16), u64::MAX);
         assert_eq!(Allocator::footprint(1 << 63, 1 << 63), u64::MAX);
