@@ -101,6 +101,17 @@ pub fn thread_count() -> usize {
         .unwrap_or(0)
 }
 
+/// This process's resident memory (`VmRSS`), KiB.
+pub fn resident_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        })
+        .expect("VmRSS in /proc/self/status")
+}
+
 /// How to launch a job.
 #[derive(Debug, Clone, Default)]
 pub struct Options {

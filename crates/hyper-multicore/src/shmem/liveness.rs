@@ -6,7 +6,10 @@
 //! Allocation indices are never reused within a lifetime, so a span is written once when the
 //! allocation is made (start, then end with `Release`) and cleared once when it is freed (end
 //! set to 0). The table grows in chunks of doubling size (chunk `k` holds `BASE << k` spans), so
-//! spans never move and no lookup takes a lock.
+//! spans never move and no lookup takes a lock. A page of a chunk whose spans have all been
+//! freed is handed back to the kernel (it reads as zeros: every span in it not live), so a
+//! process that allocates and frees in a loop keeps a table the size of what it holds live at
+//! once, not of everything it ever allocated (16 bytes per allocation, before).
 //!
 //! ```ignore
 //! let live = Liveness::default();
@@ -15,22 +18,53 @@
 //! live.remove(0);
 //! ```
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::io;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use super::allocation::Region;
+use crate::sys::zero_pages::{ZeroPages, PAGE};
 
 /// Spans in chunk 0; chunk `k` holds `BASE << k`.
 const BASE: u64 = 64;
 /// Chunks: room for `BASE * (2^CHUNKS - 1)` allocations per lifetime.
 const CHUNKS: usize = 40;
 
-#[derive(Debug, Default)]
-struct Span {
-    /// First heap byte of the allocation.
-    start: AtomicU64,
-    /// One past its last byte, 0 while not live.
-    end: AtomicU64,
+/// One allocation's span: its first heap byte, and one past its last byte (0 while not live).
+type Span = [AtomicU64; 2];
+/// The bytes of a [`Span`].
+const SPAN_BYTES: usize = std::mem::size_of::<Span>();
+/// The spans of one page of a chunk.
+const SPANS_PER_PAGE: usize = PAGE / SPAN_BYTES;
+
+/// Chunk `k` (1 and up): its spans in pages of their own, and for each page how many of its
+/// spans are still to be freed (it goes back to the kernel when none is).
+#[derive(Debug)]
+struct Chunk {
+    spans: ZeroPages,
+    to_free: Box<[AtomicU32]>,
+}
+
+impl Chunk {
+    /// Chunk `chunk`'s spans, none live.
+    fn new(chunk: usize) -> io::Result<Chunk> {
+        let spans = (BASE as usize) << chunk;
+        let to_free = (0..spans.div_ceil(SPANS_PER_PAGE))
+            .map(|page| {
+                let in_page = (spans - page * SPANS_PER_PAGE).min(SPANS_PER_PAGE);
+                AtomicU32::new(in_page as u32)
+            })
+            .collect();
+        Ok(Chunk {
+            spans: ZeroPages::map(spans * SPAN_BYTES)?,
+            to_free,
+        })
+    }
+
+    #[inline]
+    fn span(&self, at: usize) -> &Span {
+        self.spans.words(at * SPAN_BYTES)
+    }
 }
 
 /// The live allocations of one runtime lifetime (see the module docs).
@@ -40,23 +74,16 @@ pub(crate) struct Liveness {
     /// bounds check and two loads.
     first: Box<[Span]>,
     /// Chunks 1.. (chunk 0's slot stays empty).
-    chunks: [OnceLock<Box<[Span]>>; CHUNKS],
+    chunks: [OnceLock<Chunk>; CHUNKS],
 }
 
 impl Default for Liveness {
     fn default() -> Self {
         Liveness {
-            first: new_chunk(0),
+            first: (0..BASE).map(|_| Span::default()).collect(),
             chunks: std::array::from_fn(|_| OnceLock::new()),
         }
     }
-}
-
-fn new_chunk(chunk: usize) -> Box<[Span]> {
-    (0..(BASE << chunk))
-        .map(|_| Span::default())
-        .collect::<Vec<_>>()
-        .into_boxed_slice()
 }
 
 /// The chunk and the position in it of allocation `index`, or `None` past the table's end.
@@ -78,41 +105,71 @@ impl Liveness {
             return Some(&self.first[index as usize]);
         }
         let (chunk, at) = position(index)?;
-        self.chunks[chunk].get()?.get(at)
+        Some(self.chunks[chunk].get()?.span(at))
     }
 
     /// Marks allocation `index` live over heap bytes `offset..offset + bytes` (called once per
     /// index, by the allocating thread, before the allocation is handed out).
+    ///
+    /// # Panics
+    /// If a new chunk of the table cannot be mapped: the process is out of memory (as an
+    /// allocation of the chunk on the heap would abort it), and a rank that went on without
+    /// the allocation every other rank made would disagree with them about the heap.
     pub(crate) fn insert(&self, index: u64, offset: u64, bytes: u64) {
         let Some((chunk, at)) = position(index) else {
             return; // Past the table: never reported live, so every use is refused.
         };
         let span = match chunk {
             0 => &self.first[at],
-            _ => &self.chunks[chunk].get_or_init(|| new_chunk(chunk))[at],
+            _ => match self.chunks[chunk].get() {
+                Some(chunk) => chunk.span(at),
+                None => {
+                    // Inserts are made one at a time (under the registry's lock); should two
+                    // race, the loser's chunk is dropped unused.
+                    let new = Chunk::new(chunk).unwrap_or_else(|error| {
+                        panic!("out of memory: the table of live allocations cannot grow: {error}")
+                    });
+                    let _ = self.chunks[chunk].set(new);
+                    self.chunks[chunk].get().expect("set just above").span(at)
+                }
+            },
         };
-        span.start.store(offset, Ordering::Relaxed);
+        let [start, end] = span;
+        start.store(offset, Ordering::Relaxed);
         // A zero-byte allocation is live too: its end is its start, plus a marker bit that no
         // real end can have (heaps are far below 2^63 bytes).
-        span.end.store((offset + bytes) | LIVE, Ordering::Release);
+        end.store((offset + bytes) | LIVE, Ordering::Release);
     }
 
-    /// Marks allocation `index` freed.
+    /// Marks allocation `index` freed (once per inserted index). The last span of a page to be
+    /// freed gives the page back to the kernel.
     pub(crate) fn remove(&self, index: u64) {
-        if let Some(span) = self.span(index) {
-            span.end.store(0, Ordering::Release);
+        let Some((chunk, at)) = position(index) else {
+            return;
+        };
+        if chunk == 0 {
+            self.first[at][1].store(0, Ordering::Release);
+            return;
+        }
+        let Some(chunk) = self.chunks[chunk].get() else {
+            return;
+        };
+        chunk.span(at)[1].store(0, Ordering::Release);
+        let page = at / SPANS_PER_PAGE;
+        if chunk.to_free[page].fetch_sub(1, Ordering::AcqRel) == 1 {
+            chunk.spans.discard(page * PAGE, PAGE);
         }
     }
 
     /// True if `region`'s allocation is live and the region lies inside it.
     #[inline]
     pub(crate) fn contains(&self, region: Region) -> bool {
-        let Some(span) = self.span(region.id.index) else {
+        let Some([start, end]) = self.span(region.id.index) else {
             return false;
         };
-        let end = span.end.load(Ordering::Acquire);
+        let end = end.load(Ordering::Acquire);
         end != 0
-            && span.start.load(Ordering::Relaxed) <= region.heap_offset
+            && start.load(Ordering::Relaxed) <= region.heap_offset
             && region
                 .heap_offset
                 .checked_add(region.bytes)
@@ -123,7 +180,7 @@ impl Liveness {
     #[inline]
     pub(crate) fn is_live(&self, index: u64) -> bool {
         self.span(index)
-            .is_some_and(|span| span.end.load(Ordering::Acquire) != 0)
+            .is_some_and(|[_, end]| end.load(Ordering::Acquire) != 0)
     }
 }
 
@@ -171,5 +228,32 @@ mod tests {
         live.remove(5);
         assert!(!live.contains(region(5, 1024, 8)), "freed");
         assert!(!live.is_live(5) && live.is_live(1000));
+    }
+
+    #[test]
+    fn a_page_whose_spans_are_all_freed_goes_back_to_the_kernel() {
+        let live = Liveness::default();
+        // Chunk 2 (indices 192..448) has two pages of spans: 192..448 split at 448 - 256 = 192 +
+        // SPANS_PER_PAGE.
+        let page = 192..192 + SPANS_PER_PAGE as u64;
+        for index in page.clone().chain([page.end]) {
+            live.insert(index, 4096 + 64 * index, 8);
+        }
+        for index in page.clone().skip(1) {
+            live.remove(index);
+        }
+        let start = |index| live.span(index).unwrap()[0].load(Ordering::Relaxed);
+        assert_ne!(start(page.end - 1), 0, "one span of the page is still live");
+        assert!(live.contains(region(page.start, 4096 + 64 * page.start, 8)));
+        live.remove(page.start);
+        // The page was discarded: its words read zero (a freed span keeps its start otherwise).
+        assert!((page.start..page.end).all(|index| start(index) == 0 && !live.is_live(index)));
+        assert!(
+            live.contains(region(page.end, 4096 + 64 * page.end, 8)),
+            "the next page"
+        );
+        // Later allocations in other pages still work.
+        live.insert(page.end + 1, 64, 8);
+        assert!(live.is_live(page.end + 1));
     }
 }

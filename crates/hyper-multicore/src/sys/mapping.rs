@@ -113,6 +113,8 @@ unsafe impl SharedWords for AtomicU64 {}
 unsafe impl SharedWords for AtomicI32 {}
 // SAFETY: as above.
 unsafe impl SharedWords for AtomicI64 {}
+// SAFETY: an array of primitive atomics, laid out without padding: valid for every bit pattern.
+unsafe impl SharedWords for [AtomicU64; 2] {}
 
 /// A `MAP_SHARED` mapping of a memfd, aligned to `alignment` bytes.
 #[derive(Debug)]

@@ -12,6 +12,7 @@ pub(crate) mod mapping;
 pub(crate) mod segment_words;
 pub(crate) mod socket_owner;
 pub(crate) mod spawn;
+pub(crate) mod zero_pages;
 // The UCX transport's foundation; the transport layer (shmem/transport/) is its first user, until
 // then only its tests call it. Nothing in it is a shared-memory protocol, so loom builds skip it.
 #[cfg(all(feature = "ucx", not(loom)))]
