@@ -14,6 +14,7 @@
 //! (`shmemx_restart_heap`, [`restart_heap`]) carries that allocation into the new heap
 //! (preserved, first) and maps its pages over the data and bss again.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use hyper_multicore::lifecycle::{self, Replacement};
@@ -87,42 +88,65 @@ impl Allocated {
     }
 }
 
-/// The live allocations, sorted by heap offset: a vector, which keeps its room when the last
-/// block is freed (a B-tree allocated and freed a node on every `shmem_malloc` + `shmem_free`
-/// of a program with nothing else live), searched by bisection.
-#[derive(Debug, Default)]
-struct Allocations(Vec<Allocated>);
+/// The live allocations by heap offset, in a B-tree: a free, an allocation and a lookup cost
+/// O(log n) however many blocks are live (a sorted vector's free moved every later block: 165 µs
+/// at 50,000 live). It always holds one entry past every heap offset ([`SENTINEL`]), so it keeps
+/// its root node when the last block is freed (an empty B-tree allocated and freed a node on every
+/// `shmem_malloc` + `shmem_free` of a program with nothing else live).
+#[derive(Debug)]
+struct Allocations(BTreeMap<u64, Allocated>);
+
+/// The key of [`Allocations`]' sentinel entry: no heap offset reaches it.
+const SENTINEL: u64 = u64::MAX;
+
+impl Default for Allocations {
+    fn default() -> Self {
+        let sentinel = Allocated {
+            id: AllocationId {
+                index: u64::MAX,
+                generation: 0,
+            },
+            offset: SENTINEL,
+            bytes: 0,
+            alignment: None,
+        };
+        Allocations(BTreeMap::from([(SENTINEL, sentinel)]))
+    }
+}
 
 impl Allocations {
     fn insert(&mut self, allocated: Allocated) {
-        let at = self.0.partition_point(|a| a.offset < allocated.offset);
-        self.0.insert(at, allocated);
-    }
-
-    /// Where the allocation starting at heap offset `offset` is in the vector.
-    fn position(&self, offset: u64) -> Option<usize> {
-        self.0.binary_search_by_key(&offset, |a| a.offset).ok()
+        debug_assert!(allocated.offset < SENTINEL, "a heap offset");
+        self.0.insert(allocated.offset, allocated);
     }
 
     /// The allocation starting at heap offset `offset`.
     fn get(&self, offset: u64) -> Option<Allocated> {
-        self.position(offset).map(|at| self.0[at])
+        self.0
+            .get(&offset)
+            .copied()
+            .filter(|a| a.offset != SENTINEL)
     }
 
     /// Takes out the allocation starting at heap offset `offset`.
     fn remove(&mut self, offset: u64) -> Option<Allocated> {
-        self.position(offset).map(|at| self.0.remove(at))
+        if offset == SENTINEL {
+            return None;
+        }
+        self.0.remove(&offset)
     }
 
     /// The allocations in offset order.
     fn iter(&self) -> impl Iterator<Item = &Allocated> {
-        self.0.iter()
+        self.0.range(..SENTINEL).map(|(_, allocated)| allocated)
     }
 
     /// The allocation with the highest offset at or below `offset`.
     fn at_or_below(&self, offset: u64) -> Option<&Allocated> {
-        let after = self.0.partition_point(|a| a.offset <= offset);
-        after.checked_sub(1).map(|at| &self.0[at])
+        self.0
+            .range(..=offset.min(SENTINEL - 1))
+            .next_back()
+            .map(|(_, allocated)| allocated)
     }
 }
 
@@ -716,4 +740,42 @@ fn not_an_allocation(call: &str, address: usize) -> ! {
              pointer shmem_malloc returned"
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(index: u64, offset: u64, bytes: u64) -> Allocated {
+        Allocated {
+            id: AllocationId {
+                index,
+                generation: 1,
+            },
+            offset,
+            bytes,
+            alignment: None,
+        }
+    }
+
+    #[test]
+    fn allocations_are_found_by_offset_and_the_sentinel_never() {
+        let mut table = Allocations::default();
+        assert!(table.at_or_below(0).is_none() && table.at_or_below(u64::MAX).is_none());
+        for (index, offset) in [(0, 128), (1, 0), (2, 4096)] {
+            table.insert(block(index, offset, 64));
+        }
+        let offsets: Vec<u64> = table.iter().map(|a| a.offset).collect();
+        assert_eq!(offsets, [0, 128, 4096]);
+        assert_eq!(table.at_or_below(200).map(|a| a.id.index), Some(0));
+        assert_eq!(table.at_or_below(u64::MAX).map(|a| a.id.index), Some(2));
+        assert_eq!(table.get(128).map(|a| a.id.index), Some(0));
+        assert!(table.get(129).is_none() && table.get(SENTINEL).is_none());
+        assert!(table.remove(SENTINEL).is_none(), "the sentinel stays");
+        for offset in [128, 0, 4096] {
+            assert_eq!(table.remove(offset).map(|a| a.offset), Some(offset));
+        }
+        assert!(table.remove(0).is_none() && table.iter().next().is_none());
+        assert!(table.at_or_below(u64::MAX).is_none());
+    }
 }
