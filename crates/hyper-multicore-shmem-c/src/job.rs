@@ -546,8 +546,9 @@ static TABLE_EPOCH: AtomicU64 = AtomicU64::new(0);
 /// loader in a shared library).
 static CACHE: [LocatedCache; CACHED_BLOCKS] = [const { LocatedCache::new() }; CACHED_BLOCKS];
 
-/// How many blocks [`CACHE`] holds.
-const CACHED_BLOCKS: usize = 4;
+/// How many blocks [`CACHE`] holds: a program that works on more buffers in turn (a halo
+/// exchange's, a few arrays') takes the tables' path on every call.
+const CACHED_BLOCKS: usize = 16;
 
 /// The entry of [`CACHE`] that held the block found last (looked at first).
 static LAST_HIT: AtomicUsize = AtomicUsize::new(0);
@@ -590,6 +591,11 @@ fn cached(address: usize, bytes: usize, epoch: u64) -> Option<Located> {
 fn cached_elsewhere(first: usize, address: usize, bytes: usize, epoch: u64) -> Option<Located> {
     (1..CACHED_BLOCKS).find_map(|step| {
         let entry = (first + step) % CACHED_BLOCKS;
+        // Two loads rule most entries out before the sequence-locked read of all of them.
+        let [start, end] = CACHE[entry].key_hint();
+        if !(start as usize <= address && address < end as usize) {
+            return None;
+        }
         let at = cached_in(entry, address, bytes, epoch)?;
         LAST_HIT.store(entry, Ordering::Relaxed);
         Some(at)

@@ -55,6 +55,31 @@ int main(void) {
     shmem_free(hinted);
     shmem_free(NULL);
     shmem_free(zeros);
+
+    /* More blocks than the library keeps located at once, used in turn (a put to each, a get
+     * from each, several rounds), one freed in the middle and its neighbours used again. */
+    enum { BLOCKS = 40, ROUNDS = 3 };
+    long *blocks[BLOCKS];
+    for (int b = 0; b < BLOCKS; b++) {
+        blocks[b] = shmem_malloc(2 * sizeof(long));
+        CHECK(blocks[b] != NULL);
+    }
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int b = 0; b < BLOCKS; b++)
+            shmem_long_p(&blocks[b][round % 2], 1000L * me + 10L * b + round, next);
+        shmem_barrier_all();
+        for (int b = 0; b < BLOCKS; b++) {
+            CHECK(blocks[b][round % 2] == 1000L * prev + 10L * b + round);
+            CHECK(shmem_long_g(&blocks[b][round % 2], next) == 1000L * me + 10L * b + round);
+        }
+        shmem_barrier_all();
+    }
+    shmem_free(blocks[BLOCKS / 2]);
+    for (int b = BLOCKS / 2 - 1; b <= BLOCKS / 2 + 1; b += 2)
+        CHECK(shmem_long_g(&blocks[b][0], me) == 1000L * prev + 10L * b + ROUNDS - 1);
+    shmem_barrier_all();
+    for (int b = 0; b < BLOCKS; b++)
+        if (b != BLOCKS / 2) shmem_free(blocks[b]);
     PASS("memory");
     shmem_finalize();
     return 0;

@@ -183,6 +183,16 @@ impl LocatedCache {
         Some(([a, b, c], Located { region }))
     }
 
+    /// The first two words of the key stored last, read without the sequence lock: possibly
+    /// torn or stale, a hint for skipping an entry cheaply (then [`LocatedCache::load`] it).
+    #[inline]
+    pub fn key_hint(&self) -> [u64; 2] {
+        [
+            self.words[0].load(Ordering::Relaxed),
+            self.words[1].load(Ordering::Relaxed),
+        ]
+    }
+
     /// Stores `located` under `key` (skipped while another thread rewrites the cache: the
     /// cache is a hint, a miss only costs a checked call).
     pub fn store(&self, key: [u64; 3], located: Located) {
