@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use super::allocation::Region;
-use crate::sys::zero_pages::{ZeroPages, PAGE};
+use crate::sys::zero_pages::{page_size, ZeroPages};
 
 /// Spans in chunk 0; chunk `k` holds `BASE << k`.
 const BASE: u64 = 64;
@@ -34,14 +34,14 @@ const CHUNKS: usize = 40;
 type Span = [AtomicU64; 2];
 /// The bytes of a [`Span`].
 const SPAN_BYTES: usize = std::mem::size_of::<Span>();
-/// The spans of one page of a chunk.
-const SPANS_PER_PAGE: usize = PAGE / SPAN_BYTES;
 
 /// Chunk `k` (1 and up): its spans in pages of their own, and for each page how many of its
 /// spans are still to be freed (it goes back to the kernel when none is).
 #[derive(Debug)]
 struct Chunk {
     spans: ZeroPages,
+    /// Spans per page (the system's page size over [`SPAN_BYTES`]).
+    per_page: usize,
     to_free: Box<[AtomicU32]>,
 }
 
@@ -49,14 +49,13 @@ impl Chunk {
     /// Chunk `chunk`'s spans, none live.
     fn new(chunk: usize) -> io::Result<Chunk> {
         let spans = (BASE as usize) << chunk;
-        let to_free = (0..spans.div_ceil(SPANS_PER_PAGE))
-            .map(|page| {
-                let in_page = (spans - page * SPANS_PER_PAGE).min(SPANS_PER_PAGE);
-                AtomicU32::new(in_page as u32)
-            })
+        let per_page = (page_size() / SPAN_BYTES).max(1);
+        let to_free = (0..spans.div_ceil(per_page))
+            .map(|page| AtomicU32::new((spans - page * per_page).min(per_page) as u32))
             .collect();
         Ok(Chunk {
             spans: ZeroPages::map(spans * SPAN_BYTES)?,
+            per_page,
             to_free,
         })
     }
@@ -155,9 +154,10 @@ impl Liveness {
             return;
         };
         chunk.span(at)[1].store(0, Ordering::Release);
-        let page = at / SPANS_PER_PAGE;
+        let page = at / chunk.per_page;
         if chunk.to_free[page].fetch_sub(1, Ordering::AcqRel) == 1 {
-            chunk.spans.discard(page * PAGE, PAGE);
+            let bytes = chunk.per_page * SPAN_BYTES;
+            chunk.spans.discard(page * bytes, bytes);
         }
     }
 
@@ -233,9 +233,12 @@ mod tests {
     #[test]
     fn a_page_whose_spans_are_all_freed_goes_back_to_the_kernel() {
         let live = Liveness::default();
-        // Chunk 2 (indices 192..448) has two pages of spans: 192..448 split at 448 - 256 = 192 +
-        // SPANS_PER_PAGE.
-        let page = 192..192 + SPANS_PER_PAGE as u64;
+        // The first page of spans of chunk 2 (indices 192..448; 256 spans a page of 4 KiB), or
+        // of the first chunk that holds more than a page.
+        let per_page = (page_size() / SPAN_BYTES) as u64;
+        let chunk = (2..CHUNKS).find(|&k| BASE << k > per_page).unwrap();
+        let first = BASE * ((1 << chunk) - 1);
+        let page = first..first + per_page;
         for index in page.clone().chain([page.end]) {
             live.insert(index, 4096 + 64 * index, 8);
         }

@@ -16,9 +16,10 @@ use rustix::mm::{madvise, mmap_anonymous, munmap, Advice, MapFlags, ProtFlags};
 
 use super::mapping::SharedWords;
 
-/// The page size discards are made in (the smallest in use; a larger page is discarded in
-/// whole when every one of its small pages is).
-pub(crate) const PAGE: usize = 4096;
+/// The system's page size: what [`ZeroPages::discard`] hands back whole.
+pub(crate) fn page_size() -> usize {
+    rustix::param::page_size()
+}
 
 /// An anonymous private mapping of zero-filled pages (see the module docs).
 #[derive(Debug)]
@@ -37,7 +38,7 @@ impl ZeroPages {
     /// Maps `len` bytes (rounded up to whole pages) of zero pages, without reserving swap for
     /// them (`MAP_NORESERVE`: untouched pages cost nothing).
     pub(crate) fn map(len: usize) -> io::Result<ZeroPages> {
-        let len = len.max(1).next_multiple_of(PAGE);
+        let len = len.max(1).next_multiple_of(page_size());
         // SAFETY: a fresh anonymous mapping at an address the kernel picks; it aliases nothing.
         let pointer = unsafe {
             mmap_anonymous(
@@ -65,12 +66,14 @@ impl ZeroPages {
         unsafe { &*self.base.as_ptr().add(offset).cast::<W>() }
     }
 
-    /// Hands the whole pages of `offset..offset + len` back to the kernel (`MADV_DONTNEED`, Linux semantics: not the POSIX advice, which leaves them be):
-    /// they read as zeros from now on. Best effort: should the kernel refuse, they keep their
-    /// contents and their memory.
+    /// Hands the whole pages of `offset..offset + len` back to the kernel (Linux's
+    /// `MADV_DONTNEED`, not the POSIX advice of that name, which leaves them be): they read as
+    /// zeros from now on. Best effort: should the kernel refuse, they keep their contents and
+    /// their memory.
     pub(crate) fn discard(&self, offset: usize, len: usize) {
-        let first = offset.next_multiple_of(PAGE);
-        let end = offset.saturating_add(len).min(self.len) & !(PAGE - 1);
+        let page = page_size();
+        let first = offset.next_multiple_of(page);
+        let end = offset.saturating_add(len).min(self.len) & !(page - 1);
         if end <= first {
             return;
         }
@@ -113,32 +116,33 @@ mod tests {
 
     #[test]
     fn discarded_pages_read_zero_and_the_rest_keeps_its_words() {
-        let pages = ZeroPages::map(3 * PAGE).unwrap();
-        for page in 0..3 {
+        let page = page_size();
+        let pages = ZeroPages::map(3 * page).unwrap();
+        for i in 0..3 {
             pages
-                .words::<AtomicU64>(page * PAGE + 8)
-                .store(page as u64 + 1, Ordering::Relaxed);
+                .words::<AtomicU64>(i * page + 8)
+                .store(i as u64 + 1, Ordering::Relaxed);
         }
         // Only whole pages inside the range go: the first and last are partly outside it.
-        pages.discard(PAGE / 2, 2 * PAGE);
-        pages.discard(PAGE, PAGE);
+        pages.discard(page / 2, 2 * page);
+        pages.discard(page, page);
         let seen: Vec<u64> = (0..3)
-            .map(|page| {
+            .map(|i| {
                 pages
-                    .words::<AtomicU64>(page * PAGE + 8)
+                    .words::<AtomicU64>(i * page + 8)
                     .load(Ordering::Relaxed)
             })
             .collect();
         assert_eq!(seen, [1, 0, 3]);
         // A discarded page is writable again.
-        pages.words::<AtomicU64>(PAGE).store(7, Ordering::Relaxed);
-        assert_eq!(pages.words::<AtomicU64>(PAGE).load(Ordering::Relaxed), 7);
+        pages.words::<AtomicU64>(page).store(7, Ordering::Relaxed);
+        assert_eq!(pages.words::<AtomicU64>(page).load(Ordering::Relaxed), 7);
     }
 
     #[test]
     #[should_panic(expected = "outside or misaligned")]
     fn words_past_the_end_panic() {
         let pages = ZeroPages::map(1).unwrap();
-        pages.words::<AtomicU64>(PAGE - 4);
+        pages.words::<AtomicU64>(page_size() - 4);
     }
 }
