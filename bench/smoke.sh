@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Smoke test of the benchmark harness (CI): runs `hm-bench control` in quick mode on 2 and 4 PEs,
-# `hm-bench shmem` in quick mode on 2 PEs and the restart timings (`examples/restart_timings`
-# under `hmrun -n 2`), and checks that every output line is a JSON object with the required keys
-# and that every expected row is there. It checks that the benchmarks
+# `hm-bench shmem` in quick mode on 2 PEs, the restart timings (`examples/restart_timings`
+# under `hmrun -n 2`) and the C API's scaling program (`bench/oshmem/scaling.c`, quick), and
+# checks that every output line is a JSON object with the required keys and that every expected
+# row is there. It checks that the benchmarks
 # work, never how fast they are. Needs neither OSHMEM nor matplotlib.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,15 @@ cargo run --quiet -p hm-bench -- control --quick --json --pes 2,4 >"$control"
 cargo run --quiet -p hm-bench -- shmem --quick --json --pes 2 >"$shmem"
 cargo build --quiet -p hmrun -p hyper-multicore --example restart_timings
 target/debug/hmrun -n 2 -- target/debug/examples/restart_timings | sed -n 's/^\[0\] {/{/p' >"$restart"
+# The C API's scaling program: built with hmcc (the library next to it, from `cargo build`), its
+# eight lines printed by PE 0.
+cargo build --quiet -p hyper-multicore-shmem-c
+scaling="$(mktemp -d)/scaling"
+target/debug/hmcc -O2 -o "$scaling" bench/oshmem/scaling.c
+lines="$(target/debug/hmrun -n 2 -- "$scaling" --quick | grep -c '^\[0\] ')"
+rm -rf "$(dirname "$scaling")"
+[ "$lines" -eq 8 ] || { echo "bench smoke (scaling.c): $lines lines from PE 0, expected 8" >&2; exit 1; }
+echo "bench smoke OK (scaling.c): 8 lines"
 python3 -c '
 import json, sys
 
