@@ -48,6 +48,41 @@ impl ControlPlane {
             .map_err(|e| self.lost_link(OP, e))
     }
 
+    /// Root rank 0 only: sends `data` under `tag` to every rank of `destinations` in one step
+    /// that a break of the plane cannot split. Either the plane is whole, and every message is
+    /// on its link before the aborts of any later break (so each destination alive to read it
+    /// receives it: a receiver looks at its mailbox before at the break), or the plane has
+    /// broken and none goes out. A release that one destination may act on at once (leave a
+    /// barrier, then die) needs this: the others must still be released.
+    pub(crate) fn send_to_all(&self, destinations: &[usize], tag: u64, data: &[u8]) -> Result<()> {
+        const OP: &str = "send";
+        assert_eq!(self.rank, 0, "only root rank 0 has a link to every rank");
+        self.check_usable(OP)?;
+        let Some(network) = &self.network else {
+            return Ok(());
+        };
+        // The router marks a break under the inbox lock before it sends the aborts: holding the
+        // lock orders every message here before them, or the break before all of them.
+        let sent = self.shared.update(|inbox| {
+            if inbox.broken.is_some() {
+                return false;
+            }
+            for &destination in destinations {
+                let header = send_header(0, destination, tag);
+                if let Some(link) = &network.links[destination] {
+                    // A destination that cannot be reached is dead; its hang-up breaks the
+                    // plane for the next call, and the others are released all the same.
+                    let _ = link.send(Kind::Send, &[&header, data]);
+                }
+            }
+            true
+        });
+        match sent {
+            true => Ok(()),
+            false => Err(self.check_usable(OP).expect_err("the plane broke")),
+        }
+    }
+
     /// Receives the next message from rank `source` under `tag`.
     pub fn recv(&self, source: usize, tag: u64) -> Result<Vec<u8>> {
         self.recv_deadline(source, tag, self.default_deadline())

@@ -740,10 +740,9 @@ impl super::runtime::Shmem {
                 self.plane
                     .recv_deadline(leader, LEADERS_BARRIER_TAG, deadline)?;
             }
-            for &leader in &leaders[1..] {
-                self.plane.send(leader, LEADERS_BARRIER_TAG, &[])?;
-            }
-            Ok(())
+            // One step the loss of a leader that leaves at once cannot split (see send_to_all).
+            self.plane
+                .send_to_all(&leaders[1..], LEADERS_BARRIER_TAG, &[])
         } else {
             self.plane.send(leaders[0], LEADERS_BARRIER_TAG, &[])?;
             self.plane
