@@ -480,9 +480,7 @@ pub(crate) fn run<R>(call: &str, f: impl FnOnce(&Shmem) -> hyper_multicore::Resu
 /// `shmem_init`.
 #[inline]
 pub(crate) fn order(call: &str, order_puts: fn() -> hyper_multicore::Result<()>) {
-    if rank().is_none() {
-        fail(call, NOT_INITIALIZED);
-    }
+    my_pe(call);
     check(call, order_puts());
 }
 

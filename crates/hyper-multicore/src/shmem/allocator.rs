@@ -172,9 +172,10 @@ impl Allocator {
     /// offset.
     ///
     /// The reserved length is `bytes` rounded up to a multiple of `alignment` up to [`LINE`] (at
-    /// least one granule: see [`reserved_size`]). Best fit: among the free blocks that can hold the reserved length at an aligned
-    /// offset, the one with the smallest length wins, ties going to the lowest offset. The padding
-    /// in front of the aligned offset and the remainder behind the block stay free.
+    /// least one granule: see [`reserved_size`]). Best fit: among the free blocks that can hold
+    /// the reserved length at an aligned offset, the one with the smallest length wins, ties
+    /// going to the lowest offset. The padding in front of the aligned offset and the remainder
+    /// behind the block stay free.
     ///
     /// `alignment` must be a power of two of at least [`MIN_ALIGNMENT`]. Requests whose rounding
     /// or padding would overflow `u64` fail with [`Exhausted`] like any other request that does

@@ -120,18 +120,13 @@ impl Liveness {
         };
         let span = match chunk {
             0 => &self.first[at],
-            _ => match self.chunks[chunk].get() {
-                Some(chunk) => chunk.span(at),
-                None => {
-                    // Inserts are made one at a time (under the registry's lock); should two
-                    // race, the loser's chunk is dropped unused.
-                    let new = Chunk::new(chunk).unwrap_or_else(|error| {
+            _ => self.chunks[chunk]
+                .get_or_init(|| {
+                    Chunk::new(chunk).unwrap_or_else(|error| {
                         panic!("out of memory: the table of live allocations cannot grow: {error}")
-                    });
-                    let _ = self.chunks[chunk].set(new);
-                    self.chunks[chunk].get().expect("set just above").span(at)
-                }
-            },
+                    })
+                })
+                .span(at),
         };
         let [start, end] = span;
         start.store(offset, Ordering::Relaxed);
