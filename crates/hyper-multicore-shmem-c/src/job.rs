@@ -271,7 +271,10 @@ pub(crate) fn start(call: &str, heap_size: Option<u64>) {
 }
 
 /// Collective: copies `start..end` (the executable's data and bss) into a new allocation and
-/// maps the allocation over it.
+/// maps the allocation over it. Every PE learns whether every PE could: if one could not (under
+/// valgrind, which cannot duplicate a shared mapping with `mremap`, for one), every PE puts its
+/// data back into private memory and frees the allocation, and global variables are not
+/// symmetric in this job — a call that names one fails, saying why.
 fn share_statics(call: &str, start: usize, end: usize, heap_address: usize) -> Statics {
     let spec = AllocationSpec {
         shape: vec![end - start],
@@ -291,16 +294,40 @@ fn share_statics(call: &str, start: usize, end: usize, heap_address: usize) -> S
     let shared = heap_address + record.offset as usize;
     // SAFETY: at shmem_init, before the program uses symmetric data; this library's state is not
     // in the range (checked by `start`); the range's bytes were just copied into the allocation.
-    if let Err(error) = unsafe { static_data::alias_onto(shared, start, end - start) } {
-        fail(
-            call,
-            format!("cannot map the executable's data and bss onto the symmetric heap: {error}"),
-        );
+    let aliased = unsafe { static_data::alias_onto(shared, start, end - start) };
+    // Every PE's outcome (empty: mapped). Peers write into this PE's data only once every PE
+    // has mapped it, which this exchange also waits for.
+    let outcome = aliased.as_ref().err().map(ToString::to_string);
+    let outcomes = run(call, |shmem| {
+        shmem
+            .control()
+            .allgather(outcome.as_deref().unwrap_or("").as_bytes())
+    });
+    let Some((pe, error)) = outcomes
+        .iter()
+        .enumerate()
+        .find(|(_, error)| !error.is_empty())
+    else {
+        caller_memory::statics_are_shared(start, end);
+        return Statics::Symmetric { start, record };
+    };
+    if aliased.is_ok() {
+        // SAFETY: still inside shmem_init, and no peer writes the range (every PE learnt that
+        // the data stay private); this library's state is not in the range.
+        if let Err(error) = unsafe { static_data::make_private(start, end - start) } {
+            fail(
+                call,
+                format!("cannot map the executable's data and bss back to private memory: {error}"),
+            );
+        }
     }
-    caller_memory::statics_are_shared(start, end);
-    // Peers write into this PE's data only once every PE has mapped it.
-    run(call, |shmem| shmem.barrier());
-    Statics::Symmetric { start, record }
+    run(call, |shmem| shmem.free_id(record.id));
+    Statics::Private(format!(
+        "PE {pe} could not map its data and bss onto the symmetric heap ({}), so in this job \
+         only memory from shmem_malloc is symmetric (valgrind, for one, cannot make the \
+         mapping this needs)",
+        String::from_utf8_lossy(error)
+    ))
 }
 
 /// Collective: frees every allocation still live (in heap order, the same on every PE) and
@@ -674,15 +701,17 @@ fn find_block(address: usize, bytes: usize) -> Result<Block, String> {
         let heap_end = job.heap_address + job.heap_size as usize;
         let statics = match &job.statics {
             Statics::Symmetric { start, record } => format!(
-                "nor in the program's data and bss ({start:#x}..{:#x})",
+                "nor in the program's data and bss ({start:#x}..{:#x}); pass a global or static \
+                 variable, or memory from shmem_malloc",
                 start + record.bytes as usize
             ),
-            Statics::Private(why) => format!("and global variables are not symmetric: {why}"),
+            Statics::Private(why) => format!(
+                "and global variables are not symmetric: {why}; pass memory from shmem_malloc"
+            ),
         };
         return Err(format!(
             "address {address:#x} is not symmetric: it is neither in this PE's symmetric heap \
-             ({:#x}..{heap_end:#x}) {statics}; pass a global or static variable, or memory from \
-             shmem_malloc",
+             ({:#x}..{heap_end:#x}) {statics}",
             job.heap_address
         ));
     };

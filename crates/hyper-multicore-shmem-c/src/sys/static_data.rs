@@ -119,3 +119,26 @@ pub(crate) unsafe fn alias_onto(shared: usize, target: usize, len: usize) -> std
     }?;
     Ok(())
 }
+
+/// Gives `start..start + len` (page-aligned) private pages again, with the bytes it holds now:
+/// undoes [`alias_onto`].
+///
+/// # Safety
+/// See the module contract: nothing may access the range while this runs, and no other process
+/// may write it any more.
+pub(crate) unsafe fn make_private(start: usize, len: usize) -> std::io::Result<()> {
+    let bytes = snapshot(start, len);
+    // SAFETY: the range is the executable's writable range, which the caller's contract says
+    // nothing uses now; a fixed private anonymous mapping replaces its pages.
+    unsafe {
+        rustix::mm::mmap_anonymous(
+            start as *mut c_void,
+            len,
+            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+            rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::FIXED,
+        )
+    }?;
+    // SAFETY: the range is mapped readable and writable, `len` bytes, and `bytes` holds `len`.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), start as *mut u8, len) };
+    Ok(())
+}
