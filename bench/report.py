@@ -14,6 +14,10 @@ Inputs (bench/results/ by default, as bench/run_all.sh writes them):
   shmem_ucx.jsonl, oshmem_ucx.jsonl, ucx_machine.txt, ucx_commands.txt, ucx_oshmem.txt
                  the UCX route (`hm-bench shmem --transport ucx`, layer "shmem-ucx", next to
                  OSHMEM's spml ucx); optional, a section of its own
+  two_hosts.jsonl, two_hosts_oshmem.jsonl, two_hosts_machine.txt, two_hosts_commands.txt,
+  two_hosts_oshmem.txt
+                 the UCX route across two network-namespace hosts (bench/namespace_hosts.sh);
+                 optional, a section of its own
 and bench/findings.md (hand-written analysis of the misses), embedded after the summary.
 
 Rows with the same (layer, op, bytes, pes) — OSHMEM start-up is one trial per launch — are
@@ -129,37 +133,42 @@ OPS = [
 # PE asleep in wait_signal (no OSHMEM twin: its waits spin) must take ≤ 1 ms, not its 20 ms
 # sleep slice.
 UCX_ROWS = [
-    ("barrier", 0, None),
-    ("put_quiet", 8, None),
-    ("get", 8, None),
-    *[(op, size, None) for size in (64 << 10, 1 << 20, 16 << 20)
+    ("barrier", 0, None, 2),
+    ("put_quiet", 8, None, 2),
+    ("get", 8, None, 2),
+    *[(op, size, None, 2) for size in (64 << 10, 1 << 20, 16 << 20)
       for op in ("put_bandwidth", "get_bandwidth")],
-    ("pingpong_signal", 8, None),
-    ("pingpong_put_signal", 8, None),
-    ("pingpong_atomic_add", 8, None),
-    ("fetch_add", 8, None),
-    ("malloc_free", 4096, None),
-    ("all_to_all", 1 << 20, None),
-    ("get_computing_peer", 8, 1e6),
-    ("wake_sleeper_atomic_add", 8, 1e6),
-    ("wake_sleeper_signal", 8, 1e6),
+    ("pingpong_signal", 8, None, 2),
+    ("pingpong_put_signal", 8, None, 2),
+    ("pingpong_atomic_add", 8, None, 2),
+    ("fetch_add", 8, None, 2),
+    ("malloc_free", 4096, None, 2),
+    ("all_to_all", 1 << 20, None, 2),
+    ("get_computing_peer", 8, 1e6, 2),
+    ("wake_sleeper_atomic_add", 8, 1e6, 2),
+    ("wake_sleeper_signal", 8, 1e6, 2),
 ]
 UCX_RATIO = 1.0
 
+# The UCX route across two namespace hosts: the same rows with one PE per host, and the barrier
+# of two PEs per host (shared memory within a host, UCX between).
+TWO_HOST_ROWS = [*UCX_ROWS, ("barrier", 0, None, 4)]
 
-def ucx_section(ours, oshmem):
-    """The UCX route's table: (lines, met, missed)."""
+
+def ucx_section(ours, oshmem, rows=UCX_ROWS):
+    """A UCX route's table of `rows` (op, bytes, absolute bar or None, PEs): (lines, met,
+    missed)."""
     lines = [
-        "| op | bytes | ours median | min | max | OSHMEM-on-UCX median | min | max "
+        "| op | PEs | bytes | ours median | min | max | OSHMEM-on-UCX median | min | max "
         "| ours / OSHMEM | bar | |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     met = missed = 0
-    for op, bytes_, limit in UCX_ROWS:
-        row = find(ours, "shmem-ucx", op, bytes_, 2)
+    for op, bytes_, limit, pes in rows:
+        row = find(ours, "shmem-ucx", op, bytes_, pes)
         if not row:
             continue
-        peer = find(oshmem, "oshmem", op, bytes_, 2)
+        peer = find(oshmem, "oshmem", op, bytes_, pes)
         ratio = row["median_ns"] / peer["median_ns"] if peer else None
         checks = [] if ratio is None else [ratio <= UCX_RATIO]
         bars = [] if ratio is None else [f"≤ {UCX_RATIO:.1f}× OSHMEM"]
@@ -171,7 +180,7 @@ def ucx_section(ours, oshmem):
         met += judged is True
         missed += judged is False
         lines.append(
-            f"| `{op}` | {human_bytes(bytes_)} | {human_ns(row['median_ns'])} | "
+            f"| `{op}` | {pes} | {human_bytes(bytes_)} | {human_ns(row['median_ns'])} | "
             f"{human_ns(row['min_ns'])} | {human_ns(row['max_ns'])} | "
             f"{human_ns(peer['median_ns']) if peer else '—'} | "
             f"{human_ns(peer['min_ns']) if peer else '—'} | "
@@ -598,6 +607,9 @@ def main():
     findings = read_text(os.path.join(here, "findings.md"))
     ours_ucx = load(os.path.join(args.results, "shmem_ucx.jsonl"))
     oshmem_ucx = load(os.path.join(args.results, "oshmem_ucx.jsonl"))
+    ours_hosts = load(os.path.join(args.results, "two_hosts.jsonl"))
+    oshmem_hosts = load(os.path.join(args.results, "two_hosts_oshmem.jsonl"))
+    hosts_skipped = read_text(os.path.join(args.results, "two_hosts_machine.txt"))
 
     made = None if args.no_plots else plots(ours, oshmem, args.plots)
     rows = table_rows(ours, oshmem)
@@ -795,6 +807,43 @@ def main():
         for title, name, fence in (("Machine during the UCX run", "ucx_machine.txt", "text"),
                                    ("OSHMEM-on-UCX notes", "ucx_oshmem.txt", "text"),
                                    ("Commands of the UCX run", "ucx_commands.txt", "sh")):
+            text = read_text(os.path.join(args.results, name))
+            if text:
+                w(f"{title}:")
+                w("")
+                w(f"```{fence}")
+                w(text)
+                w("```")
+                w("")
+
+    if ours_hosts or hosts_skipped.startswith("skipped"):
+        w("## The UCX route across two hosts: two network namespaces (TCP over a veth pair)")
+        w("")
+        w("Two \"hosts\" on this machine (`bench/namespace_hosts.sh`): network namespaces "
+          "joined by a veth pair (198.18.0.1 and .2), each PE in a UTS namespace named after "
+          "its host, so the runtime sees two hosts and routes every pair between them over "
+          "UCX without being told to. Ours: one `hmrun --nnodes 2` per host running `hm-bench "
+          "pe-shmem --rows --no-pin` (root rank 0 prints the rows), one PE per host for every "
+          "2-PE row, then two per host for the 4-PE barrier (shared memory within a host, the "
+          "host leaders over the network). OSHMEM: one `oshrun` on host 0 whose daemon on "
+          "host 1 starts through the namespace script as its rsh agent, `--bind-to none` "
+          "(bound, both \"hosts\" pin their PE to the same core of this machine: 4-8 ms per "
+          "operation), `spml ucx` + `pml ucx`. Both `UCX_TLS=tcp,self`, in alternated rounds "
+          "(the count under the OSHMEM notes); rows, method and bar as in the loopback table "
+          "above.")
+        w("")
+        if ours_hosts:
+            host_lines, host_met, host_missed = ucx_section(ours_hosts, oshmem_hosts,
+                                                            TWO_HOST_ROWS)
+            doc.extend(host_lines)
+            w("")
+            w(f"Two-host bars met: {host_met}; missed: {host_missed}.")
+            w("")
+        for title, name, fence in (("Machine during the two-host run", "two_hosts_machine.txt",
+                                    "text"),
+                                   ("OSHMEM notes", "two_hosts_oshmem.txt", "text"),
+                                   ("Commands of the two-host run", "two_hosts_commands.txt",
+                                    "sh")):
             text = read_text(os.path.join(args.results, name))
             if text:
                 w(f"{title}:")

@@ -11,7 +11,7 @@
 #
 #   bench/run_all.sh                       # everything
 #   HM_BENCH_PES=2,4 HM_BENCH_CONTROL=0 bench/run_all.sh   # a shorter run
-#   HM_BENCH_SHMEM=0 OSHMEM=0 HM_BENCH_CONTROL=0 bench/run_all.sh   # only the UCX route
+#   HM_BENCH_SHMEM=0 OSHMEM=0 HM_BENCH_CONTROL=0 HM_BENCH_C_API=0 bench/run_all.sh   # only UCX
 #
 # Environment: CARGO_TARGET_DIR (default target), HM_BENCH_PES (default 2,4,8,16,32),
 # OSHMEM_BARRIER_PES (PE counts besides 2 for OSHMEM's barrier, default "4 8 16 32"),
@@ -19,7 +19,9 @@
 # HM_BENCH_C_API=0 to skip the C API's run, HM_BENCH_ROUNDS (default 3) for the alternated rounds
 # of the 2-PE runs (ours, OSHMEM, the C API),
 # HM_BENCH_UCX=0 to skip the UCX route, HM_BENCH_UCX_ROUNDS (default 3) for its alternated
-# rounds of ours and OSHMEM, HM_BENCH_CONTROL=0 to skip the control plane,
+# rounds of ours and OSHMEM (also those of the two namespace hosts), HM_BENCH_TWO_HOSTS=0 to skip
+# the UCX route across two namespace hosts (it needs root), HM_BENCH_CONTROL=0 to skip the
+# control plane,
 # HM_BENCH_QUICK=1 for the smoke-test method everywhere (to check the plumbing; its figures mean
 # nothing). A step that is skipped leaves its earlier results in bench/results/ as they were.
 set -euo pipefail
@@ -242,6 +244,80 @@ if [[ "${HM_BENCH_UCX:-1}" != 0 ]]; then
         echo "OSHMEM not run (oshcc/oshrun not installed)" >"$notes"
     fi
     echo "load average after: $(cat /proc/loadavg)" >>"$results/ucx_machine.txt"
+    printf 'python3 bench/report.py\n' >>"$commands"
+fi
+
+# The UCX route across two hosts: two network namespaces with host names of their own, joined by
+# a veth pair (bench/namespace_hosts.sh; needs root). Ours: one `hmrun --nnodes 2` per host,
+# whose PEs run `hm-bench pe-shmem --rows` (root rank 0 prints the rows): 1 PE per host for the
+# 2-PE patterns (every pair on UCX without forcing it), then 2 per host for the barrier (shared
+# memory within a host, UCX between). OSHMEM: one `oshrun` on host 0 that starts host 1's daemon
+# through the namespace script as its rsh agent (`--bind-to none`: bound, both "hosts" would pin
+# their PE to the same core of this machine). Both over UCX_TLS=tcp,self, unpinned, in
+# alternated rounds.
+if [[ "${HM_BENCH_TWO_HOSTS:-1}" != 0 ]]; then
+    commands="$results/two_hosts_commands.txt"
+    rm -f "$results"/two_hosts{,_oshmem}.jsonl "$results"/two_hosts_{machine,commands,oshmem}.txt
+    touch "$commands"
+    notes="$results/two_hosts_oshmem.txt"
+    if why=$(bench/namespace_hosts.sh up 2>&1); then
+        trap 'bench/namespace_hosts.sh down' EXIT
+        describe_machine >"$results/two_hosts_machine.txt"
+        build
+        secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+        heap=$((256 << 20))
+        [[ ${#quick[@]} == 0 ]] || heap=$((64 << 20))
+        # ours PES_PER_HOST GROUPS: one job across the two hosts; rank 0's rows appended.
+        ours() {
+            local per_host="$1" groups="$2" node status=0 pids=()
+            local pe=("$(realpath "$hm_bench")" pe-shmem --heap "$heap" --no-pin --rows --only "$groups" "${quick[@]}")
+            printf 'bench/namespace_hosts.sh exec N env UCX_TLS=tcp,self %s -n %s --nnodes 2 --node-rank N --master-addr 198.18.0.1 --master-port 29700 -- %s >>%s\n' \
+                "$target/release/hmrun" "$per_host" "${pe[*]}" "$results/two_hosts.jsonl" >>"$commands"
+            for node in 1 0; do
+                bench/namespace_hosts.sh exec "$node" env UCX_TLS=tcp,self \
+                    HYPER_MULTICORE_SHMEM_SECRET="$secret" "$target/release/hmrun" -n "$per_host" \
+                    --nnodes 2 --node-rank "$node" --master-addr 198.18.0.1 --master-port 29700 \
+                    -- "${pe[@]}" >"$results/two_hosts.node$node" &
+                pids+=($!)
+            done
+            for pid in "${pids[@]}"; do
+                wait "$pid" || status=$?
+            done
+            sed -n 's/^\[0\] //p' "$results/two_hosts.node0" >>"$results/two_hosts.jsonl"
+            rm -f "$results"/two_hosts.node{0,1}
+            [[ $status == 0 ]] || { echo "the two-host job of $per_host PEs per host failed ($status)" >&2; exit 1; }
+        }
+        oshrun=(timeout 300 bench/namespace_hosts.sh exec 0 oshrun --allow-run-as-root
+            --oversubscribe --mca plm_rsh_agent "$PWD/bench/namespace_hosts.sh rsh"
+            --bind-to none --mca spml ucx --mca pml ucx --mca pml_ucx_tls any
+            --mca pml_ucx_devices any --mca osc ucx --mca btl self,tcp -x UCX_TLS=tcp,self)
+        for ((round = 1; round <= ucx_rounds; round++)); do
+            ours 1 barrier,latency,bandwidth,pingpong,fetch-add,malloc-free,all-to-all,computing-peer,sleeper
+            ours 2 barrier
+            if [[ $have_oshmem == 1 ]]; then
+                oshmem "$results/two_hosts_oshmem.jsonl" --host hm-host-0,hm-host-1 --map-by node \
+                    -np 2 "$(realpath "$oshmem_bench")" --no-pin "${quick[@]}"
+                oshmem "$results/two_hosts_oshmem.jsonl" --host hm-host-0:2,hm-host-1:2 \
+                    --map-by slot -np 4 "$(realpath "$oshmem_bench")" --no-pin "${quick[@]}"
+            fi
+        done
+        if [[ $have_oshmem == 1 ]]; then
+            {
+                echo "Open MPI OSHMEM: $(ompi_info --version 2>/dev/null | head -1)"
+                echo "launcher: ${oshrun[*]}"
+                echo "rounds (ours, then OSHMEM): $ucx_rounds"
+                oshmem_stderr
+            } >>"$notes"
+        else
+            echo "OSHMEM not run (oshcc/oshrun not installed)" >"$notes"
+        fi
+        echo "load average after: $(cat /proc/loadavg)" >>"$results/two_hosts_machine.txt"
+        bench/namespace_hosts.sh down
+        trap - EXIT
+    else
+        echo "skipped: the two namespace hosts could not be made: $why" >"$results/two_hosts_machine.txt"
+        echo "two namespace hosts skipped: $why" >&2
+    fi
     printf 'python3 bench/report.py\n' >>"$commands"
 fi
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Smoke test of the benchmark harness (CI): runs `hm-bench control` in quick mode on 2 and 4 PEs,
 # `hm-bench shmem` in quick mode on 2 PEs, the restart timings (`examples/restart_timings`
-# under `hmrun -n 2`) and the C API's scaling program (`bench/oshmem/scaling.c`, quick), and
-# checks that every output line is a JSON object with the required keys and that every expected
-# row is there. It checks that the benchmarks
-# work, never how fast they are. Needs neither OSHMEM nor matplotlib.
+# under `hmrun -n 2`), the C API's scaling program (`bench/oshmem/scaling.c`, quick) and the
+# 2-PE rows across two namespace hosts (where it runs as root), and checks that every output
+# line is a JSON object with the required keys and that every expected row is there. It checks
+# that the benchmarks work, never how fast they are. Needs neither OSHMEM nor matplotlib.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 control="$(mktemp)"
@@ -24,6 +24,27 @@ lines="$(target/debug/hmrun -n 2 -- "$scaling" --quick | grep -c '^\[0\] ')"
 rm -rf "$(dirname "$scaling")"
 [ "$lines" -eq 8 ] || { echo "bench smoke (scaling.c): $lines lines from PE 0, expected 8" >&2; exit 1; }
 echo "bench smoke OK (scaling.c): 8 lines"
+# The two-host form (bench/run_all.sh's step across two network namespaces): one PE per host,
+# rank 0 printing rows; skipped, saying why, where the namespaces cannot be made (not root).
+two_hosts="$(mktemp)"
+trap 'rm -f "$control" "$shmem" "$restart" "$two_hosts"; bench/namespace_hosts.sh down' EXIT
+if why=$(bench/namespace_hosts.sh up 2>&1); then
+    secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+    pids=()
+    for node in 1 0; do
+        bench/namespace_hosts.sh exec "$node" env HYPER_MULTICORE_SHMEM_SECRET="$secret" \
+            target/debug/hmrun -n 1 --nnodes 2 --node-rank "$node" --master-addr 198.18.0.1 \
+            -- target/debug/hm-bench pe-shmem --heap 67108864 --quick --no-pin --rows \
+            --only latency,fetch-add >"$two_hosts.$node" &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid"; done
+    sed -n 's/^\[0\] //p' "$two_hosts.0" >"$two_hosts"
+    rm -f "$two_hosts".{0,1}
+    bench/namespace_hosts.sh down
+else
+    echo "bench smoke SKIPPED (two hosts): $why"
+fi
 python3 -c '
 import json, sys
 
@@ -66,4 +87,11 @@ check(sys.argv[2], "shmem", {(op, 2) for op in shmem_ops},
                                          "pingpong_signal", "all_to_all")],
       extra_keys=("layer", "min_ns", "max_ns", "ratio", "ref"))
 check(sys.argv[3], "restart", {("restart", 2)}, extra_keys=("layer", "min_ns", "max_ns", "stages_ms"))
-' "$control" "$shmem" "$restart"
+if open(sys.argv[4]).read():
+    check(sys.argv[4], "two hosts", {(op, 2) for op in ("put_quiet", "get", "fetch_add")},
+          extra_keys=("layer",))
+    # Every pair between the two hosts is on the UCX route, unforced.
+    layers = {json.loads(line)["layer"] for line in open(sys.argv[4]).read().splitlines()}
+    if layers != {"shmem-ucx"}:
+        sys.exit(f"hm-bench smoke (two hosts): rows of layers {sorted(layers)}, not shmem-ucx")
+' "$control" "$shmem" "$restart" "$two_hosts"

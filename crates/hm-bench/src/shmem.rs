@@ -180,6 +180,11 @@ pub struct PeArgs {
     /// The transport mode (overrides HYPER_MULTICORE_SHMEM_TRANSPORT).
     #[arg(long)]
     transport: Option<String>,
+    /// Root rank 0 prints the driver's rows (the JSON lines of `hm-bench shmem --json`) instead
+    /// of messages to a driver: for PEs another launcher started (`bench/two_hosts.sh` runs
+    /// them under one `hmrun --nnodes 2` per namespace host).
+    #[arg(long)]
+    rows: bool,
 }
 
 /// What a PE prints, one JSON line each.
@@ -446,6 +451,7 @@ pub fn run_pe(args: &PeArgs) -> Result<()> {
         only: args.only.clone(),
         remote,
         cores: cpus.len(),
+        rows: args.rows,
     };
     bench
         .run()
@@ -660,6 +666,8 @@ struct Bench<'a> {
     remote: bool,
     /// How many CPUs the PEs are spread over (PE r on CPU r % cores).
     cores: usize,
+    /// Root rank 0 prints rows, not driver messages (see [`PeArgs`]).
+    rows: bool,
 }
 
 /// The other PE of a 2-PE job.
@@ -1414,6 +1422,11 @@ impl<'s> Bench<'s> {
         } else {
             layer
         };
+        if self.rows {
+            let reference = reference.map(|(name, t)| (name, t.per_op.median_ns));
+            let row = Row::new(op, layer, bytes, self.shmem.size(), &timing, reference);
+            return Report::new(true).row(&row);
+        }
         emit(&PeMessage::Timed {
             op: op.to_string(),
             layer: layer.to_string(),
