@@ -145,6 +145,7 @@ UCX_ROWS = [
     ("malloc_free", 4096, None, 2),
     ("all_to_all", 1 << 20, None, 2),
     ("get_computing_peer", 8, 1e6, 2),
+    ("get_burst_waiting_peer", 8, None, 2),
     ("wake_sleeper_atomic_add", 8, 1e6, 2),
     ("wake_sleeper_signal", 8, 1e6, 2),
 ]
@@ -782,7 +783,10 @@ def main():
           "add overhead). `get_computing_peer`: one get of 8 B per sample while the target "
           "computes for 20 ms without calling the runtime (11 samples; its same-run "
           "reference `get_waiting_peer` is the same get while the target waits in a barrier); "
-          "it must finish in milliseconds, not when the compute ends. `pingpong_atomic_add`: "
+          "it must finish in milliseconds, not when the compute ends. "
+          "`get_burst_waiting_peer`: per get of 200 in a row from a PE that fell asleep in a "
+          "barrier while PE 0 computed for 2 ms (11 samples; no OSHMEM twin, no bar). "
+          "`pingpong_atomic_add`: "
           "the ping-pong with a plain remote atomic add on the word the peer waits on. "
           "`wake_sleeper_*`: PE 0 computes 50 ms (PE 1 is asleep in `wait_signal` by then), "
           "then wakes PE 1 with a plain `atomic_add` or a `signal`, and PE 1 answers the same "

@@ -73,6 +73,11 @@ const WORD_BYTES: usize = 8;
 /// `get_computing_peer` row: a get that waited for the target to call the runtime again would
 /// take about this long.
 const COMPUTE_WINDOW: Duration = Duration::from_millis(20);
+/// How long PE 0 computes before the burst of the `get_burst_waiting_peer` row: past the spin
+/// window (0.2 ms) of PE 1's wait in the barrier, so PE 1 sleeps when the burst starts.
+const ASLEEP_WINDOW: Duration = Duration::from_millis(2);
+/// Gets per sample of the `get_burst_waiting_peer` row.
+const BURST_GETS: u32 = 200;
 /// How long PE 0 computes before it wakes PE 1 in the `wake_sleeper_*` rows: past the waiter's
 /// spin and yield phases (64 `sched_yield`s lasted over 5 ms on the shared 2-core VM), so it
 /// sleeps on its futex in slices of 20 ms when the update comes.
@@ -126,7 +131,8 @@ pub enum Group {
     AllToAll,
     /// `get_computing_peer` (and its reference `get_waiting_peer`): a get of 8 B from a peer
     /// busy in a compute loop that does not call the runtime (UCX route only: its target's
-    /// progress thread must serve the get).
+    /// progress thread must serve the get); and `get_burst_waiting_peer`: a burst of gets from
+    /// a peer that fell asleep in a barrier.
     ComputingPeer,
     /// `wake_sleeper_atomic_add` and `wake_sleeper_signal`: a remote atomic add (or a signal)
     /// on the word a peer sleeps on in `wait_signal`, round trip (UCX route only).
@@ -1254,7 +1260,10 @@ impl<'s> Bench<'s> {
     /// [`COMPUTE_WINDOW`] without calling the runtime, while PE 0 times one get from it (the
     /// target's progress thread must serve it; without one it would take about the window).
     /// Interleaved with the reference: the same get while PE 1 waits in a barrier. One get per
-    /// sample, so each sample is one call's latency (no batch).
+    /// sample, so each sample is one call's latency (no batch). Then `get_burst_waiting_peer`:
+    /// per sample, PE 0 computes for [`ASLEEP_WINDOW`] while PE 1 waits in a barrier (and falls
+    /// asleep there), then times [`BURST_GETS`] gets in a row from it (per get): whether the
+    /// waiting PE goes back to serving a burst itself or leaves every get to its progress thread.
     fn computing_peer(&self) -> Result<()> {
         let shmem = self.shmem;
         let word = shmem.allocate::<u64>(1, None)?;
@@ -1297,6 +1306,25 @@ impl<'s> Bench<'s> {
             self.report("get_computing_peer", LAYER, WORD_BYTES, busy, reference)?;
         }
         shmem.barrier()?;
+        let mut burst = Vec::new();
+        for _ in 0..self.method.trials {
+            if shmem.rank() == 0 {
+                compute_for(ASLEEP_WINDOW);
+                let start = Instant::now();
+                for _ in 0..BURST_GETS {
+                    get()?;
+                }
+                burst.push(nanos(start.elapsed()) as f64 / f64::from(BURST_GETS));
+            }
+            shmem.barrier()?;
+        }
+        if shmem.rank() == 0 {
+            let burst = Timing {
+                per_op: Summary::of(&burst)?,
+                batch_ops: u64::from(BURST_GETS),
+            };
+            self.report("get_burst_waiting_peer", LAYER, WORD_BYTES, burst, None)?;
+        }
         shmem.free(computing)?;
         Ok(shmem.free(word)?)
     }

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 pub use channel::{ChannelMode, GroupChannel};
-pub(crate) use router::{SpinWork, WhileWaiting};
+pub(crate) use router::{Nudger, SpinWork, WhileWaiting};
 pub use unique_id::{BootstrapListener, UniqueId, PROTOCOL_VERSION, SECRET_LEN};
 
 use frame::WireError;

@@ -15,10 +15,10 @@ use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
@@ -139,6 +139,10 @@ pub(crate) struct Shared {
     hooks: Mutex<Vec<BreakHook>>,
     /// Run by a waiter on every look of its spin phase (see [`Shared::while_spinning`]).
     spin_hook: Mutex<Option<Weak<dyn WhileWaiting>>>,
+    /// Waiters with spin work asleep on `changed` (only where waiters spin at all).
+    sleeping_spinners: AtomicUsize,
+    /// Set by [`Nudger::nudge`] for the sleeping spinners, taken by the one it wakes.
+    nudged: AtomicBool,
 }
 
 /// Work a waiter does while it spins: the UCX transport progresses its worker there, so a PE
@@ -147,8 +151,31 @@ pub(crate) trait WhileWaiting: Send + Sync {
     /// Runs on every look of a waiter's spin phase; returns how many events it handled (a
     /// waiter that handles some keeps spinning).
     fn spin(&self) -> usize;
-    /// Runs each time before a waiter that ran [`WhileWaiting::spin`] goes to sleep.
-    fn before_sleep(&self);
+    /// Runs each time a waiter that ran [`WhileWaiting::spin`] stops spinning to sleep, and
+    /// when a wait in which a [`Nudger`] woke it ends: the work's other threads take over again.
+    fn stop_spinning(&self);
+}
+
+/// One thread's wait in [`Shared::wait_until`].
+struct Waiter {
+    /// The plane's spin work when the wait began.
+    work: Option<Arc<dyn WhileWaiting>>,
+    /// Whether it ran `work` since it last stopped spinning.
+    spinning: bool,
+    /// Whether a nudge sent it back to spinning during this wait.
+    nudged: bool,
+    /// When its spin phase ends (moved on by events it handles, and by a nudge).
+    spin_until: Instant,
+    deadline: Instant,
+}
+
+impl Waiter {
+    /// Tells the work this waiter no longer runs it, if it did.
+    fn stop_spinning(&mut self) {
+        if let (true, Some(work)) = (std::mem::take(&mut self.spinning), &self.work) {
+            work.stop_spinning();
+        }
+    }
 }
 
 /// Keeps work given to [`Shared::while_spinning`] in force: waits that start after this drops
@@ -156,6 +183,47 @@ pub(crate) trait WhileWaiting: Send + Sync {
 #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
 pub(crate) struct SpinWork {
     _work: Arc<dyn WhileWaiting>,
+    shared: Arc<Shared>,
+}
+
+#[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
+impl SpinWork {
+    /// What the work's other threads call when they handled its events (see [`Nudger`]).
+    pub(crate) fn nudger(&self) -> Nudger {
+        Nudger(Arc::clone(&self.shared))
+    }
+}
+
+/// Wakes the plane's waiters that went to sleep with spin work, so they spin again: called
+/// after another thread (the UCX progress thread) handled events of that work, i.e. peers' traffic
+/// arrives while the waiter sleeps. A waiter spins only for a window after the last events it
+/// handled itself; once asleep, it would otherwise leave every later request of a long wait to
+/// the progress thread, which answers each after a wake-up (a round trip of ~20 µs against ~8 µs
+/// over TCP here). One load when no such waiter sleeps.
+#[derive(Clone)]
+#[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
+pub(crate) struct Nudger(Arc<Shared>);
+
+#[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
+impl Nudger {
+    /// Wakes the sleeping spinners (one of them takes the nudge and spins again).
+    pub(crate) fn nudge(&self) {
+        let shared = &self.0;
+        if shared.sleeping_spinners.load(Ordering::SeqCst) != 0
+            && !shared.nudged.swap(true, Ordering::SeqCst)
+        {
+            // A waiter counts itself and looks at `nudged` under the inbox lock before it
+            // sleeps: taking the lock here means it is either asleep now or saw the nudge.
+            drop(shared.inbox.lock());
+            shared.changed.notify_all();
+        }
+    }
+}
+
+impl std::fmt::Debug for Nudger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nudger").finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for SpinWork {
@@ -190,17 +258,22 @@ impl Shared {
             },
             hooks: Mutex::new(Vec::new()),
             spin_hook: Mutex::new(None),
+            sleeping_spinners: AtomicUsize::new(0),
+            nudged: AtomicBool::new(false),
         }
     }
 
     /// Makes every waiter's spin phase run `work` (replacing any earlier work) until the
     /// returned value drops.
     #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
-    pub(crate) fn while_spinning(&self, work: impl WhileWaiting + 'static) -> SpinWork {
+    pub(crate) fn while_spinning(self: &Arc<Self>, work: impl WhileWaiting + 'static) -> SpinWork {
         let work: Arc<dyn WhileWaiting> = Arc::new(work);
         let weak = Arc::downgrade(&work);
         *self.spin_hook.lock() = Some(weak);
-        SpinWork { _work: work }
+        SpinWork {
+            _work: work,
+            shared: Arc::clone(self),
+        }
     }
 
     /// Runs `update` on the inbox and wakes every waiter.
@@ -217,42 +290,76 @@ impl Shared {
         deadline: Instant,
         mut ready: impl FnMut(&mut Inbox) -> Option<T>,
     ) -> Option<T> {
-        let work = self.spin_hook.lock().as_ref().and_then(Weak::upgrade);
-        let mut spun = false;
-        let mut spin_until = Instant::now() + self.spin;
+        let mut waiter = Waiter {
+            work: self.spin_hook.lock().as_ref().and_then(Weak::upgrade),
+            spinning: false,
+            nudged: false,
+            spin_until: Instant::now() + self.spin,
+            deadline,
+        };
         let mut inbox = self.inbox.lock();
-        loop {
+        let outcome = loop {
             if let Some(value) = ready(&mut inbox) {
-                return Some(value);
+                break Some(value);
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
+            if Instant::now() >= deadline {
+                break None;
             }
-            if now < spin_until.min(deadline) {
-                // The answer usually comes within tens of microseconds (a round trip through
-                // root rank 0): yielding until it does costs less than a sleep and a wake-up.
-                let seen = self.version.load(Ordering::Acquire);
-                drop(inbox);
-                while self.version.load(Ordering::Acquire) == seen
-                    && Instant::now() < spin_until.min(deadline)
-                {
-                    if let Some(work) = &work {
-                        spun = true;
-                        if work.spin() != 0 {
-                            spin_until = Instant::now() + self.spin;
-                        }
+            inbox = self.wait_a_little(inbox, &mut waiter);
+        };
+        // A waiter that a nudge sent back to spinning hands the work back as it leaves: the
+        // other threads had served it while it slept, and its PE may go on computing now. (Not
+        // on every exit: that would wake the UCX progress thread once per barrier.)
+        if waiter.nudged {
+            waiter.stop_spinning();
+        }
+        outcome
+    }
+
+    /// One step of [`Shared::wait_until`]: a spin phase until the inbox changes or the spin
+    /// window ends, or else a sleep until the inbox changes, the deadline, or a nudge (which
+    /// opens a new spin window).
+    fn wait_a_little<'a>(
+        &'a self,
+        mut inbox: MutexGuard<'a, Inbox>,
+        waiter: &mut Waiter,
+    ) -> MutexGuard<'a, Inbox> {
+        let deadline = waiter.deadline;
+        if Instant::now() < waiter.spin_until.min(deadline) {
+            // The answer usually comes within tens of microseconds (a round trip through root
+            // rank 0): yielding until it does costs less than a sleep and a wake-up.
+            let seen = self.version.load(Ordering::Acquire);
+            drop(inbox);
+            while self.version.load(Ordering::Acquire) == seen
+                && Instant::now() < waiter.spin_until.min(deadline)
+            {
+                if let Some(work) = &waiter.work {
+                    waiter.spinning = true;
+                    if work.spin() != 0 {
+                        waiter.spin_until = Instant::now() + self.spin;
                     }
-                    std::thread::yield_now();
                 }
-                inbox = self.inbox.lock();
-                continue;
+                std::thread::yield_now();
             }
-            if let (true, Some(work)) = (spun, &work) {
-                work.before_sleep();
-            }
+            return self.inbox.lock();
+        }
+        waiter.stop_spinning();
+        // With spin work (and a spin phase at all), a nudge — the work's events handled
+        // elsewhere meanwhile — sends this waiter back to spinning (see [`Nudger`]).
+        if waiter.work.is_none() || self.spin.is_zero() {
+            self.changed.wait_until(&mut inbox, deadline);
+            return inbox;
+        }
+        self.sleeping_spinners.fetch_add(1, Ordering::SeqCst);
+        if !self.nudged.load(Ordering::SeqCst) {
             self.changed.wait_until(&mut inbox, deadline);
         }
+        self.sleeping_spinners.fetch_sub(1, Ordering::SeqCst);
+        if self.nudged.swap(false, Ordering::SeqCst) {
+            waiter.nudged = true;
+            waiter.spin_until = Instant::now() + self.spin;
+        }
+        inbox
     }
 
     /// Records why the plane broke (the first reason wins), wakes every waiter and runs the
@@ -649,6 +756,65 @@ mod tests {
             thread.join().unwrap();
             assert_eq!(seen.map(|o| o.sequence), Some(1), "after {delay:?}");
         }
+    }
+
+    /// A waiter that fell asleep with spin work runs the work again when another thread
+    /// handled the work's events (a nudge), and hands the work back when that wait ends.
+    #[test]
+    fn a_nudge_sends_a_sleeping_spinner_back_to_its_work() {
+        #[derive(Default)]
+        struct Counts {
+            spins: AtomicUsize,
+            stops: AtomicUsize,
+            running: AtomicBool,
+        }
+        struct Work(Arc<Counts>);
+        impl WhileWaiting for Work {
+            fn spin(&self) -> usize {
+                self.0.running.store(true, Ordering::SeqCst);
+                self.0.spins.fetch_add(1, Ordering::SeqCst);
+                0
+            }
+            fn stop_spinning(&self) {
+                self.0.running.store(false, Ordering::SeqCst);
+                self.0.stops.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let until = |what: &str, done: &dyn Fn() -> bool| {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !done() {
+                assert!(Instant::now() < deadline, "never: {what}");
+                std::thread::yield_now();
+            }
+        };
+        let shared = Arc::new(Shared::new(1));
+        let counts = Arc::new(Counts::default());
+        let work = shared.while_spinning(Work(Arc::clone(&counts)));
+        let waiter = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                shared.wait_until(deadline, |inbox| inbox.outcomes.pop_front())
+            })
+        };
+        until("asleep after its spin window", &|| {
+            shared.sleeping_spinners.load(Ordering::SeqCst) == 1
+        });
+        assert!(
+            counts.stops.load(Ordering::SeqCst) >= 1,
+            "handed back before sleeping"
+        );
+        let spins = counts.spins.load(Ordering::SeqCst);
+        work.nudger().nudge();
+        until("spinning again", &|| {
+            counts.spins.load(Ordering::SeqCst) > spins
+        });
+        shared.update(|inbox| inbox.outcomes.push_back(outcome()));
+        assert_eq!(waiter.join().unwrap().map(|o| o.sequence), Some(1));
+        assert!(
+            !counts.running.load(Ordering::SeqCst),
+            "the nudged wait handed its work back as it ended"
+        );
     }
 
     #[test]

@@ -385,6 +385,7 @@ pub(crate) fn dissemination_barrier(
             policy.spin,
             &mut clock,
             || {},
+            false,
         )?;
         distance *= 2;
         round += 1;
@@ -430,6 +431,7 @@ pub(crate) fn central_barrier(
         policy.spin,
         &mut clock,
         || {},
+        false,
     )
 }
 
@@ -449,11 +451,25 @@ pub(crate) fn wait_until(
     abort: &AbortWord,
     policy: &WaitPolicy,
 ) -> Result<(), WaitError> {
-    wait_until_then(ready, bell, abort, policy, || {})
+    let mut clock = Clock::new(policy.deadline);
+    let (ring, sleepers) = (&bell.ring, &bell.sleepers);
+    wait(
+        ready,
+        ring,
+        sleepers,
+        abort,
+        policy.spin,
+        &mut clock,
+        || {},
+        false,
+    )
 }
 
-/// [`wait_until`] that runs `before_sleep` each time before it sleeps on the doorbell (the UCX
-/// transport's waiters hand the worker back to its progress thread there).
+/// [`wait_until`] for a PE with UCX peers: runs `before_sleep` each time before it sleeps on the
+/// doorbell (the UCX transport's waiters hand the worker back to its progress thread there),
+/// and a ring that wakes it without making `ready()` true — peers' operations the progress
+/// thread applied, whose progress hook rings the doorbell — sends it back to its yield phase,
+/// in which `ready` (progressing the worker) serves the next ones itself.
 pub(crate) fn wait_until_then(
     ready: impl FnMut() -> bool,
     bell: &Doorbell,
@@ -470,6 +486,7 @@ pub(crate) fn wait_until_then(
         policy.spin,
         &mut clock,
         before_sleep,
+        true,
     )
 }
 
@@ -570,7 +587,11 @@ impl Clock {
 
 /// Spins (if `spin`), yields, then sleeps on the futex `word` until `done()`, an abort or
 /// `clock`'s deadline. `sleepers` counts the sleepers on `word`; whoever makes `done()` true
-/// changes `word` and wakes it when `sleepers` is not zero.
+/// changes `word` and wakes it when `sleepers` is not zero. With `rewatch`, a wake-up by a
+/// change of `word` that did not make `done()` true sends the waiter back to its yield phase
+/// before it sleeps again (the UCX waits: a ring there is peers' traffic, which the waiter's
+/// looks then serve themselves).
+#[allow(clippy::too_many_arguments)]
 fn wait(
     mut done: impl FnMut() -> bool,
     word: &AtomicU32,
@@ -579,6 +600,7 @@ fn wait(
     spin: bool,
     clock: &mut Clock,
     mut before_sleep: impl FnMut(),
+    rewatch: bool,
 ) -> Result<(), WaitError> {
     if spin {
         for spin in 0..SPIN_LIMIT {
@@ -591,29 +613,49 @@ fn wait(
             spin_loop();
         }
     }
-    for _ in 0..YIELD_LIMIT {
-        if let Some(outcome) = settled(&mut done, abort) {
-            return outcome;
+    let mut rewatched = false;
+    let outcome = 'waited: loop {
+        for _ in 0..YIELD_LIMIT {
+            if let Some(outcome) = settled(&mut done, abort) {
+                break 'waited outcome;
+            }
+            if let Err(timeout) = clock.check() {
+                break 'waited Err(timeout);
+            }
+            yield_now();
         }
-        clock.check()?;
-        yield_now();
-    }
-    loop {
-        if let Some(outcome) = settled(&mut done, abort) {
-            return outcome;
+        loop {
+            if let Some(outcome) = settled(&mut done, abort) {
+                break 'waited outcome;
+            }
+            let remaining = match clock.check() {
+                Ok(remaining) => remaining,
+                Err(timeout) => break 'waited Err(timeout),
+            };
+            before_sleep();
+            sleepers.fetch_add(1, Ordering::SeqCst);
+            // Pairs with the waker's fence (or SeqCst update) before it reads `sleepers`.
+            fence(Ordering::SeqCst);
+            let seen = word.load(Ordering::SeqCst);
+            if !done() && aborted(abort).is_none() {
+                // Returns at once if `word` moved on since `seen`: a wake-up in between is not
+                // lost.
+                futex::wait(word, seen, Some(remaining.min(SLEEP_SLICE)));
+            }
+            sleepers.fetch_sub(1, Ordering::SeqCst);
+            if rewatch && word.load(Ordering::Relaxed) != seen {
+                rewatched = true;
+                break;
+            }
         }
-        let remaining = clock.check()?;
+    };
+    // A waiter that went back to its looks after a sleep took its work back from whoever served
+    // it meanwhile (the UCX progress thread stands down while it looks); it hands it over again
+    // as it leaves, as before it sleeps, since its PE may go on computing now.
+    if rewatched {
         before_sleep();
-        sleepers.fetch_add(1, Ordering::SeqCst);
-        // Pairs with the waker's fence (or SeqCst update) before it reads `sleepers`.
-        fence(Ordering::SeqCst);
-        let seen = word.load(Ordering::SeqCst);
-        if !done() && aborted(abort).is_none() {
-            // Returns at once if `word` moved on since `seen`: a wake-up in between is not lost.
-            futex::wait(word, seen, Some(remaining.min(SLEEP_SLICE)));
-        }
-        sleepers.fetch_sub(1, Ordering::SeqCst);
     }
+    outcome
 }
 
 /// The barrier words of `pes` PEs outside a segment, for the in-process tests and models.
@@ -834,6 +876,53 @@ mod tests {
             spin: false,
             deadline: deadline(),
         }
+    }
+
+    /// A waiter for a PE with UCX peers, woken by a ring that did not make it ready (peers'
+    /// operations applied by the progress thread), goes back to its looks — which progress the
+    /// worker and so serve the next operations — for a yield phase before it sleeps again, and
+    /// hands the worker over again as it leaves.
+    #[test]
+    fn a_ring_without_the_change_sends_a_ucx_waiter_back_to_its_looks() {
+        let bell = Doorbell::new();
+        let abort = AbortWord::new();
+        let flag = AtomicU32::new(0);
+        let looks = AtomicU32::new(0);
+        let handovers = AtomicU32::new(0);
+        let policy = sleepy();
+        thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let ready = || {
+                    looks.fetch_add(1, Ordering::SeqCst);
+                    flag.load(Ordering::Acquire) == 1
+                };
+                let hand_over = || {
+                    handovers.fetch_add(1, Ordering::SeqCst);
+                };
+                wait_until_then(ready, &bell, &abort, &policy, hand_over)
+            });
+            yield_until_equals(&bell.sleepers, 1);
+            let asleep = looks.load(Ordering::SeqCst);
+            ring(&bell);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while looks.load(Ordering::SeqCst) < asleep + YIELD_LIMIT {
+                assert!(
+                    Instant::now() < deadline,
+                    "the ring did not send it back to looking"
+                );
+                thread::yield_now();
+            }
+            yield_until_equals(&bell.sleepers, 1);
+            let handed = handovers.load(Ordering::SeqCst);
+            assert!(handed >= 2, "it handed the worker over before each sleep");
+            flag.store(1, Ordering::SeqCst);
+            ring(&bell);
+            assert_eq!(waiter.join().unwrap(), Ok(()));
+            assert!(
+                handovers.load(Ordering::SeqCst) > handed,
+                "it handed the worker over as it left"
+            );
+        });
     }
 
     #[test]

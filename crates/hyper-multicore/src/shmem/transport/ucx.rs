@@ -48,7 +48,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::{ShmTransport, Start, Transport, Width};
-use crate::control::{SpinWork, WhileWaiting};
+use crate::control::{Nudger, SpinWork, WhileWaiting};
 use crate::error::{Error, ErrorKind, Result};
 use crate::shmem::segment::Segment;
 use crate::shmem::sync;
@@ -95,6 +95,8 @@ pub(crate) struct Prepared {
     address: Vec<u8>,
     segment: Arc<Segment>,
     mailbox: Arc<Mailbox>,
+    /// Set by `attach` for the worker's progress hook.
+    nudger: Arc<OnceLock<Nudger>>,
 }
 
 /// One remote peer: its endpoint (one user at a time), its heap's base address and key.
@@ -137,7 +139,7 @@ impl WhileWaiting for ServeWhileWaiting {
         self.0.progress()
     }
 
-    fn before_sleep(&self) {
+    fn stop_spinning(&self) {
         self.0.hand_over();
     }
 }
@@ -174,10 +176,17 @@ impl Transport for UcxTransport {
         // remote atomics change wakes at once instead of at its next sleep slice. The fence
         // orders UCX's stores before the sleeper count is read (`sync::ring`'s contract); when
         // nobody sleeps the ring is one load.
+        // The same hook sends a control-plane waiter that went to sleep back to serving these
+        // events itself (`Nudger`), once `attach` has made it the plane's spin work.
         let ringing = Arc::clone(&segment);
+        let nudger = Arc::new(OnceLock::<Nudger>::new());
+        let nudging = Arc::clone(&nudger);
         worker.on_progress(move || {
             fence(Ordering::SeqCst);
             sync::ring(&ringing.pe_words(bell).doorbell);
+            if let Some(nudger) = nudging.get() {
+                nudger.nudge();
+            }
         })?;
         let mailbox = Arc::new(Mailbox::default());
         let (posted, ringing) = (Arc::clone(&mailbox), Arc::clone(&segment));
@@ -213,6 +222,7 @@ impl Transport for UcxTransport {
             address,
             segment,
             mailbox,
+            nudger,
         })
     }
 
@@ -257,6 +267,7 @@ impl Transport for UcxTransport {
         let spin_work = start
             .plane
             .while_spinning(ServeWhileWaiting(prepared.worker.clone()));
+        let _ = prepared.nudger.set(spin_work.nudger());
         Ok(UcxTransport {
             _spin_work: spin_work,
             _progress: prepared.progress,
