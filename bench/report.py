@@ -579,6 +579,20 @@ def plots(ours, oshmem, directory):
     return made
 
 
+def embed_texts(w, results, texts):
+    """Writes each (title, file in `results`, code-fence language) of `texts` that exists, as a
+    titled code block."""
+    for title, name, fence in texts:
+        text = read_text(os.path.join(results, name))
+        if text:
+            w(f"{title}:")
+            w("")
+            w(f"```{fence}")
+            w(text)
+            w("```")
+            w("")
+
+
 def read_text(path):
     if not os.path.exists(path):
         return None
@@ -808,17 +822,9 @@ def main():
                 w(f"| {run} | `{r['op']}` | {human_ns(r['median_ns'])} | "
                   f"{human_ns(r['min_ns'])} | {human_ns(r['max_ns'])} |")
             w("")
-        for title, name, fence in (("Machine during the UCX run", "ucx_machine.txt", "text"),
-                                   ("OSHMEM-on-UCX notes", "ucx_oshmem.txt", "text"),
-                                   ("Commands of the UCX run", "ucx_commands.txt", "sh")):
-            text = read_text(os.path.join(args.results, name))
-            if text:
-                w(f"{title}:")
-                w("")
-                w(f"```{fence}")
-                w(text)
-                w("```")
-                w("")
+        embed_texts(w, args.results, (("Machine during the UCX run", "ucx_machine.txt", "text"),
+                                       ("OSHMEM-on-UCX notes", "ucx_oshmem.txt", "text"),
+                                       ("Commands of the UCX run", "ucx_commands.txt", "sh")))
 
     if ours_hosts or hosts_skipped.startswith("skipped"):
         w("## The UCX route across two hosts: two network namespaces (TCP over a veth pair)")
@@ -843,19 +849,10 @@ def main():
             w("")
             w(f"Two-host bars met: {host_met}; missed: {host_missed}.")
             w("")
-        for title, name, fence in (("Machine during the two-host run", "two_hosts_machine.txt",
-                                    "text"),
-                                   ("OSHMEM notes", "two_hosts_oshmem.txt", "text"),
-                                   ("Commands of the two-host run", "two_hosts_commands.txt",
-                                    "sh")):
-            text = read_text(os.path.join(args.results, name))
-            if text:
-                w(f"{title}:")
-                w("")
-                w(f"```{fence}")
-                w(text)
-                w("```")
-                w("")
+        embed_texts(w, args.results, (
+            ("Machine during the two-host run", "two_hosts_machine.txt", "text"),
+            ("OSHMEM notes", "two_hosts_oshmem.txt", "text"),
+            ("Commands of the two-host run", "two_hosts_commands.txt", "sh")))
 
     if control:
         w("## Control plane (`hm-bench control`), for context")

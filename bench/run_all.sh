@@ -110,6 +110,22 @@ oshmem() {
     fi
 }
 
+# ucx_notes MACHINE: the notes of a UCX step's OSHMEM runs into $notes, and the load average
+# after the step into MACHINE.
+ucx_notes() {
+    if [[ $have_oshmem == 1 ]]; then
+        {
+            echo "Open MPI OSHMEM: $(ompi_info --version 2>/dev/null | head -1)"
+            echo "launcher: ${oshrun[*]}"
+            echo "rounds (ours, then OSHMEM): $ucx_rounds"
+            oshmem_stderr
+        } >>"$notes"
+    else
+        echo "OSHMEM not run (oshcc/oshrun not installed)" >"$notes"
+    fi
+    echo "load average after: $(cat /proc/loadavg)" >>"$1"
+}
+
 # oshmem_stderr: appends the last lines OSHMEM wrote to stderr to $notes.
 oshmem_stderr() {
     if [[ -s "$notes.stderr" ]]; then
@@ -233,17 +249,7 @@ if [[ "${HM_BENCH_UCX:-1}" != 0 ]]; then
             oshmem "$results/oshmem_ucx.jsonl" -np 2 "$oshmem_bench" --no-pin "${quick[@]}"
         fi
     done
-    if [[ $have_oshmem == 1 ]]; then
-        {
-            echo "Open MPI OSHMEM: $(ompi_info --version 2>/dev/null | head -1)"
-            echo "launcher: ${oshrun[*]}"
-            echo "rounds (ours, then OSHMEM): $ucx_rounds"
-            oshmem_stderr
-        } >>"$notes"
-    else
-        echo "OSHMEM not run (oshcc/oshrun not installed)" >"$notes"
-    fi
-    echo "load average after: $(cat /proc/loadavg)" >>"$results/ucx_machine.txt"
+    ucx_notes "$results/ucx_machine.txt"
     printf 'python3 bench/report.py\n' >>"$commands"
 fi
 
@@ -301,17 +307,7 @@ if [[ "${HM_BENCH_TWO_HOSTS:-1}" != 0 ]]; then
                     --map-by slot -np 4 "$(realpath "$oshmem_bench")" --no-pin "${quick[@]}"
             fi
         done
-        if [[ $have_oshmem == 1 ]]; then
-            {
-                echo "Open MPI OSHMEM: $(ompi_info --version 2>/dev/null | head -1)"
-                echo "launcher: ${oshrun[*]}"
-                echo "rounds (ours, then OSHMEM): $ucx_rounds"
-                oshmem_stderr
-            } >>"$notes"
-        else
-            echo "OSHMEM not run (oshcc/oshrun not installed)" >"$notes"
-        fi
-        echo "load average after: $(cat /proc/loadavg)" >>"$results/two_hosts_machine.txt"
+        ucx_notes "$results/two_hosts_machine.txt"
         bench/namespace_hosts.sh down
         trap - EXIT
     else
