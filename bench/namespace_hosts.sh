@@ -29,10 +29,22 @@ host_index() {
 }
 
 down() {
+    # Deleting one end of the veth pair deletes both (left in this namespace by a half-made up).
+    ip link del "${devices[0]}" 2>/dev/null || true
     for n in 0 1; do
         ip netns del "${namespaces[$n]}" 2>/dev/null || true
-        rm -rf "/etc/netns/${namespaces[$n]}"
+        rm -rf "/etc/netns/${namespaces[$n]}" 2>/dev/null || true
     done
+}
+
+# net ARGS…: `ip ARGS…`; on failure, says which step failed, removes what was made and exits 1.
+net() {
+    local output
+    if ! output=$(ip "$@" 2>&1); then
+        echo "\`ip $*\` failed: $output" >&2
+        down
+        exit 1
+    fi
 }
 
 up() {
@@ -43,18 +55,22 @@ up() {
     command -v ip >/dev/null || { echo "no ip command: install iproute2" >&2; exit 1; }
     command -v unshare >/dev/null || { echo "no unshare command: install util-linux" >&2; exit 1; }
     down
-    ip netns add "${namespaces[0]}"
-    ip netns add "${namespaces[1]}"
-    ip link add "${devices[0]}" type veth peer name "${devices[1]}"
+    net netns add "${namespaces[0]}"
+    net netns add "${namespaces[1]}"
+    net link add "${devices[0]}" type veth peer name "${devices[1]}"
     for n in 0 1; do
         local ns="${namespaces[$n]}"
-        ip link set "${devices[$n]}" netns "$ns"
-        ip -n "$ns" addr add "${addresses[$n]}/24" dev "${devices[$n]}"
-        ip -n "$ns" link set "${devices[$n]}" up
-        ip -n "$ns" link set lo up
-        mkdir -p "/etc/netns/$ns"
-        printf '127.0.0.1 localhost\n%s hm-host-0\n%s hm-host-1\n' \
-            "${addresses[0]}" "${addresses[1]}" >"/etc/netns/$ns/hosts"
+        net link set "${devices[$n]}" netns "$ns"
+        net -n "$ns" addr add "${addresses[$n]}/24" dev "${devices[$n]}"
+        net -n "$ns" link set "${devices[$n]}" up
+        net -n "$ns" link set lo up
+        if ! { mkdir -p "/etc/netns/$ns" &&
+            printf '127.0.0.1 localhost\n%s hm-host-0\n%s hm-host-1\n' \
+                "${addresses[0]}" "${addresses[1]}" >"/etc/netns/$ns/hosts"; }; then
+            echo "cannot write /etc/netns/$ns/hosts" >&2
+            down
+            exit 1
+        fi
     done
 }
 

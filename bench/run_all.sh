@@ -263,11 +263,11 @@ fi
 # alternated rounds.
 if [[ "${HM_BENCH_TWO_HOSTS:-1}" != 0 ]]; then
     commands="$results/two_hosts_commands.txt"
-    rm -f "$results"/two_hosts{,_oshmem}.jsonl "$results"/two_hosts_{machine,commands,oshmem}.txt
-    touch "$commands"
     notes="$results/two_hosts_oshmem.txt"
     if why=$(bench/namespace_hosts.sh up 2>&1); then
         trap 'bench/namespace_hosts.sh down' EXIT
+        rm -f "$results"/two_hosts{,_oshmem}.jsonl "$results"/two_hosts_{machine,commands,oshmem}.txt
+        touch "$commands"
         describe_machine >"$results/two_hosts_machine.txt"
         build
         secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
@@ -289,9 +289,14 @@ if [[ "${HM_BENCH_TWO_HOSTS:-1}" != 0 ]]; then
             for pid in "${pids[@]}"; do
                 wait "$pid" || status=$?
             done
+            if [[ $status != 0 ]]; then
+                echo "the two-host job of $per_host PEs per host failed ($status):" >&2
+                tail -20 "$results"/two_hosts.node{0,1} >&2
+                rm -f "$results"/two_hosts.node{0,1}
+                exit 1
+            fi
             sed -n 's/^\[0\] //p' "$results/two_hosts.node0" >>"$results/two_hosts.jsonl"
             rm -f "$results"/two_hosts.node{0,1}
-            [[ $status == 0 ]] || { echo "the two-host job of $per_host PEs per host failed ($status)" >&2; exit 1; }
         }
         oshrun=(timeout 300 bench/namespace_hosts.sh exec 0 oshrun --allow-run-as-root
             --oversubscribe --mca plm_rsh_agent "$PWD/bench/namespace_hosts.sh rsh"
@@ -310,11 +315,10 @@ if [[ "${HM_BENCH_TWO_HOSTS:-1}" != 0 ]]; then
         ucx_notes "$results/two_hosts_machine.txt"
         bench/namespace_hosts.sh down
         trap - EXIT
+        printf 'python3 bench/report.py\n' >>"$commands"
     else
-        echo "skipped: the two namespace hosts could not be made: $why" >"$results/two_hosts_machine.txt"
-        echo "two namespace hosts skipped: $why" >&2
+        echo "two namespace hosts skipped (earlier results left as they were): $why" >&2
     fi
-    printf 'python3 bench/report.py\n' >>"$commands"
 fi
 
 if [[ $shared_memory == 1 ]]; then

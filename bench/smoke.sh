@@ -27,21 +27,35 @@ echo "bench smoke OK (scaling.c): 8 lines"
 # The two-host form (bench/run_all.sh's step across two network namespaces): one PE per host,
 # rank 0 printing rows; skipped, saying why, where the namespaces cannot be made (not root).
 two_hosts="$(mktemp)"
-trap 'rm -f "$control" "$shmem" "$restart" "$two_hosts"; bench/namespace_hosts.sh down' EXIT
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    rm -f "$control" "$shmem" "$restart" "$two_hosts" "$two_hosts".{0,1}
+    bench/namespace_hosts.sh down 2>/dev/null || true
+}
+trap cleanup EXIT
+two_hosts_ran=skipped
 if why=$(bench/namespace_hosts.sh up 2>&1); then
     secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-    pids=()
     for node in 1 0; do
-        bench/namespace_hosts.sh exec "$node" env HYPER_MULTICORE_SHMEM_SECRET="$secret" \
+        timeout 120 bench/namespace_hosts.sh exec "$node" \
+            env HYPER_MULTICORE_SHMEM_SECRET="$secret" \
             target/debug/hmrun -n 1 --nnodes 2 --node-rank "$node" --master-addr 198.18.0.1 \
             -- target/debug/hm-bench pe-shmem --heap 67108864 --quick --no-pin --rows \
             --only latency,fetch-add >"$two_hosts.$node" &
         pids+=($!)
     done
-    for pid in "${pids[@]}"; do wait "$pid"; done
+    status=0
+    for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+    pids=()
+    if [[ $status != 0 ]]; then
+        echo "bench smoke (two hosts): the job failed ($status)" >&2
+        tail -20 "$two_hosts".{0,1} >&2
+        exit 1
+    fi
     sed -n 's/^\[0\] //p' "$two_hosts.0" >"$two_hosts"
-    rm -f "$two_hosts".{0,1}
     bench/namespace_hosts.sh down
+    two_hosts_ran=ran
 else
     echo "bench smoke SKIPPED (two hosts): $why"
 fi
@@ -87,11 +101,11 @@ check(sys.argv[2], "shmem", {(op, 2) for op in shmem_ops},
                                          "pingpong_signal", "all_to_all")],
       extra_keys=("layer", "min_ns", "max_ns", "ratio", "ref"))
 check(sys.argv[3], "restart", {("restart", 2)}, extra_keys=("layer", "min_ns", "max_ns", "stages_ms"))
-if open(sys.argv[4]).read():
+if sys.argv[5] == "ran":
     check(sys.argv[4], "two hosts", {(op, 2) for op in ("put_quiet", "get", "fetch_add")},
           extra_keys=("layer",))
     # Every pair between the two hosts is on the UCX route, unforced.
     layers = {json.loads(line)["layer"] for line in open(sys.argv[4]).read().splitlines()}
     if layers != {"shmem-ucx"}:
         sys.exit(f"hm-bench smoke (two hosts): rows of layers {sorted(layers)}, not shmem-ucx")
-' "$control" "$shmem" "$restart" "$two_hosts"
+' "$control" "$shmem" "$restart" "$two_hosts" "$two_hosts_ran"

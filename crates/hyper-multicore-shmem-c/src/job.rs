@@ -295,6 +295,20 @@ fn share_statics(call: &str, start: usize, end: usize, heap_address: usize) -> S
     // SAFETY: at shmem_init, before the program uses symmetric data; this library's state is not
     // in the range (checked by `start`); the range's bytes were just copied into the allocation.
     let aliased = unsafe { static_data::alias_onto(shared, start, end - start) };
+    if let Err(error) = &aliased {
+        // A failed fixed mremap may already have unmapped the range: private pages with the
+        // bytes again (the allocation holds them), before anything touches a global.
+        // SAFETY: as above; `shared` holds the range's bytes.
+        if let Err(again) = unsafe { static_data::make_private(start, end - start, shared) } {
+            fail(
+                call,
+                format!(
+                    "cannot map the executable's data and bss onto the symmetric heap \
+                     ({error}), nor back to private memory: {again}"
+                ),
+            );
+        }
+    }
     // Every PE's outcome (empty: mapped). Peers write into this PE's data only once every PE
     // has mapped it, which this exchange also waits for.
     let outcome = aliased.as_ref().err().map(ToString::to_string);
@@ -313,8 +327,9 @@ fn share_statics(call: &str, start: usize, end: usize, heap_address: usize) -> S
     };
     if aliased.is_ok() {
         // SAFETY: still inside shmem_init, and no peer writes the range (every PE learnt that
-        // the data stay private); this library's state is not in the range.
-        if let Err(error) = unsafe { static_data::make_private(start, end - start) } {
+        // the data stay private); this library's state is not in the range; the range is
+        // `shared`'s pages, so `shared` holds its bytes.
+        if let Err(error) = unsafe { static_data::make_private(start, end - start, shared) } {
             fail(
                 call,
                 format!("cannot map the executable's data and bss back to private memory: {error}"),

@@ -120,16 +120,15 @@ pub(crate) unsafe fn alias_onto(shared: usize, target: usize, len: usize) -> std
     Ok(())
 }
 
-/// Gives `start..start + len` (page-aligned) private pages again, with the bytes it holds now:
-/// undoes [`alias_onto`].
+/// Gives `start..start + len` (page-aligned) private pages again, holding the `len` bytes at
+/// `from` (outside the range): undoes [`alias_onto`], or repairs the range after it failed.
 ///
 /// # Safety
 /// See the module contract: nothing may access the range while this runs, and no other process
-/// may write it any more.
-pub(crate) unsafe fn make_private(start: usize, len: usize) -> std::io::Result<()> {
-    let bytes = snapshot(start, len);
+/// may write it any more; `from..from + len` must be readable.
+pub(crate) unsafe fn make_private(start: usize, len: usize, from: usize) -> std::io::Result<()> {
     // SAFETY: the range is the executable's writable range, which the caller's contract says
-    // nothing uses now; a fixed private anonymous mapping replaces its pages.
+    // nothing uses now; a fixed private anonymous mapping replaces whatever is there.
     unsafe {
         rustix::mm::mmap_anonymous(
             start as *mut c_void,
@@ -138,7 +137,8 @@ pub(crate) unsafe fn make_private(start: usize, len: usize) -> std::io::Result<(
             rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::FIXED,
         )
     }?;
-    // SAFETY: the range is mapped readable and writable, `len` bytes, and `bytes` holds `len`.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), start as *mut u8, len) };
+    // SAFETY: the range is now mapped readable and writable, `len` bytes; `from` holds `len`
+    // readable bytes in another mapping.
+    unsafe { std::ptr::copy_nonoverlapping(from as *const u8, start as *mut u8, len) };
     Ok(())
 }

@@ -200,6 +200,10 @@ impl SpinWork {
 /// handled itself; once asleep, it would otherwise leave every later request of a long wait to
 /// the progress thread, which answers each after a wake-up (a round trip of ~20 µs against ~8 µs
 /// over TCP here). One load when no such waiter sleeps.
+///
+/// Lock order: the UCX transport nudges from its worker's progress hook, where the progressing
+/// thread may hold UCX's worker lock, and a nudge takes the inbox lock: nothing may progress a
+/// UCX worker (or make any UCX call) while holding the inbox lock.
 #[derive(Clone)]
 #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
 pub(crate) struct Nudger(Arc<Shared>);
