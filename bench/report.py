@@ -579,11 +579,15 @@ def plots(ours, oshmem, directory):
     return made
 
 
-def embed_texts(w, results, texts):
-    """Writes each (title, file in `results`, code-fence language) of `texts` that exists, as a
-    titled code block."""
+def embed_run_texts(w, results, run, prefix):
+    """Writes the machine description, OSHMEM notes and commands of one step of run_all.sh
+    (`run`, e.g. "the UCX run"; files `<prefix>machine.txt`, `<prefix>oshmem.txt`,
+    `<prefix>commands.txt` in `results`) that exist, each as a titled code block."""
+    texts = ((f"Machine during {run}", "machine.txt", "text"),
+             (f"OSHMEM notes of {run}", "oshmem.txt", "text"),
+             (f"Commands of {run}", "commands.txt", "sh"))
     for title, name, fence in texts:
-        text = read_text(os.path.join(results, name))
+        text = read_text(os.path.join(results, prefix + name))
         if text:
             w(f"{title}:")
             w("")
@@ -821,9 +825,7 @@ def main():
                 w(f"| {run} | `{r['op']}` | {human_ns(r['median_ns'])} | "
                   f"{human_ns(r['min_ns'])} | {human_ns(r['max_ns'])} |")
             w("")
-        embed_texts(w, args.results, (("Machine during the UCX run", "ucx_machine.txt", "text"),
-                                       ("OSHMEM-on-UCX notes", "ucx_oshmem.txt", "text"),
-                                       ("Commands of the UCX run", "ucx_commands.txt", "sh")))
+        embed_run_texts(w, args.results, "the UCX run", "ucx_")
 
     if ours_hosts:
         w("## The UCX route across two hosts: two network namespaces (TCP over a veth pair)")
@@ -846,10 +848,7 @@ def main():
         w("")
         w(f"Two-host bars met: {host_met}; missed: {host_missed}.")
         w("")
-        embed_texts(w, args.results, (
-            ("Machine during the two-host run", "two_hosts_machine.txt", "text"),
-            ("OSHMEM notes", "two_hosts_oshmem.txt", "text"),
-            ("Commands of the two-host run", "two_hosts_commands.txt", "sh")))
+        embed_run_texts(w, args.results, "the two-host run", "two_hosts_")
 
     if control:
         w("## Control plane (`hm-bench control`), for context")
