@@ -187,8 +187,8 @@ pub struct PeArgs {
     #[arg(long)]
     transport: Option<String>,
     /// Root rank 0 prints the driver's rows (the JSON lines of `hm-bench shmem --json`) instead
-    /// of messages to a driver: for PEs another launcher started (`bench/two_hosts.sh` runs
-    /// them under one `hmrun --nnodes 2` per namespace host). Not with the start-up or guarded
+    /// of messages to a driver: for PEs another launcher started (`bench/run_all.sh` runs them
+    /// under one `hmrun --nnodes 2` per host of `bench/namespace_hosts.sh`). Not with the start-up or guarded
     /// jobs, whose messages the driver turns into rows of its own.
     #[arg(long, conflicts_with_all = ["init_only", "lifecycle"])]
     rows: bool,

@@ -451,21 +451,10 @@ pub(crate) fn wait_until(
     abort: &AbortWord,
     policy: &WaitPolicy,
 ) -> Result<(), WaitError> {
-    let mut clock = Clock::new(policy.deadline);
-    let (ring, sleepers) = (&bell.ring, &bell.sleepers);
-    wait(
-        ready,
-        ring,
-        sleepers,
-        abort,
-        policy.spin,
-        &mut clock,
-        || {},
-        false,
-    )
+    wait_on_bell(ready, bell, abort, policy, || {}, false)
 }
 
-/// [`wait_until`] for a PE with UCX peers: runs `before_sleep` each time before it sleeps on the
+/// [`wait_until`] for a PE with UCX peers: runs `hand_over` each time before it sleeps on the
 /// doorbell (the UCX transport's waiters hand the worker back to its progress thread there),
 /// and a ring that wakes it without making `ready()` true — peers' operations the progress
 /// thread applied, whose progress hook rings the doorbell — sends it back to its yield phase,
@@ -475,18 +464,31 @@ pub(crate) fn wait_until_then(
     bell: &Doorbell,
     abort: &AbortWord,
     policy: &WaitPolicy,
-    before_sleep: impl FnMut(),
+    hand_over: impl FnMut(),
+) -> Result<(), WaitError> {
+    wait_on_bell(ready, bell, abort, policy, hand_over, true)
+}
+
+/// [`wait`] on `bell` with a clock of its own.
+fn wait_on_bell(
+    ready: impl FnMut() -> bool,
+    bell: &Doorbell,
+    abort: &AbortWord,
+    policy: &WaitPolicy,
+    hand_over: impl FnMut(),
+    rewatch: bool,
 ) -> Result<(), WaitError> {
     let mut clock = Clock::new(policy.deadline);
+    let (word, sleepers) = (&bell.ring, &bell.sleepers);
     wait(
         ready,
-        &bell.ring,
-        &bell.sleepers,
+        word,
+        sleepers,
         abort,
         policy.spin,
         &mut clock,
-        before_sleep,
-        true,
+        hand_over,
+        rewatch,
     )
 }
 
@@ -587,10 +589,11 @@ impl Clock {
 
 /// Spins (if `spin`), yields, then sleeps on the futex `word` until `done()`, an abort or
 /// `clock`'s deadline. `sleepers` counts the sleepers on `word`; whoever makes `done()` true
-/// changes `word` and wakes it when `sleepers` is not zero. With `rewatch`, a wake-up by a
-/// change of `word` that did not make `done()` true sends the waiter back to its yield phase
-/// before it sleeps again (the UCX waits: a ring there is peers' traffic, which the waiter's
-/// looks then serve themselves).
+/// changes `word` and wakes it when `sleepers` is not zero; `hand_over` runs before each sleep.
+/// With `rewatch`, a wake-up by a change of `word` that did not make `done()` true sends the
+/// waiter back to its yield phase before it sleeps again (the UCX waits: a ring there is peers'
+/// traffic, which the waiter's looks then serve themselves), and `hand_over` runs once more
+/// when such a wait ends.
 #[allow(clippy::too_many_arguments)]
 fn wait(
     mut done: impl FnMut() -> bool,
@@ -599,7 +602,7 @@ fn wait(
     abort: &AbortWord,
     spin: bool,
     clock: &mut Clock,
-    mut before_sleep: impl FnMut(),
+    mut hand_over: impl FnMut(),
     rewatch: bool,
 ) -> Result<(), WaitError> {
     if spin {
@@ -632,7 +635,7 @@ fn wait(
                 Ok(remaining) => remaining,
                 Err(timeout) => break 'waited Err(timeout),
             };
-            before_sleep();
+            hand_over();
             sleepers.fetch_add(1, Ordering::SeqCst);
             // Pairs with the waker's fence (or SeqCst update) before it reads `sleepers`.
             fence(Ordering::SeqCst);
@@ -653,7 +656,7 @@ fn wait(
     // it meanwhile (the UCX progress thread stands down while it looks); it hands it over again
     // as it leaves, as before it sleeps, since its PE may go on computing now.
     if rewatched {
-        before_sleep();
+        hand_over();
     }
     outcome
 }
