@@ -151,9 +151,12 @@ pub(crate) trait WhileWaiting: Send + Sync {
     /// Runs on every look of a waiter's spin phase; returns how many events it handled (a
     /// waiter that handles some keeps spinning).
     fn spin(&self) -> usize;
+    /// Runs when a waiter starts running [`WhileWaiting::spin`] (before its first look, and
+    /// again after a nudge).
+    fn start_spinning(&self);
     /// Runs each time a waiter that ran [`WhileWaiting::spin`] stops spinning to sleep, and
     /// when a wait in which a [`Nudger`] woke it ends: the work's other threads take over again.
-    fn stop_spinning(&self);
+    fn stop_spinning(&self, hand_over: bool);
 }
 
 /// One thread's wait in [`Shared::wait_until`].
@@ -171,9 +174,9 @@ struct Waiter {
 
 impl Waiter {
     /// Tells the work this waiter no longer runs it, if it did.
-    fn stop_spinning(&mut self) {
+    fn stop_spinning(&mut self, hand_over: bool) {
         if let (true, Some(work)) = (std::mem::take(&mut self.spinning), &self.work) {
-            work.stop_spinning();
+            work.stop_spinning(hand_over);
         }
     }
 }
@@ -314,9 +317,8 @@ impl Shared {
         // A waiter that a nudge sent back to spinning hands the work back as it leaves: the
         // other threads had served it while it slept, and its PE may go on computing now. (Not
         // on every exit: that would wake the UCX progress thread once per barrier.)
-        if waiter.nudged {
-            waiter.stop_spinning();
-        }
+        let nudged = waiter.nudged;
+        waiter.stop_spinning(nudged);
         outcome
     }
 
@@ -338,6 +340,9 @@ impl Shared {
                 && Instant::now() < waiter.spin_until.min(deadline)
             {
                 if let Some(work) = &waiter.work {
+                    if !waiter.spinning {
+                        work.start_spinning();
+                    }
                     waiter.spinning = true;
                     if work.spin() != 0 {
                         waiter.spin_until = Instant::now() + self.spin;
@@ -347,7 +352,7 @@ impl Shared {
             }
             return self.inbox.lock();
         }
-        waiter.stop_spinning();
+        waiter.stop_spinning(true);
         // With spin work (and a spin phase at all), a nudge — the work's events handled
         // elsewhere meanwhile — sends this waiter back to spinning (see [`Nudger`]).
         if waiter.work.is_none() || self.spin.is_zero() {
@@ -769,19 +774,39 @@ mod tests {
         #[derive(Default)]
         struct Counts {
             spins: AtomicUsize,
+            starts: AtomicUsize,
+            /// Stops that handed the work over.
             stops: AtomicUsize,
             running: AtomicBool,
+            /// Whether the last stop handed the work over.
+            handed_over: AtomicBool,
         }
         struct Work(Arc<Counts>);
         impl WhileWaiting for Work {
             fn spin(&self) -> usize {
-                self.0.running.store(true, Ordering::SeqCst);
+                assert!(
+                    self.0.running.load(Ordering::SeqCst),
+                    "spun before starting"
+                );
                 self.0.spins.fetch_add(1, Ordering::SeqCst);
                 0
             }
-            fn stop_spinning(&self) {
-                self.0.running.store(false, Ordering::SeqCst);
-                self.0.stops.fetch_add(1, Ordering::SeqCst);
+            fn start_spinning(&self) {
+                assert!(
+                    !self.0.running.swap(true, Ordering::SeqCst),
+                    "started twice"
+                );
+                self.0.starts.fetch_add(1, Ordering::SeqCst);
+            }
+            fn stop_spinning(&self, hand_over: bool) {
+                assert!(
+                    self.0.running.swap(false, Ordering::SeqCst),
+                    "stopped twice"
+                );
+                self.0.handed_over.store(hand_over, Ordering::SeqCst);
+                if hand_over {
+                    self.0.stops.fetch_add(1, Ordering::SeqCst);
+                }
             }
         }
         let until = |what: &str, done: &dyn Fn() -> bool| {
@@ -817,7 +842,65 @@ mod tests {
         assert_eq!(waiter.join().unwrap().map(|o| o.sequence), Some(1));
         assert!(
             !counts.running.load(Ordering::SeqCst),
-            "the nudged wait handed its work back as it ended"
+            "the wait stopped its work as it ended"
+        );
+        // As it ended, or before sleeping again if its new window passed first.
+        assert!(
+            counts.handed_over.load(Ordering::SeqCst),
+            "the nudged wait handed its work back"
+        );
+        assert_eq!(
+            counts.starts.load(Ordering::SeqCst),
+            2,
+            "a start per spin phase"
+        );
+    }
+
+    /// A waiter whose answer comes while it spins stops its work as it leaves, without
+    /// handing it over (the work's other threads stay stood down: a barrier's wait would
+    /// otherwise wake them each time).
+    #[test]
+    fn a_spinner_answered_stops_its_work_without_handing_it_over() {
+        #[derive(Default)]
+        struct Told(Mutex<Vec<&'static str>>);
+        struct Work(Arc<Told>);
+        impl WhileWaiting for Work {
+            fn spin(&self) -> usize {
+                0
+            }
+            fn start_spinning(&self) {
+                self.0 .0.lock().push("start");
+            }
+            fn stop_spinning(&self, hand_over: bool) {
+                self.0
+                     .0
+                    .lock()
+                    .push(if hand_over { "hand over" } else { "stop" });
+            }
+        }
+        let shared = Arc::new(Shared::new(1));
+        let told = Arc::new(Told::default());
+        let _work = shared.while_spinning(Work(Arc::clone(&told)));
+        let waiter = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                shared.wait_until(deadline, |inbox| inbox.outcomes.pop_front())
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while told.0.lock().is_empty() {
+            assert!(Instant::now() < deadline, "the waiter never spun");
+            std::thread::yield_now();
+        }
+        shared.update(|inbox| inbox.outcomes.push_back(outcome()));
+        assert_eq!(waiter.join().unwrap().map(|o| o.sequence), Some(1));
+        let told = told.0.lock().clone();
+        // A slow machine may have let the spin window pass first: then it slept, handing over
+        // before it did, and the answer woke it (no spin after a wake that is not a nudge).
+        assert!(
+            told == ["start", "stop"] || told == ["start", "hand over"],
+            "{told:?}"
         );
     }
 

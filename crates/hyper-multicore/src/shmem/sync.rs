@@ -384,7 +384,7 @@ pub(crate) fn dissemination_barrier(
             abort,
             policy.spin,
             &mut clock,
-            || {},
+            (),
             false,
         )?;
         distance *= 2;
@@ -430,7 +430,7 @@ pub(crate) fn central_barrier(
         abort,
         policy.spin,
         &mut clock,
-        || {},
+        (),
         false,
     )
 }
@@ -451,22 +451,23 @@ pub(crate) fn wait_until(
     abort: &AbortWord,
     policy: &WaitPolicy,
 ) -> Result<(), WaitError> {
-    wait_on_bell(ready, bell, abort, policy, || {}, false)
+    wait_on_bell(ready, bell, abort, policy, (), false)
 }
 
-/// [`wait_until`] for a PE with UCX peers: runs `hand_over` each time before it sleeps on the
-/// doorbell (the UCX transport's waiters hand the worker back to its progress thread there),
-/// and a ring that wakes it without making `ready()` true — peers' operations the progress
-/// thread applied, whose progress hook rings the doorbell — sends it back to its yield phase,
-/// in which `ready` (progressing the worker) serves the next ones itself.
+/// [`wait_until`] for a PE with UCX peers, whose `ready` progresses the worker: `serving` hears
+/// when its looks begin and end (the UCX progress thread stands down while they serve the
+/// worker, and serves again from each sleep on the doorbell), and a ring that wakes it
+/// without making `ready()` true — peers' operations the progress thread applied, whose
+/// progress hook rings the doorbell — sends it back to its yield phase, in which `ready`
+/// serves the next ones itself.
 pub(crate) fn wait_until_then(
     ready: impl FnMut() -> bool,
     bell: &Doorbell,
     abort: &AbortWord,
     policy: &WaitPolicy,
-    hand_over: impl FnMut(),
+    serving: impl Serving,
 ) -> Result<(), WaitError> {
-    wait_on_bell(ready, bell, abort, policy, hand_over, true)
+    wait_on_bell(ready, bell, abort, policy, serving, true)
 }
 
 /// [`wait`] on `bell` with a clock of its own.
@@ -475,7 +476,7 @@ fn wait_on_bell(
     bell: &Doorbell,
     abort: &AbortWord,
     policy: &WaitPolicy,
-    hand_over: impl FnMut(),
+    serving: impl Serving,
     rewatch: bool,
 ) -> Result<(), WaitError> {
     let mut clock = Clock::new(policy.deadline);
@@ -487,7 +488,7 @@ fn wait_on_bell(
         abort,
         policy.spin,
         &mut clock,
-        hand_over,
+        serving,
         rewatch,
     )
 }
@@ -587,13 +588,32 @@ impl Clock {
     }
 }
 
+/// What a wait tells the other threads that serve its PE's transport work (the UCX progress
+/// thread) about its looks. The UCX waits progress the worker as they look, so that thread
+/// stands down while they do; `()` tells nothing (the shared-memory waits).
+pub(crate) trait Serving {
+    /// The waiter starts looking, and so serving.
+    fn begin(&mut self);
+    /// It stops looking: to sleep (`hand_over`: the other threads serve again at once), or as
+    /// the wait ends.
+    fn end(&mut self, hand_over: bool);
+}
+
+impl Serving for () {
+    #[inline(always)]
+    fn begin(&mut self) {}
+    #[inline(always)]
+    fn end(&mut self, _hand_over: bool) {}
+}
+
 /// Spins (if `spin`), yields, then sleeps on the futex `word` until `done()`, an abort or
 /// `clock`'s deadline. `sleepers` counts the sleepers on `word`; whoever makes `done()` true
-/// changes `word` and wakes it when `sleepers` is not zero; `hand_over` runs before each sleep.
-/// With `rewatch`, a wake-up by a change of `word` that did not make `done()` true sends the
-/// waiter back to its yield phase before it sleeps again (the UCX waits: a ring there is peers'
-/// traffic, which the waiter's looks then serve themselves), and `hand_over` runs once more
-/// when such a wait ends.
+/// changes `word` and wakes it when `sleepers` is not zero. `serving` hears when the looks
+/// begin and when they end: before each sleep (handing over) and as the wait ends. With
+/// `rewatch`, a wake-up by a change of `word` that did not make `done()` true sends the waiter
+/// back to its yield phase before it sleeps again (the UCX waits: a ring there is peers'
+/// traffic, which the waiter's looks then serve themselves), and the wait hands over again
+/// when it ends in such looks.
 #[allow(clippy::too_many_arguments)]
 fn wait(
     mut done: impl FnMut() -> bool,
@@ -602,61 +622,75 @@ fn wait(
     abort: &AbortWord,
     spin: bool,
     clock: &mut Clock,
-    mut hand_over: impl FnMut(),
+    mut serving: impl Serving,
     rewatch: bool,
 ) -> Result<(), WaitError> {
-    if spin {
-        for spin in 0..SPIN_LIMIT {
-            if let Some(outcome) = settled(&mut done, abort) {
-                return outcome;
-            }
-            if spin % SPINS_PER_CLOCK_CHECK == SPINS_PER_CLOCK_CHECK - 1 {
-                clock.check()?;
-            }
-            spin_loop();
-        }
-    }
+    serving.begin();
+    let mut looking = true;
     let mut rewatched = false;
-    let outcome = 'waited: loop {
-        for _ in 0..YIELD_LIMIT {
-            if let Some(outcome) = settled(&mut done, abort) {
-                break 'waited outcome;
+    let outcome = 'waited: {
+        if spin {
+            for spin in 0..SPIN_LIMIT {
+                if let Some(outcome) = settled(&mut done, abort) {
+                    break 'waited outcome;
+                }
+                if spin % SPINS_PER_CLOCK_CHECK == SPINS_PER_CLOCK_CHECK - 1 {
+                    if let Err(timeout) = clock.check() {
+                        break 'waited Err(timeout);
+                    }
+                }
+                spin_loop();
             }
-            if let Err(timeout) = clock.check() {
-                break 'waited Err(timeout);
-            }
-            yield_now();
         }
         loop {
-            if let Some(outcome) = settled(&mut done, abort) {
-                break 'waited outcome;
+            if !looking {
+                serving.begin();
+                looking = true;
             }
-            let remaining = match clock.check() {
-                Ok(remaining) => remaining,
-                Err(timeout) => break 'waited Err(timeout),
-            };
-            hand_over();
-            sleepers.fetch_add(1, Ordering::SeqCst);
-            // Pairs with the waker's fence (or SeqCst update) before it reads `sleepers`.
-            fence(Ordering::SeqCst);
-            let seen = word.load(Ordering::SeqCst);
-            if !done() && aborted(abort).is_none() {
-                // Returns at once if `word` moved on since `seen`: a wake-up in between is not
-                // lost.
-                futex::wait(word, seen, Some(remaining.min(SLEEP_SLICE)));
+            for _ in 0..YIELD_LIMIT {
+                if let Some(outcome) = settled(&mut done, abort) {
+                    break 'waited outcome;
+                }
+                if let Err(timeout) = clock.check() {
+                    break 'waited Err(timeout);
+                }
+                yield_now();
             }
-            sleepers.fetch_sub(1, Ordering::SeqCst);
-            if rewatch && word.load(Ordering::Relaxed) != seen {
-                rewatched = true;
-                break;
+            loop {
+                if let Some(outcome) = settled(&mut done, abort) {
+                    break 'waited outcome;
+                }
+                let remaining = match clock.check() {
+                    Ok(remaining) => remaining,
+                    Err(timeout) => break 'waited Err(timeout),
+                };
+                if looking {
+                    serving.end(true);
+                    looking = false;
+                }
+                sleepers.fetch_add(1, Ordering::SeqCst);
+                // Pairs with the waker's fence (or SeqCst update) before it reads `sleepers`.
+                fence(Ordering::SeqCst);
+                let seen = word.load(Ordering::SeqCst);
+                if !done() && aborted(abort).is_none() {
+                    // Returns at once if `word` moved on since `seen`: a wake-up in between is
+                    // not lost.
+                    futex::wait(word, seen, Some(remaining.min(SLEEP_SLICE)));
+                }
+                sleepers.fetch_sub(1, Ordering::SeqCst);
+                if rewatch && word.load(Ordering::Relaxed) != seen {
+                    rewatched = true;
+                    break;
+                }
             }
         }
     };
     // A waiter that went back to its looks after a sleep took its work back from whoever served
-    // it meanwhile (the UCX progress thread stands down while it looks); it hands it over again
-    // as it leaves, as before it sleeps, since its PE may go on computing now.
-    if rewatched {
-        hand_over();
+    // it meanwhile; it hands it over again as it leaves, as before it sleeps, since its PE may
+    // go on computing now. (Not on every exit: that would wake the UCX progress thread once per
+    // barrier.)
+    if looking {
+        serving.end(rewatched);
     }
     outcome
 }
@@ -881,17 +915,31 @@ mod tests {
         }
     }
 
-    /// A waiter for a PE with UCX peers, woken by a ring that did not make it ready (peers'
-    /// operations applied by the progress thread), goes back to its looks — which progress the
-    /// worker and so serve the next operations — for a yield phase before it sleeps again, and
-    /// hands the worker over again as it leaves.
+    /// A waiter for a PE with UCX peers says when its looks begin and end: it serves from the
+    /// start, hands over before each sleep, and a ring that did not make it ready (peers'
+    /// operations applied by the progress thread) sends it back to its looks — which progress
+    /// the worker and so serve the next operations — for a yield phase before it sleeps again;
+    /// it hands over again as it leaves those looks, and every begin has its end.
     #[test]
     fn a_ring_without_the_change_sends_a_ucx_waiter_back_to_its_looks() {
+        /// (begins, ends with a hand-over, ends without), shared with the test.
+        #[derive(Default)]
+        struct Told([AtomicU32; 3]);
+        struct Serves<'a>(&'a Told);
+        impl Serving for Serves<'_> {
+            fn begin(&mut self) {
+                self.0 .0[0].fetch_add(1, Ordering::SeqCst);
+            }
+            fn end(&mut self, hand_over: bool) {
+                self.0 .0[if hand_over { 1 } else { 2 }].fetch_add(1, Ordering::SeqCst);
+            }
+        }
         let bell = Doorbell::new();
         let abort = AbortWord::new();
         let flag = AtomicU32::new(0);
         let looks = AtomicU32::new(0);
-        let handovers = AtomicU32::new(0);
+        let told = Told::default();
+        let count = |i: usize| told.0[i].load(Ordering::SeqCst);
         let policy = sleepy();
         thread::scope(|s| {
             let waiter = s.spawn(|| {
@@ -899,12 +947,14 @@ mod tests {
                     looks.fetch_add(1, Ordering::SeqCst);
                     flag.load(Ordering::Acquire) == 1
                 };
-                let hand_over = || {
-                    handovers.fetch_add(1, Ordering::SeqCst);
-                };
-                wait_until_then(ready, &bell, &abort, &policy, hand_over)
+                wait_until_then(ready, &bell, &abort, &policy, Serves(&told))
             });
             yield_until_equals(&bell.sleepers, 1);
+            assert_eq!(
+                (count(0), count(1)),
+                (1, 1),
+                "served, then handed over to sleep"
+            );
             let asleep = looks.load(Ordering::SeqCst);
             ring(&bell);
             let deadline = Instant::now() + Duration::from_secs(60);
@@ -916,16 +966,42 @@ mod tests {
                 thread::yield_now();
             }
             yield_until_equals(&bell.sleepers, 1);
-            let handed = handovers.load(Ordering::SeqCst);
-            assert!(handed >= 2, "it handed the worker over before each sleep");
+            assert!(count(0) >= 2, "it served again after the ring");
             flag.store(1, Ordering::SeqCst);
             ring(&bell);
             assert_eq!(waiter.join().unwrap(), Ok(()));
-            assert!(
-                handovers.load(Ordering::SeqCst) > handed,
-                "it handed the worker over as it left"
+            assert_eq!(
+                count(0),
+                count(1),
+                "it handed over before each sleep and as it left"
             );
+            assert_eq!(count(2), 0);
         });
+    }
+
+    /// A wait that ends in its first looks ends its serving without a hand-over.
+    #[test]
+    fn a_ucx_waiter_ready_at_once_serves_without_handing_over() {
+        #[derive(Default)]
+        struct Told(Vec<&'static str>);
+        impl Serving for &mut Told {
+            fn begin(&mut self) {
+                self.0.push("begin");
+            }
+            fn end(&mut self, hand_over: bool) {
+                self.0.push(if hand_over { "hand over" } else { "end" });
+            }
+        }
+        let mut told = Told::default();
+        let outcome = wait_until_then(
+            || true,
+            &Doorbell::new(),
+            &AbortWord::new(),
+            &sleepy(),
+            &mut told,
+        );
+        assert_eq!(outcome, Ok(()));
+        assert_eq!(told.0, ["begin", "end"]);
     }
 
     #[test]

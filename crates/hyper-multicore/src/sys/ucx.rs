@@ -59,8 +59,9 @@
 //! *target* worker must progress: a get from a peer whose threads never call UCX never completes.
 //! [`ProgressThread`] is the answer: it sleeps on the worker's event fd and progresses the worker
 //! when anything arrives, so the target's main thread may compute. While the PE's own threads
-//! progress the worker (they wait for something), the progress thread stands down instead of
-//! racing them for every event; [`Worker::hand_over`] gives it the worker back at once.
+//! progress the worker (they wait for something: [`Worker::begin_serving`], and every blocking
+//! call of this module), the progress thread stands down instead of racing them for every
+//! event; [`Worker::end_serving`] can give it the worker back at once.
 
 //! # Notes for the transport built on this
 //!
@@ -602,6 +603,9 @@ impl WorkerHandle {
     ) -> std::result::Result<ffi::ucs_status_t, ()> {
         let started = Instant::now();
         let mut slice = CALLER_FIRST_SLEEP;
+        // This caller serves the worker until its request completes, asleep on the event fd
+        // or not: the progress thread need not wake for the same events.
+        let _serving = Serving::begin(&self.handover);
         loop {
             self.progress();
             // SAFETY: request is a live request handle (not yet freed) of this worker.
@@ -731,6 +735,7 @@ impl Worker {
                     standing_down: AtomicBool::new(false),
                     take_over: AtomicBool::new(false),
                     wake,
+                    serving: AtomicUsize::new(0),
                 },
                 am_handlers: Mutex::new(Vec::new()),
                 on_progress: OnceLock::new(),
@@ -773,16 +778,24 @@ impl Worker {
         self.inner.progress()
     }
 
-    /// Tells the progress thread to serve the worker's events again now, if it stood down
-    /// because callers were progressing (see [`Worker::start_progress_thread`]): for a caller
-    /// that stops waiting and goes on computing. Costs a load when the thread is not standing
-    /// down.
-    pub fn hand_over(&self) {
-        let handover = &self.inner.handover;
-        if handover.standing_down.load(Ordering::SeqCst) {
-            handover.take_over.store(true, Ordering::SeqCst);
-            handover.ring();
-        }
+    /// Tells the progress thread that a caller serves the worker's events from now on: a wait
+    /// that progresses the worker as it looks. The thread stands down (it neither arms the
+    /// event fd nor progresses) until every such caller called [`Worker::end_serving`], so that
+    /// one thread of the PE, not two, wakes for each event — on a machine with fewer cores
+    /// than busy threads a caller descheduled between two looks would otherwise lose the
+    /// worker to the progress thread, and every later event would wake both.
+    pub fn begin_serving(&self) {
+        self.inner.handover.serving.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Ends a [`Worker::begin_serving`]: before the caller sleeps without watching the worker
+    /// or goes on computing. With `hand_over`, the progress thread serves again at once if it
+    /// stood down (one eventfd write: for a caller about to sleep or compute); without, at its
+    /// next look (within [`STAND_DOWN_CAP`]; for a caller that ends a short wait and goes on
+    /// calling the runtime — handing over at the end of every barrier would wake the thread as
+    /// often).
+    pub fn end_serving(&self, hand_over: bool) {
+        self.inner.handover.end_serving(hand_over);
     }
 
     /// The largest active-message header [`Endpoint::am_send`] accepts on this worker.
@@ -954,14 +967,15 @@ impl Worker {
     /// it fires, so peers' AM-emulated RMA and atomics complete while this PE's threads compute.
     /// Stops and joins when the returned value drops.
     ///
-    /// While callers progress the worker themselves ([`Worker::progress`], and every blocking
-    /// call of this module), the thread stands down: it does not arm the event fd (each event
-    /// would wake it, and it would take the worker's lock from the caller that polls for that
-    /// very event) and looks again after [`STAND_DOWN`], then after twice as long each time a
-    /// caller progressed within [`RECENT_CALLER`] of its look, up to [`STAND_DOWN_CAP`] (each
+    /// While callers serve the worker themselves (between [`Worker::begin_serving`] and
+    /// [`Worker::end_serving`], inside every blocking call of this module, or having called
+    /// [`Worker::progress`] within [`RECENT_CALLER`]), the thread stands down: it does not arm
+    /// the event fd (each event would wake it, and it would take the worker's lock from the
+    /// caller that polls for that very event) and looks again after [`STAND_DOWN`], then after
+    /// twice as long each time callers still serve at its look, up to [`STAND_DOWN_CAP`] (each
     /// look preempts a polling caller on a busy core: looking every 200 µs cost a stream of
     /// 8-byte gets a fifth of its rate). It serves events again at the first look that finds
-    /// no recent caller, or at once after [`Worker::hand_over`].
+    /// no caller serving, or at once after an [`Worker::end_serving`] that hands over.
     pub fn start_progress_thread(&self) -> Result<ProgressThread> {
         let stop = Arc::new(AtomicBool::new(false));
         let worker = self.inner.clone();
@@ -986,10 +1000,28 @@ struct Handover {
     last_call: AtomicU64,
     /// The progress thread sleeps on `wake` alone, leaving events to the callers.
     standing_down: AtomicBool,
-    /// A caller asked the progress thread to serve events again ([`Worker::hand_over`]).
+    /// A caller asked the progress thread to serve events again ([`Worker::end_serving`]).
     take_over: AtomicBool,
     /// Ends the progress thread's sleep (a hand-over, or its stop).
     wake: OwnedFd,
+    /// Callers between [`Worker::begin_serving`] and [`Worker::end_serving`].
+    serving: AtomicUsize,
+}
+
+/// A caller's [`Worker::begin_serving`] that ends (without a hand-over) when it drops.
+struct Serving<'a>(&'a Handover);
+
+impl<'a> Serving<'a> {
+    fn begin(handover: &'a Handover) -> Serving<'a> {
+        handover.serving.fetch_add(1, Ordering::SeqCst);
+        Serving(handover)
+    }
+}
+
+impl Drop for Serving<'_> {
+    fn drop(&mut self) {
+        self.0.end_serving(false);
+    }
 }
 
 impl Handover {
@@ -1011,6 +1043,22 @@ impl Handover {
         Duration::from_nanos(self.now().saturating_sub(last))
     }
 
+    /// See [`Worker::end_serving`].
+    fn end_serving(&self, hand_over: bool) {
+        self.serving.fetch_sub(1, Ordering::SeqCst);
+        if hand_over {
+            self.hand_over();
+        }
+    }
+
+    /// Wakes the progress thread if it stands down, to serve events again.
+    fn hand_over(&self) {
+        if self.standing_down.load(Ordering::SeqCst) {
+            self.take_over.store(true, Ordering::SeqCst);
+            self.ring();
+        }
+    }
+
     fn ring(&self) {
         // A write of 1 makes the eventfd readable, which ends the thread's poll at once.
         let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
@@ -1024,7 +1072,9 @@ fn progress_loop(worker: &WorkerHandle, stop: &AtomicBool) {
     while !stop.load(Ordering::Acquire) {
         while worker.progress_events() != 0 {}
         let take_over = handover.take_over.swap(false, Ordering::SeqCst);
-        if handover.since_last_call() < RECENT_CALLER && !take_over {
+        let caller_serves = handover.serving.load(Ordering::SeqCst) != 0
+            || handover.since_last_call() < RECENT_CALLER;
+        if caller_serves && !take_over {
             handover.standing_down.store(true, Ordering::SeqCst);
             if !handover.take_over.load(Ordering::SeqCst) {
                 sleep_on([wake], stand_down);

@@ -495,7 +495,7 @@ impl Transports {
             }
             ready()
         };
-        sync::wait_until_then(look_and_progress, bell, abort, policy, || ucx.hand_over())
+        sync::wait_until_then(look_and_progress, bell, abort, policy, ucx)
     }
 
     /// Starts this PE's side of a two-rank exchange with `pe` under `tag` over UCX (see

@@ -139,8 +139,12 @@ impl WhileWaiting for ServeWhileWaiting {
         self.0.progress()
     }
 
-    fn stop_spinning(&self) {
-        self.0.hand_over();
+    fn start_spinning(&self) {
+        self.0.begin_serving();
+    }
+
+    fn stop_spinning(&self, hand_over: bool) {
+        self.0.end_serving(hand_over);
     }
 }
 
@@ -389,6 +393,18 @@ mod gets_issued {
     }
 }
 
+/// A doorbell wait whose looks progress the worker serves it meanwhile (see
+/// [`ucx::Worker::begin_serving`]).
+impl sync::Serving for &UcxTransport {
+    fn begin(&mut self) {
+        self.worker.begin_serving();
+    }
+
+    fn end(&mut self, hand_over: bool) {
+        self.worker.end_serving(hand_over);
+    }
+}
+
 impl UcxTransport {
     /// Test-only (`fault-injection` builds): how many gets this process has issued over UCX,
     /// and their bytes, since it started.
@@ -400,12 +416,6 @@ impl UcxTransport {
     /// Progresses the worker once from the calling thread.
     pub(crate) fn progress(&self) {
         self.worker.progress();
-    }
-
-    /// Lets the progress thread serve this worker again at once (see
-    /// [`ucx::Worker::hand_over`]): for a caller about to sleep or compute.
-    pub(crate) fn hand_over(&self) {
-        self.worker.hand_over();
     }
 
     /// Starts this PE's side of a two-rank exchange with `peer` under `tag`: sends `data` as

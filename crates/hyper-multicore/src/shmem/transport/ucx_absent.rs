@@ -6,6 +6,7 @@ use std::ptr::NonNull;
 
 use super::{Rmw, Start, Transport, Width};
 use crate::error::{Error, ErrorKind, Result};
+use crate::shmem::sync;
 
 /// Uninhabited: there is no UCX transport in this build.
 #[derive(Debug)]
@@ -76,14 +77,20 @@ impl Transport for UcxTransport {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Awaited {}
 
+/// Never used (no UCX transport in this build).
+impl sync::Serving for &UcxTransport {
+    fn begin(&mut self) {
+        match **self {}
+    }
+
+    fn end(&mut self, _hand_over: bool) {
+        match **self {}
+    }
+}
+
 impl UcxTransport {
     /// Never called: there is no UCX transport to progress in this build.
     pub(crate) fn progress(&self) {
-        match *self {}
-    }
-
-    /// Never called (no UCX transport in this build).
-    pub(crate) fn hand_over(&self) {
         match *self {}
     }
 
