@@ -421,6 +421,41 @@ two_pe_test!(
     progress_thread_takes_over_body
 );
 
+/// Rank 1's main thread says it serves its worker (`begin_serving`) and then never progresses
+/// it, sitting in control-plane barriers: its progress thread stands down for as long, yet its
+/// looks still progress the worker, so rank 0's get completes — a caller that says it serves
+/// and is then descheduled (or forgets to end) delays peers by at most a stand-down.
+fn serving_caller_that_stalls_body() {
+    let pair = connect_pair(true, None);
+    if pair.world.rank() == 1 {
+        pair.mapping.write(SMALL, &[42u8; 8]);
+        pair.worker.begin_serving();
+        pair.world.control().barrier().unwrap(); // serving, never progressing
+        pair.world.control().barrier().unwrap(); // the origin's get is done
+        pair.worker.end_serving(true);
+        println!("PE_OK");
+        return;
+    }
+    pair.world.control().barrier().unwrap();
+    // The first get may find the target's progress thread armed (it then stands down after
+    // serving it); the later ones find it standing down.
+    for _ in 0..10 {
+        let mut bytes = [0u8; 8];
+        pair.endpoint
+            .get(&mut bytes, pair.remote(SMALL), &pair.rkey, deadline(10))
+            .expect("a target that said it serves, then stalled, left the get unserved");
+        assert_eq!(bytes, [42u8; 8]);
+    }
+    pair.world.control().barrier().unwrap();
+    println!("PE_OK");
+}
+
+two_pe_test!(
+    a_stalled_serving_caller_still_has_its_peers_served,
+    Some("tcp,self"),
+    serving_caller_that_stalls_body
+);
+
 /// Rank 1's main thread sits in a control-plane barrier while rank 0 adds to a word of its
 /// memory with a non-fetching atomic, flushed: rank 1's progress hook must run after UCX
 /// applied it (on the progress thread), with the new value already visible to the hook. A
