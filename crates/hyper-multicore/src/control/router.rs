@@ -154,8 +154,10 @@ pub(crate) trait WhileWaiting: Send + Sync {
     /// Runs when a waiter starts running [`WhileWaiting::spin`] (before its first look, and
     /// again after a nudge).
     fn start_spinning(&self);
-    /// Runs each time a waiter that ran [`WhileWaiting::spin`] stops spinning to sleep, and
-    /// when a wait in which a [`Nudger`] woke it ends: the work's other threads take over again.
+    /// Runs each time a waiter that ran [`WhileWaiting::spin`] stops: to sleep, with
+    /// `hand_over` (the work's other threads take over again at once), or as its wait ends,
+    /// with `hand_over` only if a [`Nudger`] woke it during the wait (a wait that just got its
+    /// answer leaves the other threads to notice at their next look).
     fn stop_spinning(&self, hand_over: bool);
 }
 
@@ -861,25 +863,23 @@ mod tests {
     /// otherwise wake them each time).
     #[test]
     fn a_spinner_answered_stops_its_work_without_handing_it_over() {
-        #[derive(Default)]
-        struct Told(Mutex<Vec<&'static str>>);
-        struct Work(Arc<Told>);
+        /// What the waiter told its work, in order.
+        type Told = Arc<Mutex<Vec<&'static str>>>;
+        struct Work(Told);
         impl WhileWaiting for Work {
             fn spin(&self) -> usize {
                 0
             }
             fn start_spinning(&self) {
-                self.0 .0.lock().push("start");
+                self.0.lock().push("start");
             }
             fn stop_spinning(&self, hand_over: bool) {
-                self.0
-                     .0
-                    .lock()
-                    .push(if hand_over { "hand over" } else { "stop" });
+                let what = if hand_over { "hand over" } else { "stop" };
+                self.0.lock().push(what);
             }
         }
         let shared = Arc::new(Shared::new(1));
-        let told = Arc::new(Told::default());
+        let told = Told::default();
         let _work = shared.while_spinning(Work(Arc::clone(&told)));
         let waiter = {
             let shared = Arc::clone(&shared);
@@ -889,13 +889,13 @@ mod tests {
             })
         };
         let deadline = Instant::now() + Duration::from_secs(60);
-        while told.0.lock().is_empty() {
+        while told.lock().is_empty() {
             assert!(Instant::now() < deadline, "the waiter never spun");
             std::thread::yield_now();
         }
         shared.update(|inbox| inbox.outcomes.push_back(outcome()));
         assert_eq!(waiter.join().unwrap().map(|o| o.sequence), Some(1));
-        let told = told.0.lock().clone();
+        let told = told.lock().clone();
         // A slow machine may have let the spin window pass first: then it slept, handing over
         // before it did, and the answer woke it (no spin after a wake that is not a nudge).
         assert!(

@@ -779,13 +779,14 @@ impl Worker {
     }
 
     /// Tells the progress thread that a caller serves the worker's events from now on: a wait
-    /// that progresses the worker as it looks. The thread stands down (it neither arms the
-    /// event fd nor progresses) until every such caller called [`Worker::end_serving`], so that
-    /// one thread of the PE, not two, wakes for each event — on a machine with fewer cores
-    /// than busy threads a caller descheduled between two looks would otherwise lose the
-    /// worker to the progress thread, and every later event would wake both.
+    /// that progresses the worker as it looks. The thread stands down (it does not arm the
+    /// event fd, and only looks — progressing once — every [`STAND_DOWN`] to
+    /// [`STAND_DOWN_CAP`]) until every such caller called [`Worker::end_serving`], so that one
+    /// thread of the PE, not two, wakes for each event: on a machine with fewer cores than busy
+    /// threads a caller descheduled between two looks would otherwise lose the worker to the
+    /// progress thread, and every later event would wake both.
     pub fn begin_serving(&self) {
-        self.inner.handover.serving.fetch_add(1, Ordering::SeqCst);
+        self.inner.handover.begin_serving();
     }
 
     /// Ends a [`Worker::begin_serving`]: before the caller sleeps without watching the worker
@@ -1013,7 +1014,7 @@ struct Serving<'a>(&'a Handover);
 
 impl<'a> Serving<'a> {
     fn begin(handover: &'a Handover) -> Serving<'a> {
-        handover.serving.fetch_add(1, Ordering::SeqCst);
+        handover.begin_serving();
         Serving(handover)
     }
 }
@@ -1041,6 +1042,11 @@ impl Handover {
     fn since_last_call(&self) -> Duration {
         let last = self.last_call.load(Ordering::Relaxed);
         Duration::from_nanos(self.now().saturating_sub(last))
+    }
+
+    /// See [`Worker::begin_serving`].
+    fn begin_serving(&self) {
+        self.serving.fetch_add(1, Ordering::SeqCst);
     }
 
     /// See [`Worker::end_serving`].
