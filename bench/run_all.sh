@@ -90,8 +90,8 @@ fi
 hm_bench="$target/release/hm-bench"
 oshmem_bench="$target/oshmem_bench"
 build() {
-    printf 'cargo build --release -p hm-bench -p hmrun -p hyper-multicore --example restart_timings\n' >>"$commands"
-    cargo build --release -p hm-bench -p hmrun -p hyper-multicore --example restart_timings
+    printf 'cargo build --release -p hm-bench -p hmrun -p hyper-multicore --bins --example restart_timings\n' >>"$commands"
+    cargo build --release -p hm-bench -p hmrun -p hyper-multicore --bins --example restart_timings
     if [[ $have_oshmem == 1 ]]; then
         printf 'oshcc -O2 -std=gnu11 -o %s bench/oshmem/oshmem_bench.c\n' "$oshmem_bench" >>"$commands"
         oshcc -O2 -std=gnu11 -o "$oshmem_bench" bench/oshmem/oshmem_bench.c

@@ -13,7 +13,7 @@ restart="$(mktemp)"
 trap 'rm -f "$control" "$shmem" "$restart"' EXIT
 cargo run --quiet -p hm-bench -- control --quick --json --pes 2,4 >"$control"
 cargo run --quiet -p hm-bench -- shmem --quick --json --pes 2 >"$shmem"
-cargo build --quiet -p hmrun -p hyper-multicore --example restart_timings
+cargo build --quiet -p hmrun -p hyper-multicore --bins --example restart_timings
 target/debug/hmrun -n 2 -- target/debug/examples/restart_timings | sed -n 's/^\[0\] {/{/p' >"$restart"
 # The C API's scaling program: built with hmcc (the library next to it, from `cargo build`), its
 # eight lines printed by PE 0.
