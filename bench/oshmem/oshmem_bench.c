@@ -442,7 +442,14 @@ static double one_get(long *word, long expected) {
 
 /* As hm-bench's get_computing_peer: per trial, a get while PE 1 waits in a barrier (the
  * reference), then PE 1 tells PE 0 it computes and computes for COMPUTE_WINDOW_NS without any
- * OpenSHMEM call while PE 0 times one get from it. One call per sample. */
+ * OpenSHMEM call while PE 0 times one get from it. One call per sample.
+ *
+ * PE 1 tells with a fetching atomic (a swap), as hm-bench's signal does: it returns once PE 0
+ * has applied it, so PE 1 is computing, with nothing in flight, when PE 0 sees the word. With
+ * shmem_long_p + shmem_quiet instead, OSHMEM over UCX's TCP transport could leave PE 1 inside
+ * shmem_quiet, waiting for a flush reply that PE 0 sends only when it next progresses (in its
+ * get), so the get was served by the quiet, not by a computing peer (strace, bench/findings.md
+ * round 18). */
 #define COMPUTE_WINDOW_NS 20000000ull
 static void computing_peer(long *word, long *computing) {
     double waiting[64], busy[64];
@@ -458,8 +465,7 @@ static void computing_peer(long *word, long *computing) {
             shmem_long_wait_until(computing, SHMEM_CMP_EQ, t + 1);
             busy[t] = one_get(word, seen);
         } else {
-            shmem_long_p(computing, t + 1, 0);
-            shmem_quiet();
+            (void)shmem_long_atomic_swap(computing, t + 1, 0);
             compute_for(COMPUTE_WINDOW_NS);
         }
         shmem_barrier_all();
