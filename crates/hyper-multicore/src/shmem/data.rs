@@ -589,11 +589,13 @@ impl Shmem {
     }
 
     /// Atomically reads PE `pe`'s copy of the one-element `source`.
+    #[inline]
     pub fn atomic_fetch<W: AtomicWord>(&self, source: &impl Symmetric<W>, pe: usize) -> Result<W> {
         self.rmw("atomic_fetch", source.region(), pe, Rmw::Load)
     }
 
     /// Atomically stores `value` into PE `pe`'s copy of `target`.
+    #[inline]
     pub fn atomic_set<W: AtomicWord>(
         &self,
         target: &impl Symmetric<W>,
@@ -610,6 +612,7 @@ impl Shmem {
     }
 
     /// Atomically replaces PE `pe`'s copy of `target` with `value`; returns the previous value.
+    #[inline]
     pub fn atomic_swap<W: AtomicWord>(
         &self,
         target: &impl Symmetric<W>,
@@ -626,6 +629,7 @@ impl Shmem {
 
     /// Atomically sets PE `pe`'s copy of `target` to `desired` if it equals `expected`; returns
     /// the previous value (equal to `expected` on success).
+    #[inline]
     pub fn atomic_compare_swap<W: AtomicWord>(
         &self,
         target: &impl Symmetric<W>,
@@ -641,6 +645,7 @@ impl Shmem {
     }
 
     /// Atomically adds `value` (wrapping) to PE `pe`'s copy of `target`; returns the previous value.
+    #[inline]
     pub fn atomic_fetch_add<W: AtomicWord>(
         &self,
         target: &impl Symmetric<W>,
@@ -656,6 +661,7 @@ impl Shmem {
     }
 
     /// Atomically adds `value` (wrapping) to PE `pe`'s copy of `target`.
+    #[inline]
     pub fn atomic_add<W: AtomicWord>(
         &self,
         target: &impl Symmetric<W>,
