@@ -496,14 +496,13 @@ fn guarded_word_ops(method: &Method, rank: usize) -> Result<()> {
         s.barrier()?;
         Ok((word, counter))
     })?;
-    let put = |s: &Shmem, i: u64| s.put(&word, &[black_box(i)], PEER);
-    let get = |s: &Shmem, value: &mut [u64; 1]| s.get(value, &word, PEER);
-    let fetch_add = |s: &Shmem| s.atomic_fetch_add(&counter, 1u64, PEER);
+    // Each row writes its call out, as a program would (a helper closure shared by the rows
+    // is compiled once, out of line, and then called from every row's loop).
     let root = rank == 0;
     let mut batches = vec![
         direct_on_root(root, |s, ops| {
             for i in 0..ops {
-                put(s, i)?;
+                s.put(&word, &[black_box(i)], PEER)?;
                 s.quiet();
             }
             Ok(())
@@ -511,7 +510,7 @@ fn guarded_word_ops(method: &Method, rank: usize) -> Result<()> {
         guarded_on_root(root, |ops| {
             let start = Instant::now();
             for i in 0..ops {
-                lifecycle::guarded("put", |s| put(s, i))?;
+                lifecycle::guarded("put", |s| s.put(&word, &[black_box(i)], PEER))?;
                 lifecycle::quiet()?;
             }
             Ok(start.elapsed())
@@ -519,7 +518,7 @@ fn guarded_word_ops(method: &Method, rank: usize) -> Result<()> {
         direct_on_root(root, |s, ops| {
             let mut value = [0u64];
             for _ in 0..ops {
-                get(s, &mut value)?;
+                s.get(&mut value, &word, PEER)?;
                 black_box(&mut value);
             }
             Ok(())
@@ -528,21 +527,23 @@ fn guarded_word_ops(method: &Method, rank: usize) -> Result<()> {
             let mut value = [0u64];
             let start = Instant::now();
             for _ in 0..ops {
-                lifecycle::guarded("get", |s| get(s, &mut value))?;
+                lifecycle::guarded("get", |s| s.get(&mut value, &word, PEER))?;
                 black_box(&mut value);
             }
             Ok(start.elapsed())
         }),
         direct_on_root(root, |s, ops| {
             for _ in 0..ops {
-                black_box(fetch_add(s)?);
+                black_box(s.atomic_fetch_add(&counter, 1u64, PEER)?);
             }
             Ok(())
         }),
         guarded_on_root(root, |ops| {
             let start = Instant::now();
             for _ in 0..ops {
-                black_box(lifecycle::guarded("atomic_fetch_add", fetch_add)?);
+                black_box(lifecycle::guarded("atomic_fetch_add", |s| {
+                    s.atomic_fetch_add(&counter, 1u64, PEER)
+                })?);
             }
             Ok(start.elapsed())
         }),
