@@ -609,7 +609,9 @@ impl Serving for () {
 /// Spins (if `spin`), yields, then sleeps on the futex `word` until `done()`, an abort or
 /// `clock`'s deadline. `sleepers` counts the sleepers on `word`; whoever makes `done()` true
 /// changes `word` and wakes it when `sleepers` is not zero. `serving` hears when the looks
-/// begin and when they end: before each sleep (handing over) and as the wait ends. With
+/// begin and when they end: before the first sleep after a run of looks (handing over; the
+/// one look after a sleep slice that ended without a change begins nothing) and as the wait
+/// ends. With
 /// `rewatch`, a wake-up by a change of `word` that did not make `done()` true sends the waiter
 /// back to its yield phase before it sleeps again (the UCX waits: a ring there is peers'
 /// traffic, which the waiter's looks then serve themselves), and the wait hands over again
@@ -916,7 +918,7 @@ mod tests {
     }
 
     /// A waiter for a PE with UCX peers says when its looks begin and end: it serves from the
-    /// start, hands over before each sleep, and a ring that did not make it ready (peers'
+    /// start, hands over before it sleeps after its looks, and a ring that did not make it ready (peers'
     /// operations applied by the progress thread) sends it back to its looks — which progress
     /// the worker and so serve the next operations — for a yield phase before it sleeps again;
     /// it hands over again as it leaves those looks, and every begin has its end.

@@ -780,11 +780,11 @@ impl Worker {
 
     /// Tells the progress thread that a caller serves the worker's events from now on: a wait
     /// that progresses the worker as it looks. The thread stands down (it does not arm the
-    /// event fd, and only looks — progressing once — every [`STAND_DOWN`] to
-    /// [`STAND_DOWN_CAP`]) until every such caller called [`Worker::end_serving`], so that one
-    /// thread of the PE, not two, wakes for each event: on a machine with fewer cores than busy
-    /// threads a caller descheduled between two looks would otherwise lose the worker to the
-    /// progress thread, and every later event would wake both.
+    /// event fd, and only looks every [`STAND_DOWN`] to [`STAND_DOWN_CAP`], progressing until
+    /// idle) until every such caller called [`Worker::end_serving`] and none progressed within
+    /// [`RECENT_CALLER`], so that one thread of the PE, not two, wakes for each event: on a
+    /// machine with fewer cores than busy threads a caller descheduled between two looks would
+    /// otherwise lose the worker to the progress thread, and every later event would wake both.
     pub fn begin_serving(&self) {
         self.inner.handover.begin_serving();
     }
@@ -792,9 +792,9 @@ impl Worker {
     /// Ends a [`Worker::begin_serving`]: before the caller sleeps without watching the worker
     /// or goes on computing. With `hand_over`, the progress thread serves again at once if it
     /// stood down (one eventfd write: for a caller about to sleep or compute); without, at its
-    /// next look (within [`STAND_DOWN_CAP`]; for a caller that ends a short wait and goes on
-    /// calling the runtime — handing over at the end of every barrier would wake the thread as
-    /// often).
+    /// first look after the caller's last progress is [`RECENT_CALLER`] old (a look comes
+    /// within [`STAND_DOWN_CAP`]; for a caller that ends a short wait and goes on calling the
+    /// runtime — handing over at the end of every barrier would wake the thread as often).
     pub fn end_serving(&self, hand_over: bool) {
         self.inner.handover.end_serving(hand_over);
     }
@@ -975,8 +975,9 @@ impl Worker {
     /// caller that polls for that very event) and looks again after [`STAND_DOWN`], then after
     /// twice as long each time callers still serve at its look, up to [`STAND_DOWN_CAP`] (each
     /// look preempts a polling caller on a busy core: looking every 200 µs cost a stream of
-    /// 8-byte gets a fifth of its rate). It serves events again at the first look that finds
-    /// no caller serving, or at once after an [`Worker::end_serving`] that hands over.
+    /// 8-byte gets a fifth of its rate). A look progresses the worker until idle (a caller
+    /// that says it serves may be descheduled). It serves events again at the first look that
+    /// finds no caller serving, or at once after an [`Worker::end_serving`] that hands over.
     pub fn start_progress_thread(&self) -> Result<ProgressThread> {
         let stop = Arc::new(AtomicBool::new(false));
         let worker = self.inner.clone();
@@ -1051,16 +1052,20 @@ impl Handover {
 
     /// See [`Worker::end_serving`].
     fn end_serving(&self, hand_over: bool) {
-        self.serving.fetch_sub(1, Ordering::SeqCst);
+        let before = self.serving.fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(before > 0, "end_serving without a begin_serving");
         if hand_over {
             self.hand_over();
         }
     }
 
-    /// Wakes the progress thread if it stands down, to serve events again.
+    /// Has the progress thread serve events again: at once if it stands down (woken), else at
+    /// its next round. The store comes before the look at `standing_down`, and the thread
+    /// stores `standing_down` before it looks at `take_over` (both SeqCst): either it sees the
+    /// request before it sleeps, or this sees it standing down and wakes it.
     fn hand_over(&self) {
+        self.take_over.store(true, Ordering::SeqCst);
         if self.standing_down.load(Ordering::SeqCst) {
-            self.take_over.store(true, Ordering::SeqCst);
             self.ring();
         }
     }
