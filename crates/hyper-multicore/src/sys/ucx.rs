@@ -781,10 +781,11 @@ impl Worker {
     /// Tells the progress thread that a caller serves the worker's events from now on: a wait
     /// that progresses the worker as it looks. The thread stands down (it does not arm the
     /// event fd, and only looks every [`STAND_DOWN`] to [`STAND_DOWN_CAP`], progressing until
-    /// idle) until every such caller called [`Worker::end_serving`] and none progressed within
-    /// [`RECENT_CALLER`], so that one thread of the PE, not two, wakes for each event: on a
-    /// machine with fewer cores than busy threads a caller descheduled between two looks would
-    /// otherwise lose the worker to the progress thread, and every later event would wake both.
+    /// idle unless a caller progressed within [`RECENT_CALLER`]) until every such caller called
+    /// [`Worker::end_serving`] and none progressed within [`RECENT_CALLER`], so that one
+    /// thread of the PE, not two, wakes for each event: on a machine with fewer cores than
+    /// busy threads a caller descheduled between two looks would otherwise lose the worker to
+    /// the progress thread, and every later event would wake both.
     pub fn begin_serving(&self) {
         self.inner.handover.begin_serving();
     }
@@ -976,8 +977,10 @@ impl Worker {
     /// twice as long each time callers still serve at its look, up to [`STAND_DOWN_CAP`] (each
     /// look preempts a polling caller on a busy core: looking every 200 µs cost a stream of
     /// 8-byte gets a fifth of its rate). A look progresses the worker until idle (a caller
-    /// that says it serves may be descheduled). It serves events again at the first look that
-    /// finds no caller serving, or at once after an [`Worker::end_serving`] that hands over.
+    /// that says it serves may be descheduled) unless a caller progressed within
+    /// [`RECENT_CALLER`]: that caller polls the same events, and a look would only take the
+    /// worker's lock from it. It serves events again at the first look that finds no caller
+    /// serving, or at once after an [`Worker::end_serving`] that hands over.
     pub fn start_progress_thread(&self) -> Result<ProgressThread> {
         let stop = Arc::new(AtomicBool::new(false));
         let worker = self.inner.clone();
@@ -1080,8 +1083,18 @@ fn progress_loop(worker: &WorkerHandle, stop: &AtomicBool) {
     let handover = &worker.handover;
     let wake = handover.wake.as_fd();
     let mut stand_down = STAND_DOWN;
+    // Whether the last round served (or woke to serve) rather than stood down.
+    let mut served = true;
     while !stop.load(Ordering::Acquire) {
-        while worker.progress_events() != 0 {}
+        // A stand-down look that finds a caller progressing just now leaves the events to it:
+        // progressing too would only take the worker's lock from that caller (or wait for it,
+        // when this thread preempted it holding the lock).
+        let caller_polls = !served
+            && !handover.take_over.load(Ordering::SeqCst)
+            && handover.since_last_call() < RECENT_CALLER;
+        if !caller_polls {
+            while worker.progress_events() != 0 {}
+        }
         let take_over = handover.take_over.swap(false, Ordering::SeqCst);
         let caller_serves = handover.serving.load(Ordering::SeqCst) != 0
             || handover.since_last_call() < RECENT_CALLER;
@@ -1093,8 +1106,10 @@ fn progress_loop(worker: &WorkerHandle, stop: &AtomicBool) {
             handover.standing_down.store(false, Ordering::SeqCst);
             drain(wake);
             stand_down = (stand_down * 2).min(STAND_DOWN_CAP);
+            served = false;
             continue;
         }
+        served = true;
         stand_down = STAND_DOWN;
         match worker.arm() {
             Ok(true) => {
