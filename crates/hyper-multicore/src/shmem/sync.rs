@@ -611,11 +611,10 @@ impl Serving for () {
 /// changes `word` and wakes it when `sleepers` is not zero. `serving` hears when the looks
 /// begin and when they end: before the first sleep after a run of looks (handing over; the
 /// one look after a sleep slice that ended without a change begins nothing) and as the wait
-/// ends. With
-/// `rewatch`, a wake-up by a change of `word` that did not make `done()` true sends the waiter
-/// back to its yield phase before it sleeps again (the UCX waits: a ring there is peers'
-/// traffic, which the waiter's looks then serve themselves), and the wait hands over again
-/// when it ends in such looks.
+/// ends. With `rewatch`, a wake-up by a change of `word` that did not make `done()` true sends
+/// the waiter back to its yield phase before it sleeps again (the UCX waits: a ring there is
+/// peers' traffic, which the waiter's looks then serve themselves), and the wait hands over
+/// again when it ends in such looks.
 #[allow(clippy::too_many_arguments)]
 fn wait(
     mut done: impl FnMut() -> bool,
@@ -918,10 +917,11 @@ mod tests {
     }
 
     /// A waiter for a PE with UCX peers says when its looks begin and end: it serves from the
-    /// start, hands over before it sleeps after its looks, and a ring that did not make it ready (peers'
-    /// operations applied by the progress thread) sends it back to its looks — which progress
-    /// the worker and so serve the next operations — for a yield phase before it sleeps again;
-    /// it hands over again as it leaves those looks, and every begin has its end.
+    /// start, hands over before it sleeps after its looks, and a ring that did not make it
+    /// ready (peers' operations applied by the progress thread) sends it back to its looks —
+    /// which progress the worker and so serve the next operations — for a yield phase before
+    /// it sleeps again; it hands over again as it leaves those looks, and every begin has its
+    /// end.
     #[test]
     fn a_ring_without_the_change_sends_a_ucx_waiter_back_to_its_looks() {
         /// (begins, ends with a hand-over, ends without), shared with the test.

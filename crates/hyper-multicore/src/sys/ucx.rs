@@ -605,7 +605,7 @@ impl WorkerHandle {
         let mut slice = CALLER_FIRST_SLEEP;
         // This caller serves the worker until its request completes, asleep on the event fd
         // or not: the progress thread need not wake for the same events.
-        let _serving = Serving::begin(&self.handover);
+        let _serving = ServingGuard::begin(&self.handover);
         loop {
             self.progress();
             // SAFETY: request is a live request handle (not yet freed) of this worker.
@@ -1014,16 +1014,16 @@ struct Handover {
 }
 
 /// A caller's [`Worker::begin_serving`] that ends (without a hand-over) when it drops.
-struct Serving<'a>(&'a Handover);
+struct ServingGuard<'a>(&'a Handover);
 
-impl<'a> Serving<'a> {
-    fn begin(handover: &'a Handover) -> Serving<'a> {
+impl<'a> ServingGuard<'a> {
+    fn begin(handover: &'a Handover) -> ServingGuard<'a> {
         handover.begin_serving();
-        Serving(handover)
+        ServingGuard(handover)
     }
 }
 
-impl Drop for Serving<'_> {
+impl Drop for ServingGuard<'_> {
     fn drop(&mut self) {
         self.0.end_serving(false);
     }
