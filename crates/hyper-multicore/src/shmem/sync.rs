@@ -299,6 +299,18 @@ pub(crate) struct WaitPolicy {
     pub deadline: Deadline,
 }
 
+impl WaitPolicy {
+    /// How many looks, `PAUSE` apart, a wait of this policy takes before it yields.
+    #[inline]
+    pub(crate) fn spin_looks(&self) -> u32 {
+        if self.spin {
+            SPIN_LIMIT
+        } else {
+            0
+        }
+    }
+}
+
 #[cfg(test)]
 impl WaitPolicy {
     /// The policy for `local_pes` PEs sharing this host, waiting until `deadline`.
@@ -382,7 +394,7 @@ pub(crate) fn dissemination_barrier(
             &bell.ring,
             &bell.sleepers,
             abort,
-            policy.spin,
+            policy.spin_looks(),
             &mut clock,
             (),
             false,
@@ -428,7 +440,7 @@ pub(crate) fn central_barrier(
         &words.generation,
         &words.sleepers,
         abort,
-        policy.spin,
+        policy.spin_looks(),
         &mut clock,
         (),
         false,
@@ -451,7 +463,7 @@ pub(crate) fn wait_until(
     abort: &AbortWord,
     policy: &WaitPolicy,
 ) -> Result<(), WaitError> {
-    wait_on_bell(ready, bell, abort, policy, (), false)
+    wait_on_bell(ready, bell, abort, policy, policy.spin_looks(), (), false)
 }
 
 /// [`wait_until`] for a PE with UCX peers, whose `ready` progresses the worker: `serving` hears
@@ -459,15 +471,18 @@ pub(crate) fn wait_until(
 /// worker, and serves again from each sleep on the doorbell), and a ring that wakes it
 /// without making `ready()` true — peers' operations the progress thread applied, whose
 /// progress hook rings the doorbell — sends it back to its yield phase, in which `ready`
-/// serves the next ones itself.
+/// serves the next ones itself. It takes `spin_looks` looks, `PAUSE` apart, before it yields
+/// (when `policy` lets it spin at all; each look may cost a progress, a system call).
 pub(crate) fn wait_until_then(
     ready: impl FnMut() -> bool,
     bell: &Doorbell,
     abort: &AbortWord,
     policy: &WaitPolicy,
+    spin_looks: u32,
     serving: impl Serving,
 ) -> Result<(), WaitError> {
-    wait_on_bell(ready, bell, abort, policy, serving, true)
+    let spin_looks = spin_looks.min(policy.spin_looks());
+    wait_on_bell(ready, bell, abort, policy, spin_looks, serving, true)
 }
 
 /// [`wait`] on `bell` with a clock of its own.
@@ -476,20 +491,14 @@ fn wait_on_bell(
     bell: &Doorbell,
     abort: &AbortWord,
     policy: &WaitPolicy,
+    spin_looks: u32,
     serving: impl Serving,
     rewatch: bool,
 ) -> Result<(), WaitError> {
     let mut clock = Clock::new(policy.deadline);
     let (word, sleepers) = (&bell.ring, &bell.sleepers);
     wait(
-        ready,
-        word,
-        sleepers,
-        abort,
-        policy.spin,
-        &mut clock,
-        serving,
-        rewatch,
+        ready, word, sleepers, abort, spin_looks, &mut clock, serving, rewatch,
     )
 }
 
@@ -606,7 +615,7 @@ impl Serving for () {
     fn end(&mut self, _hand_over: bool) {}
 }
 
-/// Spins (if `spin`), yields, then sleeps on the futex `word` until `done()`, an abort or
+/// Spins (`spin_looks` looks), yields, then sleeps on the futex `word` until `done()`, an abort or
 /// `clock`'s deadline. `sleepers` counts the sleepers on `word`; whoever makes `done()` true
 /// changes `word` and wakes it when `sleepers` is not zero. `serving` hears when the looks
 /// begin and when they end: before the first sleep after a run of looks (handing over; the
@@ -621,7 +630,7 @@ fn wait(
     word: &AtomicU32,
     sleepers: &AtomicU32,
     abort: &AbortWord,
-    spin: bool,
+    spin_looks: u32,
     clock: &mut Clock,
     mut serving: impl Serving,
     rewatch: bool,
@@ -630,18 +639,16 @@ fn wait(
     let mut looking = true;
     let mut rewatched = false;
     let outcome = 'waited: {
-        if spin {
-            for spin in 0..SPIN_LIMIT {
-                if let Some(outcome) = settled(&mut done, abort) {
-                    break 'waited outcome;
-                }
-                if spin % SPINS_PER_CLOCK_CHECK == SPINS_PER_CLOCK_CHECK - 1 {
-                    if let Err(timeout) = clock.check() {
-                        break 'waited Err(timeout);
-                    }
-                }
-                spin_loop();
+        for spin in 0..spin_looks {
+            if let Some(outcome) = settled(&mut done, abort) {
+                break 'waited outcome;
             }
+            if spin % SPINS_PER_CLOCK_CHECK == SPINS_PER_CLOCK_CHECK - 1 {
+                if let Err(timeout) = clock.check() {
+                    break 'waited Err(timeout);
+                }
+            }
+            spin_loop();
         }
         loop {
             if !looking {
@@ -949,7 +956,7 @@ mod tests {
                     looks.fetch_add(1, Ordering::SeqCst);
                     flag.load(Ordering::Acquire) == 1
                 };
-                wait_until_then(ready, &bell, &abort, &policy, Serves(&told))
+                wait_until_then(ready, &bell, &abort, &policy, 0, Serves(&told))
             });
             yield_until_equals(&bell.sleepers, 1);
             assert_eq!(
@@ -1000,6 +1007,7 @@ mod tests {
             &Doorbell::new(),
             &AbortWord::new(),
             &sleepy(),
+            0,
             &mut told,
         );
         assert_eq!(outcome, Ok(()));
