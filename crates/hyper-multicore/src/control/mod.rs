@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 pub use channel::{ChannelMode, GroupChannel};
-pub(crate) use router::{Nudger, SpinWork, WhileWaiting};
+pub(crate) use router::{Nudger, ServeRequester, SpinWork, WhileWaiting};
 pub use unique_id::{BootstrapListener, UniqueId, PROTOCOL_VERSION, SECRET_LEN};
 
 use frame::WireError;
@@ -78,6 +78,19 @@ impl ControlPlane {
     #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
     pub(crate) fn while_spinning(&self, work: impl WhileWaiting + 'static) -> SpinWork {
         self.shared.while_spinning(work)
+    }
+
+    /// What asks a peer's process to serve this plane's spin work now (see
+    /// [`ServeRequester`]), at most once per `interval` per peer; None for a plane of one rank.
+    #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
+    pub(crate) fn serve_requester(&self, interval: Duration) -> Option<ServeRequester> {
+        let network = self.network.as_ref()?;
+        Some(ServeRequester::new(
+            self.rank,
+            self.size,
+            network.links.clone(),
+            interval,
+        ))
     }
 
     /// Joins the group's rendezvous and returns the connected plane.

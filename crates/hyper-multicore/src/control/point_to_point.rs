@@ -132,7 +132,7 @@ impl ControlPlane {
     }
 }
 
-fn send_header(source: usize, destination: usize, tag: u64) -> [u8; 16] {
+pub(super) fn send_header(source: usize, destination: usize, tag: u64) -> [u8; 16] {
     let mut header = [0u8; 16];
     header[0..4].copy_from_slice(&(source as u32).to_le_bytes());
     header[4..8].copy_from_slice(&(destination as u32).to_le_bytes());

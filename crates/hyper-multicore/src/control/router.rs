@@ -159,6 +159,86 @@ pub(crate) trait WhileWaiting: Send + Sync {
     /// with `hand_over` only if a [`Nudger`] woke it during the wait (a wait that just got its
     /// answer leaves the other threads to notice at their next look).
     fn stop_spinning(&self, hand_over: bool);
+    /// Runs on the router thread when a peer asks this process to serve the work now (see
+    /// [`ServeRequester`]): its other threads take it over even if a caller said it serves it.
+    /// Nothing by default (work without other threads).
+    fn serve_requested(&self) {}
+}
+
+/// The tag of a [`ServeRequester`]'s messages: the routers hand them to the plane's spin work
+/// ([`WhileWaiting::serve_requested`]) instead of a mailbox.
+pub(crate) const SERVE_TAG: u64 = u64::from_be_bytes(*b"hm-serve");
+
+/// Asks a peer's process to serve its spin work now: the UCX transport sends one when a request
+/// to that peer has waited for the peer's progress for a while, so that a peer whose threads
+/// stopped serving its worker (a PE gone computing, or a caller descheduled mid-wait) has its
+/// progress thread take over — instead of that thread looking every few hundred microseconds
+/// whether its callers still serve. At most one message per peer per `interval`; a message
+/// that cannot be sent (the plane closed or broke) is dropped, as the wait it would speed up
+/// ends with the plane's own error.
+#[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
+pub(crate) struct ServeRequester {
+    rank: usize,
+    /// Root rank 0: a link per member; a member: the one to the root.
+    links: Vec<Option<Arc<Link>>>,
+    interval: Duration,
+    epoch: Instant,
+    /// Per destination: when a request last went out, in nanoseconds since `epoch` (0: never).
+    sent: Box<[AtomicU64]>,
+}
+
+#[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
+impl ServeRequester {
+    pub(crate) fn new(
+        rank: usize,
+        size: usize,
+        links: Vec<Option<Arc<Link>>>,
+        interval: Duration,
+    ) -> ServeRequester {
+        ServeRequester {
+            rank,
+            links,
+            interval,
+            epoch: Instant::now(),
+            sent: (0..size).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Asks rank `destination` to serve its spin work now, unless this did within `interval`.
+    pub(crate) fn request(&self, destination: usize) {
+        let Some(last) = self.sent.get(destination) else {
+            return;
+        };
+        let now = u64::try_from(self.epoch.elapsed().as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let previous = last.load(Ordering::Relaxed);
+        if previous != 0 && now.saturating_sub(previous) < self.interval.as_nanos() as u64 {
+            return;
+        }
+        if last
+            .compare_exchange(previous, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return; // another thread sends it
+        }
+        let link = match self.rank {
+            0 => self.links.get(destination),
+            _ => self.links.first(),
+        };
+        if let Some(Some(link)) = link {
+            let header = super::point_to_point::send_header(self.rank, destination, SERVE_TAG);
+            let _ = link.send(Kind::Send, &[&header]);
+        }
+    }
+}
+
+impl std::fmt::Debug for ServeRequester {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeRequester")
+            .field("rank", &self.rank)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One thread's wait in [`Shared::wait_until`].
@@ -283,6 +363,30 @@ impl Shared {
             _work: work,
             shared: Arc::clone(self),
         }
+    }
+
+    /// Hands a peer's request to serve the spin work now to that work, if there is any.
+    fn serve_requested(&self) {
+        let work = self.spin_hook.lock().as_ref().and_then(Weak::upgrade);
+        if let Some(work) = work {
+            work.serve_requested();
+        }
+    }
+
+    /// Files a point-to-point message from `source` under `tag` (a [`SERVE_TAG`] one goes to the
+    /// spin work instead) and wakes every waiter.
+    fn deliver(&self, source: usize, tag: u64, data: &[u8]) {
+        if tag == SERVE_TAG {
+            return self.serve_requested();
+        }
+        let data = data.to_vec();
+        self.update(|inbox| {
+            inbox
+                .mailbox
+                .entry((source, tag))
+                .or_default()
+                .push_back(data)
+        });
     }
 
     /// Runs `update` on the inbox and wakes every waiter.
@@ -568,14 +672,7 @@ impl RootRouter {
                     ));
                 }
                 if destination == 0 {
-                    let data = data.to_vec();
-                    self.shared.update(|inbox| {
-                        inbox
-                            .mailbox
-                            .entry((source, tag))
-                            .or_default()
-                            .push_back(data)
-                    });
+                    self.shared.deliver(source, tag, data);
                 } else if let Some(link) = &self.links[destination] {
                     // A failed forward means the destination is gone; its own hang-up is
                     // reported when its connection closes.
@@ -688,16 +785,7 @@ impl MemberRouter {
                 }
             }
             Kind::Send => match parse_send(&frame.payload) {
-                Some((source, _, tag, data)) => {
-                    let data = data.to_vec();
-                    self.shared.update(|inbox| {
-                        inbox
-                            .mailbox
-                            .entry((source, tag))
-                            .or_default()
-                            .push_back(data)
-                    });
-                }
+                Some((source, _, tag, data)) => self.shared.deliver(source, tag, data),
                 None => self.lose_root("root rank 0 forwarded a truncated message".into()),
             },
             Kind::Abort => match frame.payload.split_first_chunk::<8>() {

@@ -122,12 +122,13 @@ const CALLER_FIRST_SLEEP: Duration = Duration::from_micros(20);
 const CALLER_SLEEP_CAP: Duration = Duration::from_millis(1);
 /// The longest single sleep of the progress thread (it re-checks its stop flag after each).
 const PROGRESS_SLEEP_CAP: Duration = Duration::from_millis(100);
-/// How long the progress thread first stands down while callers progress the worker themselves
-/// before it looks again (see [`Worker::start_progress_thread`]).
-const STAND_DOWN: Duration = Duration::from_micros(50);
-/// The longest stand-down: each next one, while callers are still progressing when the thread
-/// looks, is twice as long up to this.
-const STAND_DOWN_CAP: Duration = Duration::from_micros(800);
+/// How long a progress thread that stands down sleeps before it looks again, unless a hand-over
+/// wakes it first (see [`Worker::start_progress_thread`]): a backstop, as a peer whose request
+/// waits for this PE's progress asks for it ([`Worker::on_slow_request`]).
+const LOOK_BACKSTOP: Duration = Duration::from_millis(20);
+/// How long a request waits for its peer's progress before the worker's
+/// [`Worker::on_slow_request`] hook runs (once per request).
+pub(crate) const SLOW_REQUEST: Duration = Duration::from_micros(200);
 /// A caller that progressed the worker this recently is taken to be progressing still.
 const RECENT_CALLER: Duration = Duration::from_micros(50);
 /// How long a force-close may take to complete the requests it cancels before we give up.
@@ -528,11 +529,16 @@ struct WorkerHandle {
     am_handlers: Mutex<Vec<Box<Box<AmHandler>>>>,
     /// Called after every `progress` that handled events (see [`Worker::on_progress`]).
     on_progress: OnceLock<ProgressHook>,
+    /// Called when a request has waited [`SLOW_REQUEST`] (see [`Worker::on_slow_request`]).
+    on_slow_request: OnceLock<SlowRequestHook>,
     _context: Arc<ContextHandle>,
 }
 
 /// What [`Worker::on_progress`] runs after a progress call that handled events.
 type ProgressHook = Box<dyn Fn() + Send + Sync>;
+
+/// See [`Worker::on_slow_request`].
+type SlowRequestHook = Box<dyn Fn(Option<usize>) + Send + Sync>;
 
 // SAFETY: the worker is created with UCS_THREAD_MODE_MULTI (checked after creation), so UCX
 // serialises concurrent calls on it internally.
@@ -596,13 +602,17 @@ impl WorkerHandle {
 
     /// Drives the worker until `request` completes or `deadline` passes; Ok(status) when UCX
     /// completed it (the request is then freed), Err(()) at the deadline (still in flight).
+    /// `peer` is the rank whose progress the request waits for (None: every peer's, a flush):
+    /// once it has waited [`SLOW_REQUEST`], the slow-request hook hears of it.
     fn wait_request(
         &self,
         request: ffi::ucs_status_ptr_t,
         deadline: Instant,
+        peer: Option<usize>,
     ) -> std::result::Result<ffi::ucs_status_t, ()> {
         let started = Instant::now();
         let mut slice = CALLER_FIRST_SLEEP;
+        let mut slow = false;
         // This caller serves the worker until its request completes, asleep on the event fd
         // or not: the progress thread need not wake for the same events.
         let _serving = ServingGuard::begin(&self.handover);
@@ -618,6 +628,12 @@ impl WorkerHandle {
             let now = Instant::now();
             if now >= deadline {
                 return Err(());
+            }
+            if !slow && now - started >= SLOW_REQUEST {
+                slow = true;
+                if let Some(hook) = self.on_slow_request.get() {
+                    hook(peer);
+                }
             }
             if now - started < SPIN_PHASE {
                 std::thread::yield_now();
@@ -645,16 +661,19 @@ impl WorkerHandle {
     }
 
     /// Waits for a status pointer returned by a `*_nbx` call: NULL is immediate success, an error
-    /// pointer its status, a request is waited for. Err(request) at the deadline.
+    /// pointer its status, a request is waited for (see [`WorkerHandle::wait_request`] for
+    /// `peer`). Err(request) at the deadline.
     fn wait_status_ptr(
         &self,
         result: ffi::ucs_status_ptr_t,
         deadline: Instant,
+        peer: Option<usize>,
     ) -> std::result::Result<ffi::ucs_status_t, ffi::ucs_status_ptr_t> {
         if !ffi::ucs_ptr_is_ptr(result) {
             return Ok(ffi::ucs_ptr_status(result));
         }
-        self.wait_request(result, deadline).map_err(|()| result)
+        self.wait_request(result, deadline, peer)
+            .map_err(|()| result)
     }
 }
 
@@ -736,9 +755,11 @@ impl Worker {
                     take_over: AtomicBool::new(false),
                     wake,
                     serving: AtomicUsize::new(0),
+                    look_backstop: AtomicU64::new(LOOK_BACKSTOP.as_nanos() as u64),
                 },
                 am_handlers: Mutex::new(Vec::new()),
                 on_progress: OnceLock::new(),
+                on_slow_request: OnceLock::new(),
                 _context: context.handle.clone(),
             }),
         })
@@ -780,8 +801,7 @@ impl Worker {
 
     /// Tells the progress thread that a caller serves the worker's events from now on: a wait
     /// that progresses the worker as it looks. The thread stands down (it does not arm the
-    /// event fd, and only looks every [`STAND_DOWN`] to [`STAND_DOWN_CAP`], progressing until
-    /// idle unless a caller progressed within [`RECENT_CALLER`]) until every such caller called
+    /// event fd; see [`Worker::start_progress_thread`]) until every such caller called
     /// [`Worker::end_serving`] and none progressed within [`RECENT_CALLER`], so that one
     /// thread of the PE, not two, wakes for each event: on a machine with fewer cores than
     /// busy threads a caller descheduled between two looks would otherwise lose the worker to
@@ -792,10 +812,11 @@ impl Worker {
 
     /// Ends a [`Worker::begin_serving`]: before the caller sleeps without watching the worker
     /// or goes on computing. With `hand_over`, the progress thread serves again at once if it
-    /// stood down (one eventfd write: for a caller about to sleep or compute); without, at its
-    /// first look after the caller's last progress is [`RECENT_CALLER`] old (a look comes
-    /// within [`STAND_DOWN_CAP`]; for a caller that ends a short wait and goes on calling the
-    /// runtime — handing over at the end of every barrier would wake the thread as often).
+    /// stood down (one eventfd write: for a caller about to sleep or compute); without, when a
+    /// peer's request asks for it ([`Worker::serve_now`], some [`SLOW_REQUEST`] after the
+    /// request began) or at its next look (within [`LOOK_BACKSTOP`]): for a caller that ends a
+    /// short wait and goes on calling the runtime — handing over at the end of every barrier
+    /// would wake the thread as often.
     pub fn end_serving(&self, hand_over: bool) {
         self.inner.handover.end_serving(hand_over);
     }
@@ -932,6 +953,41 @@ impl Worker {
         })
     }
 
+    /// Sets the hook that runs when a request of this worker has waited [`SLOW_REQUEST`] for
+    /// its peer's progress, with that peer's rank (None for a flush, which waits for every
+    /// peer's): the transport asks the peer to serve ([`Worker::serve_now`] on its side). Once
+    /// per request; set it once, before traffic starts.
+    pub fn on_slow_request<F>(&self, hook: F) -> Result<()>
+    where
+        F: Fn(Option<usize>) + Send + Sync + 'static,
+    {
+        self.inner.on_slow_request.set(Box::new(hook)).map_err(|_| {
+            Error::new(
+                ErrorKind::InvalidState,
+                "ucx slow-request hook",
+                "this worker already has a slow-request hook; set it once",
+            )
+        })
+    }
+
+    /// Test-only: how long the progress thread stands down between looks (see
+    /// [`LOOK_BACKSTOP`]), from its next stand-down on.
+    #[cfg(test)]
+    pub(crate) fn set_look_backstop(&self, backstop: Duration) {
+        let nanos = u64::try_from(backstop.as_nanos()).unwrap_or(u64::MAX);
+        self.inner
+            .handover
+            .look_backstop
+            .store(nanos, Ordering::Relaxed);
+    }
+
+    /// Has the progress thread serve the worker's events now, even while callers say they serve
+    /// them (one eventfd write when it stands down): a peer's request has waited for this PE's
+    /// progress ([`Worker::on_slow_request`] on the peer's side).
+    pub fn serve_now(&self) {
+        self.inner.handover.hand_over();
+    }
+
     /// Orders operations: those issued on this worker before the fence complete at their
     /// targets before any issued after it (`ucp_worker_fence`, the transport's fence). Does
     /// not wait.
@@ -949,7 +1005,7 @@ impl Worker {
         let param = ffi::ucp_request_param_t::default();
         // SAFETY: live worker; param is a valid request description with no callback.
         let result = unsafe { ucp().ucp_worker_flush_nbx(self.inner.handle, &param) };
-        match self.inner.wait_status_ptr(result, deadline) {
+        match self.inner.wait_status_ptr(result, deadline, None) {
             Ok(ffi::UCS_OK) => Ok(()),
             Ok(status) => Err(ucx_error(OP, "ucp_worker_flush_nbx failed", status)),
             Err(request) => {
@@ -973,14 +1029,16 @@ impl Worker {
     /// [`Worker::end_serving`], inside every blocking call of this module, or having called
     /// [`Worker::progress`] within [`RECENT_CALLER`]), the thread stands down: it does not arm
     /// the event fd (each event would wake it, and it would take the worker's lock from the
-    /// caller that polls for that very event) and looks again after [`STAND_DOWN`], then after
-    /// twice as long each time callers still serve at its look, up to [`STAND_DOWN_CAP`] (each
-    /// look preempts a polling caller on a busy core: looking every 200 µs cost a stream of
-    /// 8-byte gets a fifth of its rate). A look progresses the worker until idle (a caller
-    /// that says it serves may be descheduled) unless a caller progressed within
-    /// [`RECENT_CALLER`]: that caller polls the same events, and a look would only take the
-    /// worker's lock from it. It serves events again at the first look that finds no caller
-    /// serving, or at once after an [`Worker::end_serving`] that hands over.
+    /// caller that polls for that very event) and sleeps until a caller hands over
+    /// ([`Worker::end_serving`]), a peer asks ([`Worker::serve_now`]: its request has waited
+    /// [`SLOW_REQUEST`] for this PE's progress, so the callers stopped serving or stalled), or
+    /// [`LOOK_BACKSTOP`] passes. It does not look on a timer while callers serve: each look
+    /// preempts a polling caller on a busy core (looks every 800 µs cost a 2-PE ping-pong over
+    /// TCP 6-7 % of its rate, every 200 µs a stream of 8-byte gets a fifth). A look
+    /// progresses the worker until idle (a caller that says it serves may be descheduled)
+    /// unless a caller progressed within [`RECENT_CALLER`]: that caller polls the same events,
+    /// and a look would only take the worker's lock from it. It serves events again at the
+    /// first look that finds no caller serving, or at once after a hand-over or a request.
     pub fn start_progress_thread(&self) -> Result<ProgressThread> {
         let stop = Arc::new(AtomicBool::new(false));
         let worker = self.inner.clone();
@@ -1011,6 +1069,9 @@ struct Handover {
     wake: OwnedFd,
     /// Callers between [`Worker::begin_serving`] and [`Worker::end_serving`].
     serving: AtomicUsize,
+    /// [`LOOK_BACKSTOP`] in nanoseconds (tests lengthen it, so that only a peer's request can
+    /// end a stand-down).
+    look_backstop: AtomicU64,
 }
 
 /// A caller's [`Worker::begin_serving`] that ends (without a hand-over) when it drops.
@@ -1082,7 +1143,6 @@ impl Handover {
 fn progress_loop(worker: &WorkerHandle, stop: &AtomicBool) {
     let handover = &worker.handover;
     let wake = handover.wake.as_fd();
-    let mut stand_down = STAND_DOWN;
     // Whether the last round served (or woke to serve) rather than stood down.
     let mut served = true;
     while !stop.load(Ordering::Acquire) {
@@ -1101,16 +1161,15 @@ fn progress_loop(worker: &WorkerHandle, stop: &AtomicBool) {
         if caller_serves && !take_over {
             handover.standing_down.store(true, Ordering::SeqCst);
             if !handover.take_over.load(Ordering::SeqCst) {
-                sleep_on([wake], stand_down);
+                let backstop = handover.look_backstop.load(Ordering::Relaxed);
+                sleep_on([wake], Duration::from_nanos(backstop));
             }
             handover.standing_down.store(false, Ordering::SeqCst);
             drain(wake);
-            stand_down = (stand_down * 2).min(STAND_DOWN_CAP);
             served = false;
             continue;
         }
         served = true;
-        stand_down = STAND_DOWN;
         match worker.arm() {
             Ok(true) => {
                 worker.sleep(wake, PROGRESS_SLEEP_CAP);
@@ -1379,7 +1438,10 @@ impl EndpointHandle {
         };
         // SAFETY: `handle` is the live endpoint, taken out of the mutex so it is closed once.
         let result = unsafe { ucp().ucp_ep_close_nbx(handle, &param) };
-        let outcome = match self.worker.wait_status_ptr(result, deadline) {
+        let outcome = match self
+            .worker
+            .wait_status_ptr(result, deadline, Some(self.peer()))
+        {
             Ok(ffi::UCS_OK) => Ok(()),
             // The peer may be gone already (flush close of a failed endpoint); the endpoint is
             // released anyway.
@@ -1416,7 +1478,10 @@ impl EndpointHandle {
         started: Instant,
         staging: Option<Staging>,
     ) -> Result<Option<Staging>> {
-        let request = match self.worker.wait_status_ptr(result, deadline) {
+        let request = match self
+            .worker
+            .wait_status_ptr(result, deadline, Some(self.peer()))
+        {
             Ok(ffi::UCS_OK) => return Ok(staging),
             Ok(status) => return Err(self.error(operation, "the operation failed", status)),
             Err(request) => request,
@@ -1439,7 +1504,11 @@ impl EndpointHandle {
             }
             None => {
                 let _ = self.close_locked(&mut guard, true, grace);
-                if self.worker.wait_request(request, grace).is_err() {
+                if self
+                    .worker
+                    .wait_request(request, grace, Some(self.peer()))
+                    .is_err()
+                {
                     // UCX still holds a pointer into the caller's memory and we cannot take it
                     // back: returning would let it write into memory the caller reuses.
                     eprintln!(
@@ -1973,7 +2042,11 @@ impl Endpoint {
         // SAFETY: live endpoint; no caller buffer is involved.
         let result = unsafe { ucp().ucp_ep_flush_nbx(*guard, &param) };
         drop(guard);
-        match self.inner.worker.wait_status_ptr(result, deadline) {
+        match self
+            .inner
+            .worker
+            .wait_status_ptr(result, deadline, Some(self.inner.peer()))
+        {
             Ok(ffi::UCS_OK) => {
                 self.inner.release_orphans(false);
                 Ok(())
@@ -2141,7 +2214,8 @@ impl Request {
         let Some(request) = self.request.take() else {
             return Ok(std::mem::take(&mut self.buffer));
         };
-        match self.endpoint.worker.wait_request(request, deadline) {
+        let peer = Some(self.endpoint.peer());
+        match self.endpoint.worker.wait_request(request, deadline, peer) {
             Ok(ffi::UCS_OK) => Ok(std::mem::take(&mut self.buffer)),
             Ok(status) => Err(self
                 .endpoint

@@ -146,6 +146,10 @@ impl WhileWaiting for ServeWhileWaiting {
     fn stop_spinning(&self, hand_over: bool) {
         self.0.end_serving(hand_over);
     }
+
+    fn serve_requested(&self) {
+        self.0.serve_now();
+    }
 }
 
 /// How an operation reaches one remote peer: its root rank.
@@ -207,6 +211,19 @@ impl Transport for UcxTransport {
             posted.unclaimed.fetch_add(1, Ordering::SeqCst);
             sync::ring(&ringing.pe_words(bell).doorbell);
         })?;
+        // A request that waits long for a peer's progress asks that peer's progress thread to
+        // serve (over the control plane: see `ServeRequester`); a flush asks every remote peer.
+        if let Some(requester) = start.plane.serve_requester(ucx::SLOW_REQUEST) {
+            let rank = start.plane.rank();
+            let group_of = &start.locality.group_of;
+            let remote: Vec<usize> = (0..group_of.len())
+                .filter(|&pe| group_of[pe] != group_of[rank])
+                .collect();
+            worker.on_slow_request(move |peer| match peer {
+                Some(peer) => requester.request(peer),
+                None => remote.iter().for_each(|&peer| requester.request(peer)),
+            })?;
+        }
         let progress = worker.start_progress_thread()?;
         let (mapping, offset) = shm.own_heap();
         let len = usize::try_from(start.heap_size).map_err(|_| {

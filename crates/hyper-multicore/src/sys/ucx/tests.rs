@@ -456,6 +456,82 @@ two_pe_test!(
     serving_caller_that_stalls_body
 );
 
+/// As [`serving_caller_that_stalls_body`], with the transport's wiring of slow requests: rank
+/// 0's worker asks rank 1 over the control plane to serve once a get has waited
+/// [`SLOW_REQUEST`], and rank 1's plane hands the request to its worker (`serve_now`), so its
+/// standing-down progress thread takes over at once: rank 1's backstop look is set past the
+/// gets' deadline, so nothing else serves them. Both sides count too: rank 0 must have asked,
+/// and rank 1 must have heard.
+fn serve_request_body() {
+    use crate::control::WhileWaiting;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Rank 1's spin work: a caller that never progresses, and counts the requests it hears.
+    struct Stalled(Worker, Arc<AtomicUsize>);
+    impl WhileWaiting for Stalled {
+        fn spin(&self) -> usize {
+            0
+        }
+        fn start_spinning(&self) {}
+        fn stop_spinning(&self, _hand_over: bool) {}
+        fn serve_requested(&self) {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            self.0.serve_now();
+        }
+    }
+
+    let pair = connect_pair(true, None);
+    let plane = pair.world.control();
+    if pair.world.rank() == 1 {
+        // Past the gets' deadline: only the requests can have the thread serve them.
+        pair.worker.set_look_backstop(Duration::from_secs(60));
+        let heard = Arc::new(AtomicUsize::new(0));
+        let _work = plane.while_spinning(Stalled(pair.worker.clone(), Arc::clone(&heard)));
+        pair.mapping.write(SMALL, &[43u8; 8]);
+        pair.worker.begin_serving();
+        plane.barrier().unwrap(); // serving, never progressing
+        plane.barrier().unwrap(); // the origin's gets are done
+        pair.worker.end_serving(true);
+        assert!(
+            heard.load(Ordering::SeqCst) > 0,
+            "rank 0 asked to be served, but no request reached this worker"
+        );
+        println!("PE_OK");
+        return;
+    }
+    let asked = Arc::new(AtomicUsize::new(0));
+    let requester = plane.serve_requester(SLOW_REQUEST).expect("two ranks");
+    let counting = Arc::clone(&asked);
+    pair.worker
+        .on_slow_request(move |peer| {
+            counting.fetch_add(1, Ordering::SeqCst);
+            requester.request(peer.expect("a get waits for one peer"));
+        })
+        .unwrap();
+    plane.barrier().unwrap();
+    // The first get may find the target's progress thread armed; after serving it, the thread
+    // stands down, as its caller says it serves: the later gets need the requests.
+    for _ in 0..10 {
+        let mut bytes = [0u8; 8];
+        pair.endpoint
+            .get(&mut bytes, pair.remote(SMALL), &pair.rkey, deadline(10))
+            .expect("a target asked to serve left the get unserved");
+        assert_eq!(bytes, [43u8; 8]);
+    }
+    assert!(
+        asked.load(Ordering::SeqCst) > 0,
+        "no get waited long enough to ask the target to serve"
+    );
+    plane.barrier().unwrap();
+    println!("PE_OK");
+}
+
+two_pe_test!(
+    a_peer_asked_to_serve_takes_over_from_its_stalled_caller,
+    Some("tcp,self"),
+    serve_request_body
+);
+
 /// Rank 1's main thread sits in a control-plane barrier while rank 0 adds to a word of its
 /// memory with a non-fetching atomic, flushed: rank 1's progress hook must run after UCX
 /// applied it (on the progress thread), with the new value already visible to the hook. A
