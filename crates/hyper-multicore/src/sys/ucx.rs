@@ -647,7 +647,13 @@ impl WorkerHandle {
             if !done {
                 match self.arm() {
                     Ok(true) => {
-                        self.sleep(self.completions.as_fd(), (deadline - now).min(slice));
+                        // Up to the deadline, and until the request is slow if it is not yet
+                        // (the hook then runs on time, not a doubled slice later).
+                        let mut nap = (deadline - now).min(slice);
+                        if !slow {
+                            nap = nap.min((started + SLOW_REQUEST).saturating_duration_since(now));
+                        }
+                        self.sleep(self.completions.as_fd(), nap);
                         slice = (slice * 2).min(CALLER_SLEEP_CAP);
                     }
                     Ok(false) => {}
