@@ -126,8 +126,8 @@ const PROGRESS_SLEEP_CAP: Duration = Duration::from_millis(100);
 /// wakes it first (see [`Worker::start_progress_thread`]): a backstop, as a peer whose request
 /// waits for this PE's progress asks for it ([`Worker::on_slow_request`]).
 const LOOK_BACKSTOP: Duration = Duration::from_millis(20);
-/// How long a request waits for its peer's progress before the worker's
-/// [`Worker::on_slow_request`] hook runs (once per request).
+/// How long a request waits without any event (its peer's progress) before the worker's
+/// [`Worker::on_slow_request`] hook runs.
 pub(crate) const SLOW_REQUEST: Duration = Duration::from_micros(200);
 /// A caller that progressed the worker this recently is taken to be progressing still.
 const RECENT_CALLER: Duration = Duration::from_micros(50);
@@ -603,7 +603,8 @@ impl WorkerHandle {
     /// Drives the worker until `request` completes or `deadline` passes; Ok(status) when UCX
     /// completed it (the request is then freed), Err(()) at the deadline (still in flight).
     /// `peer` is the rank whose progress the request waits for (None: every peer's, a flush):
-    /// once it has waited [`SLOW_REQUEST`], the slow-request hook hears of it.
+    /// once the wait has seen no event for [`SLOW_REQUEST`] (a large transfer that is moving
+    /// is not slow), the slow-request hook hears of it, and again after each such silence.
     fn wait_request(
         &self,
         request: ffi::ucs_status_ptr_t,
@@ -612,12 +613,13 @@ impl WorkerHandle {
     ) -> std::result::Result<ffi::ucs_status_t, ()> {
         let started = Instant::now();
         let mut slice = CALLER_FIRST_SLEEP;
-        let mut slow = false;
+        // Since when this wait has seen no event (or last told the slow-request hook).
+        let mut silent_since = started;
         // This caller serves the worker until its request completes, asleep on the event fd
         // or not: the progress thread need not wake for the same events.
         let _serving = ServingGuard::begin(&self.handover);
         loop {
-            self.progress();
+            let events = self.progress();
             // SAFETY: request is a live request handle (not yet freed) of this worker.
             let status = unsafe { ucp().ucp_request_check_status(request) };
             if status != ffi::UCS_INPROGRESS {
@@ -629,8 +631,10 @@ impl WorkerHandle {
             if now >= deadline {
                 return Err(());
             }
-            if !slow && now - started >= SLOW_REQUEST {
-                slow = true;
+            if events != 0 {
+                silent_since = now;
+            } else if now - silent_since >= SLOW_REQUEST {
+                silent_since = now;
                 if let Some(hook) = self.on_slow_request.get() {
                     hook(peer);
                 }
@@ -647,12 +651,11 @@ impl WorkerHandle {
             if !done {
                 match self.arm() {
                     Ok(true) => {
-                        // Up to the deadline, and until the request is slow if it is not yet
-                        // (the hook then runs on time, not a doubled slice later).
-                        let mut nap = (deadline - now).min(slice);
-                        if !slow {
-                            nap = nap.min((started + SLOW_REQUEST).saturating_duration_since(now));
-                        }
+                        // Up to the deadline, and no longer than the silence may last before the
+                        // hook runs (on time, not a doubled slice later).
+                        let nap = (deadline - now)
+                            .min(slice)
+                            .min((silent_since + SLOW_REQUEST).saturating_duration_since(now));
                         self.sleep(self.completions.as_fd(), nap);
                         slice = (slice * 2).min(CALLER_SLEEP_CAP);
                     }
@@ -959,10 +962,10 @@ impl Worker {
         })
     }
 
-    /// Sets the hook that runs when a request of this worker has waited [`SLOW_REQUEST`] for
-    /// its peer's progress, with that peer's rank (None for a flush, which waits for every
-    /// peer's): the transport asks the peer to serve ([`Worker::serve_now`] on its side). Once
-    /// per request; set it once, before traffic starts.
+    /// Sets the hook that runs when a request of this worker has waited [`SLOW_REQUEST`] with
+    /// no event (no progress from its peer), with that peer's rank (None for a flush, which
+    /// waits for every peer's): the transport asks the peer to serve ([`Worker::serve_now`] on
+    /// its side). Again after each such silence; set it once, before traffic starts.
     pub fn on_slow_request<F>(&self, hook: F) -> Result<()>
     where
         F: Fn(Option<usize>) + Send + Sync + 'static,
@@ -988,10 +991,14 @@ impl Worker {
     }
 
     /// Has the progress thread serve the worker's events now, even while callers say they serve
-    /// them (one eventfd write when it stands down): a peer's request has waited for this PE's
-    /// progress ([`Worker::on_slow_request`] on the peer's side).
+    /// them (one eventfd write): a peer's request has waited for this PE's progress
+    /// ([`Worker::on_slow_request`] on the peer's side). The thread is woken whether it stands
+    /// down or sleeps armed: an armed sleep on the event fd was seen to miss a peer's get (the
+    /// thread slept 1.8 ms through it and through the peer's requests, a ring wakes it).
     pub fn serve_now(&self) {
-        self.inner.handover.hand_over();
+        let handover = &self.inner.handover;
+        handover.take_over.store(true, Ordering::SeqCst);
+        handover.ring();
     }
 
     /// Orders operations: those issued on this worker before the fence complete at their

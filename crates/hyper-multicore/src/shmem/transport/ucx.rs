@@ -111,11 +111,14 @@ struct Peer {
     ring: OnceLock<bool>,
 }
 
-/// The UCX transport of one PE. Fields drop in order: the progress thread first.
+/// The UCX transport of one PE. Fields drop in order: the progress thread first (after
+/// [`Drop`] closed `serving` to the control plane's router).
 #[derive(Debug)]
 pub(crate) struct UcxTransport {
     /// What the control plane's waiters run while they spin: a progress of this worker.
     _spin_work: SpinWork,
+    /// The worker as the control plane's router serves it at a peer's request.
+    serving: Arc<RouterServing>,
     _progress: ProgressThread,
     peers: Box<[Option<Peer>]>,
     _region: MemoryRegion,
@@ -132,7 +135,7 @@ pub(crate) struct UcxTransport {
 /// A PE waiting in the control plane progresses its worker while it spins (serving peers'
 /// operations itself, its progress thread standing down), and hands the worker back to the
 /// progress thread before it sleeps.
-struct ServeWhileWaiting(Worker);
+struct ServeWhileWaiting(Worker, Arc<RouterServing>);
 
 impl WhileWaiting for ServeWhileWaiting {
     fn spin(&self) -> usize {
@@ -148,7 +151,37 @@ impl WhileWaiting for ServeWhileWaiting {
     }
 
     fn serve_requested(&self) {
-        self.0.serve_now();
+        self.1.serve();
+    }
+}
+
+/// A peer's request that this PE serve its worker (see `control::ServeRequester`), on the
+/// router thread: the progress thread takes over, and the router thread itself progresses the
+/// worker until idle first. The router runs at once where the progress thread may not: traced,
+/// a progress thread woken on the core of its PE's computing main thread stayed runnable there
+/// for 2.7 ms (the scheduler left it queued behind the computation while the other core idled)
+/// as the peer's get and its requests waited. The router progresses only while the transport
+/// is up: the transport closes `open` (waiting for a progress under way) before it tears down
+/// the heap's registration and endpoints.
+#[derive(Debug)]
+struct RouterServing {
+    worker: Worker,
+    open: Mutex<bool>,
+}
+
+impl RouterServing {
+    fn serve(&self) {
+        self.worker.serve_now();
+        let open = self.open.lock();
+        if *open {
+            while self.worker.progress() != 0 {}
+        }
+    }
+}
+
+impl Drop for UcxTransport {
+    fn drop(&mut self) {
+        *self.serving.open.lock() = false;
     }
 }
 
@@ -285,12 +318,18 @@ impl Transport for UcxTransport {
                 ring: OnceLock::new(),
             }));
         }
-        let spin_work = start
-            .plane
-            .while_spinning(ServeWhileWaiting(prepared.worker.clone()));
+        let serving = Arc::new(RouterServing {
+            worker: prepared.worker.clone(),
+            open: Mutex::new(true),
+        });
+        let spin_work = start.plane.while_spinning(ServeWhileWaiting(
+            prepared.worker.clone(),
+            Arc::clone(&serving),
+        ));
         let _ = prepared.nudger.set(spin_work.nudger());
         Ok(UcxTransport {
             _spin_work: spin_work,
+            serving,
             _progress: prepared.progress,
             peers: peers.into(),
             _region: prepared.region,
