@@ -1,9 +1,11 @@
 //! Point-to-point messages of a control plane: tagged, routed through root rank 0, received in
 //! order per (source, tag).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::frame::Kind;
+use super::router::Link;
 use super::ControlPlane;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -38,12 +40,8 @@ impl ControlPlane {
             .as_ref()
             .expect("a group of several ranks is networked");
         let header = send_header(self.rank, destination, tag);
-        let link = if self.rank == 0 {
-            &network.links[destination]
-        } else {
-            &network.links[0]
-        };
-        let link = link.as_ref().expect("links exist for every peer");
+        let link =
+            link_to(&network.links, self.rank, destination).expect("links exist for every peer");
         link.send(Kind::Send, &[&header, data])
             .map_err(|e| self.lost_link(OP, e))
     }
@@ -129,6 +127,19 @@ impl ControlPlane {
             )
             .on_rank(self.rank))
         })
+    }
+}
+
+/// The link a message from `rank` to `destination` leaves on (every message goes through root
+/// rank 0): root rank 0's link to the destination, or a member's one link, to the root.
+pub(super) fn link_to(
+    links: &[Option<Arc<Link>>],
+    rank: usize,
+    destination: usize,
+) -> Option<&Arc<Link>> {
+    match rank {
+        0 => links.get(destination)?.as_ref(),
+        _ => links.first()?.as_ref(),
     }
 }
 

@@ -222,11 +222,7 @@ impl ServeRequester {
         {
             return; // another thread sends it
         }
-        let link = match self.rank {
-            0 => self.links.get(destination),
-            _ => self.links.first(),
-        };
-        if let Some(Some(link)) = link {
+        if let Some(link) = super::point_to_point::link_to(&self.links, self.rank, destination) {
             let header = super::point_to_point::send_header(self.rank, destination, SERVE_TAG);
             let _ = link.send(Kind::Send, &[&header]);
         }

@@ -996,9 +996,7 @@ impl Worker {
     /// down or sleeps armed: an armed sleep on the event fd was seen to miss a peer's get (the
     /// thread slept 1.8 ms through it and through the peer's requests, a ring wakes it).
     pub fn serve_now(&self) {
-        let handover = &self.inner.handover;
-        handover.take_over.store(true, Ordering::SeqCst);
-        handover.ring();
+        self.inner.handover.take_over_now();
     }
 
     /// Orders operations: those issued on this worker before the fence complete at their
@@ -1145,6 +1143,13 @@ impl Handover {
         if self.standing_down.load(Ordering::SeqCst) {
             self.ring();
         }
+    }
+
+    /// [`Handover::hand_over`] that also wakes the thread when it sleeps armed (see
+    /// [`Worker::serve_now`]).
+    fn take_over_now(&self) {
+        self.take_over.store(true, Ordering::SeqCst);
+        self.ring();
     }
 
     fn ring(&self) {

@@ -462,9 +462,9 @@ impl Transports {
     /// every look. With `spin` (each local PE has a core) it first takes
     /// [`MESSAGE_SPIN_LOOKS`] looks back to back, some ten network round trips: a message that
     /// is already on its way is taken as it lands, not after a yield (a 2-PE barrier over TCP
-    /// took 6.6-8.9 µs with yields between looks, 5.0-5.3 µs with this). The spin stays that short
-    /// because a waiter spinning for long would keep the sender from running whenever the
-    /// scheduler put both on one core — which it does, as each wakes the other. It then
+    /// took 6.6-8.9 µs with yields between looks, 5.0-5.3 µs with this). The spin stays that
+    /// short because a waiter spinning for long would keep the sender from running whenever
+    /// the scheduler put both on one core — which it does, as each wakes the other. It then
     /// yields, looking, and sleeps.
     pub(crate) fn wait_message(
         &self,

@@ -135,23 +135,23 @@ pub(crate) struct UcxTransport {
 /// A PE waiting in the control plane progresses its worker while it spins (serving peers'
 /// operations itself, its progress thread standing down), and hands the worker back to the
 /// progress thread before it sleeps.
-struct ServeWhileWaiting(Worker, Arc<RouterServing>);
+struct ServeWhileWaiting(Arc<RouterServing>);
 
 impl WhileWaiting for ServeWhileWaiting {
     fn spin(&self) -> usize {
-        self.0.progress()
+        self.0.worker.progress()
     }
 
     fn start_spinning(&self) {
-        self.0.begin_serving();
+        self.0.worker.begin_serving();
     }
 
     fn stop_spinning(&self, hand_over: bool) {
-        self.0.end_serving(hand_over);
+        self.0.worker.end_serving(hand_over);
     }
 
     fn serve_requested(&self) {
-        self.1.serve();
+        self.0.serve();
     }
 }
 
@@ -322,10 +322,9 @@ impl Transport for UcxTransport {
             worker: prepared.worker.clone(),
             open: Mutex::new(true),
         });
-        let spin_work = start.plane.while_spinning(ServeWhileWaiting(
-            prepared.worker.clone(),
-            Arc::clone(&serving),
-        ));
+        let spin_work = start
+            .plane
+            .while_spinning(ServeWhileWaiting(Arc::clone(&serving)));
         let _ = prepared.nudger.set(spin_work.nudger());
         Ok(UcxTransport {
             _spin_work: spin_work,
