@@ -180,7 +180,10 @@ pub(crate) fn alltoalls(
 ) {
     let me = member(call, team);
     let block = crate::rma::strided_bytes(call, nelems, sst, size);
-    for (j, pe) in team.pes(call).into_iter().enumerate() {
+    let pes = team.pes(call);
+    // Round the team from this PE on, as the runtime's all_to_all does (no hot spot).
+    for j in (0..pes.len()).map(|step| (me + step) % pes.len()) {
+        let pe = pes[j];
         let part = source.part(j * nelems * sst as usize * size, block);
         let target = dest + me * nelems * dst as usize * size;
         crate::rma::iput(call, target, part, [dst, sst], size, nelems, pe as c_int);
@@ -200,7 +203,10 @@ pub(crate) fn alltoall(call: &str, team: &Team, dest: usize, source: CallerBuffe
             let block = source.len() / n.max(1);
             let at = dest + member(call, team) * block;
             let region = job::region(call, at, block);
-            for (j, &pe) in members.pes.iter().enumerate() {
+            let me = member(call, team);
+            // Round the team from this PE on, as the runtime's all_to_all does (no hot spot).
+            for j in (0..n).map(|step| (me + step) % n) {
+                let pe = members.pes[j];
                 source.part(j * block, block).with_source(|bytes| {
                     job::run(call, |shmem| shmem.put_bytes(region, bytes, pe))
                 });
