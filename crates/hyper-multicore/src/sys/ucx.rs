@@ -131,6 +131,8 @@ const LOOK_BACKSTOP: Duration = Duration::from_millis(20);
 pub(crate) const SLOW_REQUEST: Duration = Duration::from_micros(200);
 /// A caller that progressed the worker this recently is taken to be progressing still.
 const RECENT_CALLER: Duration = Duration::from_micros(50);
+/// Callers' progresses per clock read of [`Handover::called`].
+const CALLS_PER_CLOCK_READ: u64 = 16;
 /// How long a force-close may take to complete the requests it cancels before we give up.
 const FORCE_CLOSE_GRACE: Duration = Duration::from_secs(5);
 
@@ -760,6 +762,7 @@ impl Worker {
                 handover: Handover {
                     epoch: Instant::now(),
                     last_call: AtomicU64::new(0),
+                    calls: AtomicU64::new(0),
                     standing_down: AtomicBool::new(false),
                     take_over: AtomicBool::new(false),
                     wake,
@@ -1070,8 +1073,12 @@ impl Worker {
 struct Handover {
     /// The origin of `last_call`'s times.
     epoch: Instant,
-    /// When a caller last progressed the worker: nanoseconds since `epoch` (0: never).
+    /// When a caller last progressed the worker: nanoseconds since `epoch` (0: never), as of
+    /// one of its last [`CALLS_PER_CLOCK_READ`] progresses.
     last_call: AtomicU64,
+    /// Callers' progresses, counted (not exactly: two callers at once may count one) so that
+    /// the clock is read on every [`CALLS_PER_CLOCK_READ`]th.
+    calls: AtomicU64,
     /// The progress thread sleeps on `wake` alone, leaving events to the callers.
     standing_down: AtomicBool,
     /// A caller asked the progress thread to serve events again ([`Worker::end_serving`]).
@@ -1109,9 +1116,18 @@ impl Handover {
             .max(1)
     }
 
-    /// Records a caller's progress.
+    /// Records a caller's progress, reading the clock on the first of every
+    /// [`CALLS_PER_CLOCK_READ`] (each read was 3 % of a 2-PE barrier's CPU time over TCP, whose
+    /// waiter progresses every few hundred nanoseconds). The time recorded is then at most that
+    /// many progresses old, microseconds against [`RECENT_CALLER`], which can only make the
+    /// progress thread serve where it could have stood down, never the reverse.
+    #[inline]
     fn called(&self) {
-        self.last_call.store(self.now(), Ordering::Relaxed);
+        let calls = self.calls.load(Ordering::Relaxed);
+        self.calls.store(calls.wrapping_add(1), Ordering::Relaxed);
+        if calls % CALLS_PER_CLOCK_READ == 0 {
+            self.last_call.store(self.now(), Ordering::Relaxed);
+        }
     }
 
     /// How long ago a caller last progressed the worker (from `epoch` if none ever did).
@@ -1850,12 +1866,18 @@ impl Endpoint {
             ));
         }
         let guard = self.inner.usable(operation)?;
-        // Operand in word 0, reply in word 1 of a staging buffer (16 bytes, aligned).
-        let mut staging = Staging::zeroed(16);
-        staging.bytes_mut()[..size].copy_from_slice(bytemuck::bytes_of(&operand));
-        staging.bytes_mut()[8..8 + size]
-            .copy_from_slice(bytemuck::bytes_of(&reply.unwrap_or_default()));
-        let base = staging.as_mut_ptr();
+        // Operand in word 0, reply in word 1 of 16 aligned bytes: on this stack frame when a
+        // missed deadline can cancel the request (`complete` returns only once UCX is done
+        // with them), else in a staging buffer that `complete` returns or orphans.
+        let mut words = [0u64; 2];
+        let mut staging = (!self.inner.detects_peer_failure).then(|| Staging::zeroed(16));
+        let bytes = match staging.as_mut() {
+            Some(staging) => staging.bytes_mut(),
+            None => bytemuck::bytes_of_mut(&mut words),
+        };
+        bytes[..size].copy_from_slice(bytemuck::bytes_of(&operand));
+        bytes[8..8 + size].copy_from_slice(bytemuck::bytes_of(&reply.unwrap_or_default()));
+        let base = bytes.as_mut_ptr();
         let mut param = ffi::ucp_request_param_t {
             op_attr_mask: ffi::UCP_OP_ATTR_FIELD_DATATYPE,
             datatype: ffi::ucp_dt_make_contig(size),
@@ -1865,9 +1887,10 @@ impl Endpoint {
             param.op_attr_mask |= ffi::UCP_OP_ATTR_FIELD_REPLY_BUFFER;
             param.reply_buffer = base.wrapping_add(8).cast();
         }
-        // SAFETY: live endpoint and rkey; operand and reply live in the staging buffer, whose
-        // heap allocation `complete` returns or orphans (never frees while UCX may use it);
-        // datatype matches T's size.
+        // SAFETY: live endpoint and rkey; operand and reply live in `words` (not touched again
+        // before `complete` returns, which guarantees UCX no longer uses them) or in the
+        // staging buffer, whose heap allocation `complete` returns or orphans (never frees
+        // while UCX may use it); datatype matches T's size.
         let result = unsafe {
             ucp().ucp_atomic_op_nbx(
                 *guard,
@@ -1881,9 +1904,12 @@ impl Endpoint {
         };
         let staging = self
             .inner
-            .complete(guard, operation, result, deadline, started, Some(staging))?
-            .expect("complete returns the staging buffer it was given");
-        Ok(bytemuck::pod_read_unaligned(&staging.bytes()[8..8 + size]))
+            .complete(guard, operation, result, deadline, started, staging)?;
+        let bytes = match &staging {
+            Some(staging) => staging.bytes(),
+            None => bytemuck::bytes_of(&words),
+        };
+        Ok(bytemuck::pod_read_unaligned(&bytes[8..8 + size]))
     }
 
     /// Atomically reads the word at `remote_addr` (a fetch-add of 0).
@@ -2022,31 +2048,42 @@ impl Endpoint {
             ));
         }
         let guard = self.inner.usable(OP)?;
-        // Header and data are copied into one staging buffer (AMs are small).
-        let mut staging = Staging::zeroed(header.len() + data.len());
-        staging.bytes_mut()[..header.len()].copy_from_slice(header);
-        staging.bytes_mut()[header.len()..header.len() + data.len()].copy_from_slice(data);
-        let base = staging.as_mut_ptr();
+        // Without peer-failure handling a missed deadline cannot cancel the request: header and
+        // data are copied into one staging buffer (AMs are small).
+        let mut staging = (!self.inner.detects_peer_failure).then(|| {
+            let mut staging = Staging::zeroed(header.len() + data.len());
+            staging.bytes_mut()[..header.len()].copy_from_slice(header);
+            staging.bytes_mut()[header.len()..header.len() + data.len()].copy_from_slice(data);
+            staging
+        });
+        let (header_at, data_at) = match staging.as_mut() {
+            Some(staging) => {
+                let base = staging.as_mut_ptr().cast_const();
+                (base, base.wrapping_add(header.len()))
+            }
+            None => (header.as_ptr(), data.as_ptr()),
+        };
         let param = ffi::ucp_request_param_t {
             op_attr_mask: ffi::UCP_OP_ATTR_FIELD_FLAGS,
             flags: ffi::UCP_AM_SEND_FLAG_EAGER,
             ..Default::default()
         };
-        // SAFETY: live endpoint; header and data live in the staging buffer, which `complete`
-        // returns or orphans (never frees while UCX may read it).
+        // SAFETY: live endpoint; header and data are the caller's (borrowed until `complete`
+        // returns, which guarantees UCX no longer reads them) or live in the staging buffer,
+        // which `complete` returns or orphans (never frees while UCX may read it).
         let result = unsafe {
             ucp().ucp_am_send_nbx(
                 *guard,
                 id.into(),
-                base.cast_const().cast(),
+                header_at.cast(),
                 header.len(),
-                base.wrapping_add(header.len()).cast_const().cast(),
+                data_at.cast(),
                 data.len(),
                 &param,
             )
         };
         self.inner
-            .complete(guard, OP, result, deadline, started, Some(staging))
+            .complete(guard, OP, result, deadline, started, staging)
             .map(drop)
     }
 

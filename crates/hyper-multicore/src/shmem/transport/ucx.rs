@@ -39,7 +39,7 @@
 //! collective serves its peers' operations itself; the progress thread stands down meanwhile
 //! and gets the worker back before the waiter sleeps.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{fence, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -65,10 +65,10 @@ const EXCHANGE_AM: u16 = 2;
 /// tag, sequence); and how many exchanges this PE started with each (peer, tag).
 #[derive(Debug, Default)]
 struct Mailbox {
-    arrived: Mutex<HashMap<(u64, u64, u64), Vec<u8>>>,
+    arrived: Mutex<FxHashMap<(u64, u64, u64), Vec<u8>>>,
     /// How many messages `arrived` holds: a waiter's look is one load while it is zero.
     unclaimed: AtomicUsize,
-    started: Mutex<HashMap<(usize, u64), u64>>,
+    started: Mutex<FxHashMap<(usize, u64), u64>>,
 }
 
 /// The message a started exchange waits for: the peer's message of the same tag and sequence.
