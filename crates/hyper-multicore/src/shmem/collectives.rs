@@ -84,8 +84,9 @@ impl Shmem {
             return self.check_region(OP, output.region());
         }
         let slot = self.block(output, self.rank, input.len())?;
-        for pe in 0..self.size {
-            self.put(&slot, input, pe)?;
+        // From this PE round the ranks, as in all_to_all: no rank is every PE's first target.
+        for step in 0..self.size {
+            self.put(&slot, input, (self.rank + step) % self.size)?;
         }
         self.data_barrier(OP)
     }
