@@ -18,6 +18,9 @@ Inputs (bench/results/ by default, as bench/run_all.sh writes them):
   two_hosts_oshmem.txt
                  the UCX route across two network-namespace hosts (bench/namespace_hosts.sh);
                  optional, a section of its own
+  python.jsonl, python_machine.txt, python_commands.txt
+                 python/bench/front.py's rows (the Python front next to the Rust API) and the
+                 MoE example's time per step next to gloo's; optional, a section of its own
 and bench/findings.md (hand-written analysis of the misses), embedded after the summary.
 
 Rows with the same (layer, op, bytes, pes) — OSHMEM start-up is one trial per launch — are
@@ -190,6 +193,67 @@ def ucx_section(ours, oshmem, rows=UCX_ROWS):
     return lines, met, missed
 
 
+#: The Python front's bars (issue 13), by front.py row: ("abs", ns) an absolute limit on the
+#: Python median, ("rust", r) at most r× the Rust API's row of the same run.
+PYTHON_BARS = {
+    "put_quiet 8": ("abs", 1500),
+    "get 8": ("abs", 1500),
+    "signal 8": ("abs", 1500),
+    "barrier 0": ("abs", 1500),
+    "empty_free 8": ("abs", 1500),
+    "round_trip 8": ("abs", 5000),
+    "put_quiet 1048576": ("rust", 1.1),
+    "get 1048576": ("rust", 1.1),
+    "all_to_all 1048576": ("rust", 1.1),
+}
+
+
+def python_section(rows):
+    """The Python front's table (python/bench/front.py rows next to the Rust API's) and the MoE
+    example's against gloo: (lines, met, missed)."""
+    lines = [
+        "| row | Python median | min | Rust API row | Rust median | Python / Rust | bar | |",
+        "|---|---:|---:|---|---:|---:|---|---|",
+    ]
+    met = missed = 0
+    for row in rows:
+        name = row.get("row")
+        if name not in PYTHON_BARS:
+            continue
+        kind, limit = PYTHON_BARS[name]
+        median, rust = row["python_median_ns"], row.get("rust_median_ns")
+        ratio = median / rust if rust else None
+        if kind == "abs":
+            judged, bar = median <= limit, f"≤ {human_ns(limit)}"
+        else:
+            judged = None if ratio is None else ratio <= limit
+            bar = f"≤ {limit:.1f}× Rust"
+        met += judged is True
+        missed += judged is False
+        lines.append(
+            f"| `{name}` | {human_ns(median)} | {human_ns(row['python_min_ns'])} | "
+            f"{'`' + row['rust_op'] + '`' if row.get('rust_op') else '—'} | "
+            f"{human_ns(rust) if rust else '—'} | "
+            f"{f'{ratio:.2f}×' if ratio is not None else '—'} | {bar} | {verdict(judged)} |")
+    moe = [row for row in rows if row.get("row") == "moe_step"]
+    if moe:
+        lines += [
+            "",
+            "| MoE example | PEs | ours per step | gloo per step | ours / gloo | bar | |",
+            "|---|---:|---:|---:|---:|---|---|",
+        ]
+        for row in moe:
+            ratio = row["ours_ms"] / row["gloo_ms"]
+            judged = ratio < 1.0
+            met += judged
+            missed += not judged
+            lines.append(
+                f"| put + signal vs `all_to_all_single` | {row['pes']} | "
+                f"{row['ours_ms']:.3f} ms | {row['gloo_ms']:.3f} ms | {ratio:.2f}× | "
+                f"faster than gloo | {verdict(judged)} |")
+    return lines, met, missed
+
+
 C_API_RATIO = 1.1
 
 #: The reference each run measures for a row: (reference op, its bytes; None = the row's). The
@@ -270,6 +334,12 @@ def c_api_section(c_api, ours, oshmem):
 
 
 def load(path):
+    """The benchmark rows of a JSON-lines file, merged (see :func:`merge`)."""
+    return merge(load_plain(path))
+
+
+def load_plain(path):
+    """Every JSON line of a file, as written (none when it does not exist)."""
     rows = []
     if not os.path.exists(path):
         return rows
@@ -282,7 +352,7 @@ def load(path):
                 rows.append(json.loads(line))
             except ValueError as error:
                 sys.exit(f"report.py: {path}:{number} is not JSON ({error})")
-    return merge(rows)
+    return rows
 
 
 def merge(rows):
@@ -628,6 +698,7 @@ def main():
     oshmem_ucx = load(os.path.join(args.results, "oshmem_ucx.jsonl"))
     ours_hosts = load(os.path.join(args.results, "two_hosts.jsonl"))
     oshmem_hosts = load(os.path.join(args.results, "two_hosts_oshmem.jsonl"))
+    python = load_plain(os.path.join(args.results, "python.jsonl"))
 
     made = None if args.no_plots else plots(ours, oshmem, args.plots)
     rows = table_rows(ours, oshmem)
@@ -851,6 +922,28 @@ def main():
         w(f"Two-host bars met: {host_met}; missed: {host_missed}.")
         w("")
         embed_run_texts(w, args.results, "the two-host run", "two_hosts_")
+
+    if python:
+        py_lines, py_met, py_missed = python_section(python)
+        w("## The Python front (`hyper_multicore.shmem`, torch CPU tensors)")
+        w("")
+        w("`python/bench/front.py` runs `hm-bench shmem --pes 2` (the Rust API's rows) and then "
+          "the same patterns through `hyper_multicore.shmem` on 2 PEs under `hmrun` (release "
+          "build of the extension; each row the median over trials of a batch's time per call, "
+          "PE 0 timing the one-sided rows while PE 1 waits in a barrier). `put_quiet` is `put` "
+          "+ `quiet`, `round_trip` one `put_signal`/`wait_signal` round trip (its Rust row is the "
+          "one-way ping-pong, half a round trip), `empty_free` one `empty(8)` + `free`. Bars (issue 13, absolute where it states them so): every small "
+          "call ≤ 1.5 µs, the round trip ≤ 5 µs, the 1 MiB rows within 1.1× of the Rust API. "
+          "Then `examples/moe_dispatch_combine.py --gloo` under `hmrun -n 2` and `-n 4`: the "
+          "same steps through put + signal on a shared root and through torch.distributed "
+          "gloo's `all_to_all_single`, both checked against a single-process reference; bar: "
+          "faster than gloo.")
+        w("")
+        doc.extend(py_lines)
+        w("")
+        w(f"Python-front bars met: {py_met}; missed: {py_missed}.")
+        w("")
+        embed_run_texts(w, args.results, "the Python run", "python_")
 
     if control:
         w("## Control plane (`hm-bench control`), for context")

@@ -3,8 +3,9 @@
 # managed restart's timings (`examples/restart_timings`, 2 PEs), Open MPI
 # OSHMEM's run of the same patterns (if `oshcc`/`oshrun` are installed), the same patterns'
 # source built with `hmcc` against our OpenSHMEM C API (2 PEs), the UCX route (ours with
-# `--transport ucx` next to OSHMEM's `spml ucx`, both over UCX_TLS=tcp,self), `hm-bench control`
-# — into bench/results/, then regenerates docs/benchmarks.md and docs/benchmarks/*.png with
+# `--transport ucx` next to OSHMEM's `spml ucx`, both over UCX_TLS=tcp,self, on loopback and
+# across two namespace hosts), `hm-bench control`, the Python front next to the Rust API and the
+# MoE example next to torch.distributed gloo — into bench/results/, then regenerates docs/benchmarks.md and docs/benchmarks/*.png with
 # bench/report.py. Takes a few minutes. The machine should be otherwise idle: every figure is
 # compared with a reference from the same run, but a busy neighbour still skews both; the
 # load average before and after is recorded in the document.
@@ -21,7 +22,7 @@
 # HM_BENCH_UCX=0 to skip the UCX route, HM_BENCH_UCX_ROUNDS (default 3) for its alternated
 # rounds of ours and OSHMEM (also those of the two namespace hosts), HM_BENCH_TWO_HOSTS=0 to skip
 # the UCX route across two namespace hosts (it needs root), HM_BENCH_CONTROL=0 to skip the
-# control plane,
+# control plane, HM_BENCH_PYTHON=0 to skip the Python front (it needs torch and maturin),
 # HM_BENCH_QUICK=1 for the smoke-test method everywhere (to check the plumbing; its figures mean
 # nothing). A step that is skipped leaves its earlier results in bench/results/ as they were.
 set -euo pipefail
@@ -318,6 +319,40 @@ if [[ "${HM_BENCH_TWO_HOSTS:-1}" != 0 ]]; then
         printf 'python3 bench/report.py\n' >>"$commands"
     else
         echo "two namespace hosts skipped (earlier results left as they were): $why" >&2
+    fi
+fi
+
+# The Python front (issue 13): `hyper_multicore.shmem` with torch CPU tensors on 2 PEs next to
+# the Rust API's rows of the same run (python/bench/front.py runs `hm-bench shmem` itself, then
+# its own job), and the MoE dispatch/combine example against torch.distributed gloo's
+# all_to_all_single on 2 and 4 PEs. The extension is installed (editable) as a release build
+# without fault injection; scripts/test_python.sh installs its own test build again.
+if [[ "${HM_BENCH_PYTHON:-1}" != 0 ]]; then
+    commands="$results/python_commands.txt"
+    if why=$(python3 -c "import torch, maturin" 2>&1); then
+        rm -f "$results"/python.jsonl "$results"/python_{machine,commands}.txt
+        touch "$commands"
+        describe_machine >"$results/python_machine.txt"
+        build
+        install=(python3 -m pip install --quiet --no-build-isolation --no-deps -e .)
+        printf 'MATURIN_PEP517_ARGS="--profile release" %s\n' "${install[*]}" >>"$commands"
+        MATURIN_PEP517_ARGS="--profile release" "${install[@]}"
+        trials=11
+        [[ ${#quick[@]} == 0 ]] || trials=3
+        run "$results/python.jsonl" python3 python/bench/front.py --trials "$trials"
+        # The example's line on rank 0 ("same steps, N PEs: … X ms/step, … Y ms/step (…)") as
+        # one JSON row.
+        moe_row='s|^\[0\] same steps, \([0-9]*\) PEs: [^0-9]* \([0-9.]*\) ms/step, [^0-9]* \([0-9.]*\) ms/step.*|{"row": "moe_step", "pes": \1, "ours_ms": \2, "gloo_ms": \3}|p'
+        for n in 2 4; do
+            moe=(env OMP_NUM_THREADS=1 "$target/release/hmrun" -n "$n" --
+                python3 examples/moe_dispatch_combine.py --gloo)
+            printf "%s | sed -n '%s' >>%s\n" "${moe[*]}" "$moe_row" "$results/python.jsonl" >>"$commands"
+            "${moe[@]}" | sed -n "$moe_row" >>"$results/python.jsonl"
+        done
+        echo "load average after: $(cat /proc/loadavg)" >>"$results/python_machine.txt"
+        printf 'python3 bench/report.py\n' >>"$commands"
+    else
+        echo "the Python front skipped (earlier results left as they were): $why" >&2
     fi
 fi
 
