@@ -222,7 +222,8 @@ def python_section(rows):
             continue
         kind, limit = PYTHON_BARS[name]
         median, rust = row["python_median_ns"], row.get("rust_median_ns")
-        ratio = median / rust if rust else None
+        # The median of the rounds' ratios (each round's two sides met the same minutes).
+        ratio = row.get("ratio")
         if kind == "abs":
             judged, bar = median <= limit, f"≤ {human_ns(limit)}"
         else:
@@ -929,8 +930,10 @@ def main():
         w("")
         w("`python/bench/front.py` runs `hm-bench shmem --pes 2` (the Rust API's rows) and then "
           "the same patterns through `hyper_multicore.shmem` on 2 PEs under `hmrun` (release "
-          "build of the extension; each row the median over trials of a batch's time per call, "
-          "PE 0 timing the one-sided rows while PE 1 waits in a barrier). `put_quiet` is `put` "
+          "build of the extension; a batch's time per call, median over trials, PE 0 timing "
+          "the one-sided rows while PE 1 waits in a barrier), in alternated rounds (3): each "
+          "side's figure is the median of its rounds' medians, the min the least time seen, "
+          "and Python / Rust the median of the rounds' ratios. `put_quiet` is `put` "
           "+ `quiet`, `round_trip` one `put_signal`/`wait_signal` round trip (its Rust row is the "
           "one-way ping-pong, half a round trip), `empty_free` one `empty(8)` + `free`. Bars (issue 13, absolute where it states them so): every small "
           "call ≤ 1.5 µs, the round trip ≤ 5 µs, the 1 MiB rows within 1.1× of the Rust API. "

@@ -1,9 +1,11 @@
 """The Python front's speed against the Rust API, measured in the same run (issue 13).
 
-``python python/bench/front.py [--trials N]`` runs ``hm-bench shmem --pes 2 --json`` (the Rust
-API's figures), then itself on 2 PEs under ``hmrun`` with torch CPU tensors, and prints one
-JSON line per row: the Python figure (min and median over trials of a batch's time per call), the
-matching Rust row and the ratio of the medians. Rows: ``put``/``get`` of 8 B and 1 MiB (put with
+``python python/bench/front.py [--trials N] [--rounds R]`` runs ``hm-bench shmem --pes 2 --json``
+(the Rust API's figures), then itself on 2 PEs under ``hmrun`` with torch CPU tensors, ``R``
+times in turn (3 by default: this VM changes speed from minute to minute, so each side is
+sampled in the same minutes), and prints one JSON line per row: the Python figure (the median
+of the rounds' medians over trials of a batch's time per call, and the least time seen), the
+matching Rust row's median of medians, and the median of the rounds' Python / Rust ratios. Rows: ``put``/``get`` of 8 B and 1 MiB (put with
 ``quiet``, as the Rust ``put_quiet``), ``signal``, the ``put_signal``/``wait_signal`` round trip,
 ``barrier``, ``all_to_all`` of 1 MiB per pair and ``empty``+``free``.
 
@@ -160,6 +162,7 @@ def main() -> None:
     """The driver (or, with ``--worker``, one PE of the job it starts)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -169,31 +172,39 @@ def main() -> None:
     hmrun = os.environ.get("HMRUN", os.path.join(release, "hmrun"))
     hm_bench = os.environ.get("HM_BENCH", os.path.join(release, "hm-bench"))
     load_before = os.getloadavg()
-    rust = rust_rows(hm_bench)
-    with tempfile.TemporaryDirectory() as scratch:
-        out = os.path.join(scratch, "front.json")
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        subprocess.run(
-            [hmrun, "-n", "2", "--", sys.executable, __file__, "--worker", out,
-             "--trials", str(args.trials)],
-            check=True,
-            env=env,
-        )  # fmt: skip
-        with open(out) as file:
-            python = json.load(file)
-    print(json.dumps({"load_average": [load_before, os.getloadavg()]}))
-    for name, (low, median) in python.items():
+    rounds = []
+    for _ in range(args.rounds):
+        rust = rust_rows(hm_bench)
+        with tempfile.TemporaryDirectory() as scratch:
+            out = os.path.join(scratch, "front.json")
+            env = dict(os.environ, OMP_NUM_THREADS="1")
+            subprocess.run(
+                [hmrun, "-n", "2", "--", sys.executable, __file__, "--worker", out,
+                 "--trials", str(args.trials)],
+                check=True,
+                env=env,
+            )  # fmt: skip
+            with open(out) as file:
+                rounds.append((rust, json.load(file)))
+    print(json.dumps({"load_average": [load_before, os.getloadavg()], "rounds": args.rounds}))
+    for name in rounds[0][1]:
         match = RUST_ROWS[name]
-        rust_ns = None if match is None else rust.get(match)
+        medians = [python[name][1] for _, python in rounds]
+        rust_ns = [] if match is None else [rust[match] for rust, _ in rounds if match in rust]
+        ratios = [
+            python[name][1] / rust[match]
+            for rust, python in rounds
+            if match is not None and rust.get(match)
+        ]
         print(
             json.dumps(
                 {
                     "row": name,
-                    "python_min_ns": round(low, 1),
-                    "python_median_ns": round(median, 1),
+                    "python_min_ns": round(min(python[name][0] for _, python in rounds), 1),
+                    "python_median_ns": round(statistics.median(medians), 1),
                     "rust_op": None if match is None else match[0],
-                    "rust_median_ns": rust_ns,
-                    "ratio": None if not rust_ns else round(median / rust_ns, 2),
+                    "rust_median_ns": statistics.median(rust_ns) if rust_ns else None,
+                    "ratio": round(statistics.median(ratios), 3) if ratios else None,
                 }
             )
         )
