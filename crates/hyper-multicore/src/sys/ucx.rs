@@ -76,8 +76,9 @@
 //!   keep their endpoint's UCX state alive, so any drop order is safe.
 //! - **Peer-failure handling** is asked for on every endpoint; `UCX_TLS=sm,self` cannot provide
 //!   it (UCX prints one `no peer failure handler` error line per connection), so such endpoints
-//!   run without it ([`Endpoint::detects_peer_failure`]), stage put, get, atomics and active
-//!   messages through an owned buffer (with it, UCX uses the caller's memory) and learn about a dead peer only from deadlines — the control plane's peer-loss notice
+//!   run without it ([`Endpoint::detects_peer_failure`]), stage put, get, atomics and
+//!   active messages through an owned buffer (with it, UCX works in the caller's memory or
+//!   the call's stack frame) and learn about a dead peer only from deadlines — the control plane's peer-loss notice
 //!   must close them. With the default `UCX_TLS`, UCX then prefers TCP even on one host.
 //! - **Local vs remote completion**: put, atomics and AM return at local completion; only
 //!   [`Endpoint::flush`] / [`Worker::flush`] (quiet) guarantee the target has the data.
@@ -1118,9 +1119,10 @@ impl Handover {
 
     /// Records a caller's progress, reading the clock on the first of every
     /// [`CALLS_PER_CLOCK_READ`] (each read was 3 % of a 2-PE barrier's CPU time over TCP, whose
-    /// waiter progresses every few hundred nanoseconds). The time recorded is then at most that
-    /// many progresses old, microseconds against [`RECENT_CALLER`], which can only make the
-    /// progress thread serve where it could have stood down, never the reverse.
+    /// waiter progresses every few hundred nanoseconds). The time recorded is then that many
+    /// progresses old at most: microseconds for a caller that polls, longer for one that
+    /// progresses now and then. An older time can only make the progress thread serve where it
+    /// could have stood down, never stand down while no caller progresses.
     #[inline]
     fn called(&self) {
         let calls = self.calls.load(Ordering::Relaxed);
@@ -1338,6 +1340,44 @@ struct Orphan {
     _buffer: Box<dyn std::any::Any + Send>,
 }
 
+/// Aborts the process if dropped by a panic that began after it was made (see
+/// [`EndpointHandle::complete`]); a wait made during an earlier unwind (a destructor's) that
+/// returns normally passes.
+struct AbortOnUnwind<'a> {
+    operation: &'a str,
+    unwinding_before: bool,
+}
+
+impl<'a> AbortOnUnwind<'a> {
+    fn new(operation: &'a str) -> Self {
+        AbortOnUnwind {
+            operation,
+            unwinding_before: std::thread::panicking(),
+        }
+    }
+}
+
+impl Drop for AbortOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() && !self.unwinding_before {
+            abort_for(&format!(
+                "a panic unwound out of the wait for a UCX {} that may still use its memory",
+                self.operation
+            ));
+        }
+    }
+}
+
+/// Says why on stderr (ignoring a failed write: this must not panic) and aborts the process.
+fn abort_for(why: &str) -> ! {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "hyper_multicore: {why}; aborting rather than risk memory corruption"
+    );
+    std::process::abort()
+}
+
 /// A heap buffer UCX reads or writes during a blocking call instead of the caller's memory, so
 /// that a missed deadline can hand it to the endpoint (as an [`Orphan`]) rather than leave UCX
 /// pointing into the caller's stack. 8-byte aligned (atomics use it too).
@@ -1512,6 +1552,9 @@ impl EndpointHandle {
         started: Instant,
         staging: Option<Staging>,
     ) -> Result<Option<Staging>> {
+        // UCX may use the memory until this returns: a panic unwinding out of the wait (a
+        // progress hook's) would hand it back to the caller, or free the staging buffer.
+        let _unwinding = AbortOnUnwind::new(operation);
         let request = match self
             .worker
             .wait_status_ptr(result, deadline, Some(self.peer()))
@@ -1545,12 +1588,11 @@ impl EndpointHandle {
                 {
                     // UCX still holds a pointer into the caller's memory and we cannot take it
                     // back: returning would let it write into memory the caller reuses.
-                    eprintln!(
-                        "hyper_multicore: a UCX {operation} to rank {} neither completed nor was \
-                         cancelled by a force-close; aborting rather than risk memory corruption",
+                    abort_for(&format!(
+                        "a UCX {operation} to rank {} neither completed nor was cancelled by a \
+                         force-close",
                         self.peer()
-                    );
-                    std::process::abort();
+                    ));
                 }
             }
         }

@@ -4,6 +4,7 @@
 //! cross-host route, RMA and atomics emulated with active messages), `UCX_TLS=sm,self` and UCX's
 //! default choice.
 
+use std::os::unix::process::ExitStatusExt;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -531,6 +532,68 @@ two_pe_test!(
     Some("tcp,self"),
     serve_request_body
 );
+
+/// The message rank 0's process must die with in [`panic_in_a_wait_body`].
+const UNWIND_ABORT: &str = "a panic unwound out of the wait for a UCX ucx get";
+
+/// Rank 0 gets from rank 1, whose caller says it serves but never progresses and whose progress
+/// thread stands down past the get's deadline, so the get waits; its slow-request hook panics.
+/// UCX still holds the get's destination (this frame's stack): the process must abort, not
+/// unwind and hand that memory back. Rank 1 then sees rank 0 lost.
+fn panic_in_a_wait_body() {
+    let pair = connect_pair(true, None);
+    let plane = pair.world.control();
+    if pair.world.rank() == 1 {
+        pair.worker.set_look_backstop(Duration::from_secs(60));
+        pair.worker.begin_serving();
+        plane.barrier().unwrap(); // serving, never progressing
+        let lost = plane.barrier(); // rank 0 aborts in its get
+        pair.worker.end_serving(true);
+        assert!(lost.is_err(), "rank 0 was to abort in its get");
+        println!("PE_OK");
+        return;
+    }
+    pair.worker
+        .on_slow_request(|_| panic!("a slow-request hook that fails"))
+        .unwrap();
+    plane.barrier().unwrap();
+    let mut bytes = [0u8; 8];
+    let outcome = pair
+        .endpoint
+        .get(&mut bytes, pair.remote(SMALL), &pair.rkey, deadline(10));
+    println!("the get returned {outcome:?} instead of aborting");
+}
+
+#[test]
+fn a_panic_in_a_wait_aborts_rather_than_hand_back_memory_ucx_may_use() {
+    if is_pe() {
+        panic_in_a_wait_body();
+        return;
+    }
+    let result = launch(
+        "a_panic_in_a_wait_aborts_rather_than_hand_back_memory_ucx_may_use",
+        Some("tcp,self"),
+    )
+    .wait();
+    let origin = result.pe(0);
+    assert_eq!(
+        origin.status.signal(),
+        Some(libc::SIGABRT),
+        "{}",
+        result.describe()
+    );
+    assert!(
+        origin.stderr.contains(UNWIND_ABORT),
+        "{}",
+        result.describe()
+    );
+    assert_eq!(
+        result.pe(1).lines_with("PE_OK").len(),
+        1,
+        "{}",
+        result.describe()
+    );
+}
 
 /// Rank 1's main thread sits in a control-plane barrier while rank 0 adds to a word of its
 /// memory with a non-fetching atomic, flushed: rank 1's progress hook must run after UCX
