@@ -509,6 +509,8 @@ pub(crate) fn restart_heap(
 /// The word-sized calls pass a closure that captures one reference (to a tuple of their
 /// arguments): the guard moves `f`, and a closure of several captures, just stored word by
 /// word, is copied in 16-byte halves, which stalls store-to-load forwarding on every call.
+/// (`rma::g` does better with a closure whose whole body is an `#[inline(always)]` function:
+/// see `rma::get_word`.)
 #[inline(always)]
 pub(crate) fn run<R>(call: &str, f: impl FnOnce(&Shmem) -> hyper_multicore::Result<R>) -> R {
     if rank().is_none() {
