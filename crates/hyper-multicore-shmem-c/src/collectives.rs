@@ -201,9 +201,8 @@ pub(crate) fn alltoall(call: &str, team: &Team, dest: usize, source: CallerBuffe
         Team::Some(members) => {
             let n = members.pes.len();
             let block = source.len() / n.max(1);
-            let at = dest + member(call, team) * block;
-            let region = job::region(call, at, block);
             let me = member(call, team);
+            let region = job::region(call, dest + me * block, block);
             // Round the team from this PE on, as the runtime's all_to_all does (no hot spot).
             for j in (0..n).map(|step| (me + step) % n) {
                 let pe = members.pes[j];

@@ -209,9 +209,7 @@ impl ServeRequester {
         let Some(last) = self.sent.get(destination) else {
             return;
         };
-        let now = u64::try_from(self.epoch.elapsed().as_nanos())
-            .unwrap_or(u64::MAX)
-            .max(1);
+        let now = crate::sys::nanos_since(self.epoch);
         let previous = last.load(Ordering::Relaxed);
         if previous != 0 && now.saturating_sub(previous) < self.interval.as_nanos() as u64 {
             return;

@@ -143,9 +143,11 @@ impl Shmem {
         // spot, and across hosts one PE's put to the other waited for it to progress while it
         // copied its own block (two hosts, 1 MiB per pair: 1.23× OSHMEM's time before, see
         // bench/findings.md, round 20).
-        for step in (0..self.size).filter(|_| block > 0) {
-            let pe = (self.rank + step) % self.size;
-            self.put(&slot, &source[pe * block..(pe + 1) * block], pe)?;
+        if block > 0 {
+            for step in 0..self.size {
+                let pe = (self.rank + step) % self.size;
+                self.put(&slot, &source[pe * block..(pe + 1) * block], pe)?;
+            }
         }
         self.data_barrier(OP)
     }

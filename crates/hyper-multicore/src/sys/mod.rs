@@ -25,3 +25,12 @@ pub(crate) fn available_cores() -> usize {
     static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
+
+/// Nanoseconds from `epoch` to now as a `u64` (saturating), at least 1: for times kept in an
+/// atomic word, where 0 stands for "never".
+#[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
+pub(crate) fn nanos_since(epoch: std::time::Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}

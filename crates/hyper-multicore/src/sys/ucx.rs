@@ -78,8 +78,8 @@
 //!   it (UCX prints one `no peer failure handler` error line per connection), so such endpoints
 //!   run without it ([`Endpoint::detects_peer_failure`]), stage put, get, atomics and
 //!   active messages through an owned buffer (with it, UCX works in the caller's memory or
-//!   the call's stack frame) and learn about a dead peer only from deadlines — the control plane's peer-loss notice
-//!   must close them. With the default `UCX_TLS`, UCX then prefers TCP even on one host.
+//!   the call's stack frame) and learn about a dead peer only from deadlines — the control
+//!   plane's peer-loss notice must close them. With the default `UCX_TLS`, UCX then prefers TCP even on one host.
 //! - **Local vs remote completion**: put, atomics and AM return at local completion; only
 //!   [`Endpoint::flush`] / [`Worker::flush`] (quiet) guarantee the target has the data.
 //!   [`Worker::fence`] only orders.
@@ -1112,9 +1112,7 @@ impl Drop for ServingGuard<'_> {
 impl Handover {
     /// Nanoseconds since `epoch`, at least 1.
     fn now(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos())
-            .unwrap_or(u64::MAX)
-            .max(1)
+        super::nanos_since(self.epoch)
     }
 
     /// Records a caller's progress, reading the clock on the first of every
