@@ -39,7 +39,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 pub use channel::{ChannelMode, GroupChannel};
-pub(crate) use router::{Nudger, ServeRequester, SpinWork, WhileWaiting};
+#[cfg(all(feature = "ucx", not(loom)))]
+pub(crate) use router::Nudger;
+pub(crate) use router::{ServeRequester, SpinWork, WhileWaiting};
 pub use unique_id::{BootstrapListener, UniqueId, PROTOCOL_VERSION, SECRET_LEN};
 
 use frame::WireError;

@@ -606,6 +606,11 @@ pub(crate) trait Serving {
     /// It stops looking: to sleep (`hand_over`: the other threads serve again at once), or as
     /// the wait ends.
     fn end(&mut self, hand_over: bool);
+    /// Whether its looks since the last call served peers' work (handled events): the yield
+    /// phase then goes on, since the next request of a burst will come before a sleep ends.
+    fn served(&mut self) -> bool {
+        false
+    }
 }
 
 impl Serving for () {
@@ -615,7 +620,8 @@ impl Serving for () {
     fn end(&mut self, _hand_over: bool) {}
 }
 
-/// Spins (`spin_looks` looks), yields, then sleeps on the futex `word` until `done()`, an abort or
+/// Spins (`spin_looks` looks), yields (until [`YIELD_LIMIT`] looks in a row served nothing:
+/// see [`Serving::served`]), then sleeps on the futex `word` until `done()`, an abort or
 /// `clock`'s deadline. `sleepers` counts the sleepers on `word`; whoever makes `done()` true
 /// changes `word` and wakes it when `sleepers` is not zero. `serving` hears when the looks
 /// begin and when they end: before the first sleep after a run of looks (handing over; the
@@ -637,7 +643,8 @@ fn wait(
 ) -> Result<(), WaitError> {
     serving.begin();
     let mut looking = true;
-    let mut rewatched = false;
+    // Whether the looks served peers' work that did not end the wait (see the end).
+    let mut served_peers = false;
     let outcome = 'waited: {
         for spin in 0..spin_looks {
             if let Some(outcome) = settled(&mut done, abort) {
@@ -655,10 +662,20 @@ fn wait(
                 serving.begin();
                 looking = true;
             }
-            for _ in 0..YIELD_LIMIT {
+            // Counts the looks since the last that served peers' work: a waiter goes on
+            // serving a burst of peers' requests itself for as long as they come, where a
+            // sleep would leave each to its progress thread's wake-up.
+            let mut idle_looks = 0;
+            while idle_looks < YIELD_LIMIT {
                 if let Some(outcome) = settled(&mut done, abort) {
                     break 'waited outcome;
                 }
+                idle_looks = if serving.served() {
+                    served_peers = true;
+                    0
+                } else {
+                    idle_looks + 1
+                };
                 if let Err(timeout) = clock.check() {
                     break 'waited Err(timeout);
                 }
@@ -687,18 +704,18 @@ fn wait(
                 }
                 sleepers.fetch_sub(1, Ordering::SeqCst);
                 if rewatch && word.load(Ordering::Relaxed) != seen {
-                    rewatched = true;
+                    served_peers = true;
                     break;
                 }
             }
         }
     };
-    // A waiter that went back to its looks after a sleep took its work back from whoever served
-    // it meanwhile; it hands it over again as it leaves, as before it sleeps, since its PE may
-    // go on computing now. (Not on every exit: that would wake the UCX progress thread once per
-    // barrier.)
+    // A waiter that served peers' requests (a yield phase that went on for them, or its looks
+    // again after a ring) took their work from whoever serves while it sleeps; it hands the
+    // work over as it leaves, as before it sleeps, since its PE may go on computing now. (Not on
+    // every exit: that would wake the UCX progress thread once per barrier.)
     if looking {
-        serving.end(rewatched);
+        serving.end(served_peers);
     }
     outcome
 }
@@ -1012,6 +1029,79 @@ mod tests {
         );
         assert_eq!(outcome, Ok(()));
         assert_eq!(told.0, ["begin", "end"]);
+    }
+
+    /// A UCX waiter whose looks serve peers' requests (a burst of gets from it) keeps looking
+    /// until [`YIELD_LIMIT`] looks in a row served nothing, rather than sleeping after that
+    /// many looks in all and leaving the rest of the burst to its progress thread.
+    #[test]
+    fn a_ucx_waiter_serving_a_burst_keeps_looking_until_it_ends() {
+        const SERVED_LOOKS: u32 = 3 * YIELD_LIMIT;
+        struct Burst<'a>(&'a AtomicU32);
+        impl Serving for Burst<'_> {
+            fn begin(&mut self) {}
+            fn end(&mut self, _hand_over: bool) {}
+            fn served(&mut self) -> bool {
+                self.0.fetch_add(1, Ordering::SeqCst) < SERVED_LOOKS
+            }
+        }
+        let (bell, abort) = (Doorbell::new(), AbortWord::new());
+        let (flag, looks, asked) = (AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0));
+        let policy = sleepy();
+        thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let ready = || {
+                    looks.fetch_add(1, Ordering::SeqCst);
+                    flag.load(Ordering::Acquire) == 1
+                };
+                wait_until_then(ready, &bell, &abort, &policy, 0, Burst(&asked))
+            });
+            yield_until_equals(&bell.sleepers, 1);
+            assert!(
+                looks.load(Ordering::SeqCst) >= SERVED_LOOKS + YIELD_LIMIT,
+                "it slept after {} looks, while the burst lasted {SERVED_LOOKS} looks",
+                looks.load(Ordering::SeqCst)
+            );
+            flag.store(1, Ordering::SeqCst);
+            ring(&bell);
+            assert_eq!(waiter.join().unwrap(), Ok(()));
+        });
+    }
+
+    /// A UCX waiter that served peers' requests and then became ready in its looks hands the
+    /// worker over as it leaves (its PE may go on computing, and the requests may go on); one
+    /// that served nothing does not (see the test after it).
+    #[test]
+    fn a_ucx_waiter_that_served_peers_hands_over_as_it_leaves() {
+        #[derive(Default)]
+        struct Told(Vec<&'static str>, u32);
+        impl Serving for &mut Told {
+            fn begin(&mut self) {
+                self.0.push("begin");
+            }
+            fn end(&mut self, hand_over: bool) {
+                self.0.push(if hand_over { "hand over" } else { "end" });
+            }
+            fn served(&mut self) -> bool {
+                self.1 += 1;
+                self.1 <= 3
+            }
+        }
+        let mut told = Told::default();
+        let mut looks = 0;
+        let outcome = wait_until_then(
+            || {
+                looks += 1;
+                looks > 10
+            },
+            &Doorbell::new(),
+            &AbortWord::new(),
+            &sleepy(),
+            0,
+            &mut told,
+        );
+        assert_eq!(outcome, Ok(()));
+        assert_eq!(told.0, ["begin", "hand over"]);
     }
 
     #[test]

@@ -492,11 +492,12 @@ impl Transports {
             // Without UCX (a one-host root): the look alone, as before the transport layer.
             return sync::wait_until(ready, bell, abort, policy);
         };
+        let looks = ucx::Looks::new(ucx);
         let look_and_progress = || {
-            ucx.progress();
+            looks.progress();
             ready()
         };
-        sync::wait_until_then(look_and_progress, bell, abort, policy, spin_looks, ucx)
+        sync::wait_until_then(look_and_progress, bell, abort, policy, spin_looks, &looks)
     }
 
     /// Starts this PE's side of a two-rank exchange with `pe` under `tag` over UCX (see

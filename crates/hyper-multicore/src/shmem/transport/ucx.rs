@@ -40,6 +40,7 @@
 //! and gets the worker back before the waiter sleeps.
 
 use rustc_hash::FxHashMap;
+use std::cell::Cell;
 use std::sync::atomic::{fence, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -448,15 +449,41 @@ mod gets_issued {
     }
 }
 
-/// A doorbell wait whose looks progress the worker serves it meanwhile (see
-/// [`ucx::Worker::begin_serving`]).
-impl sync::Serving for &UcxTransport {
+/// A doorbell wait whose looks progress the worker ([`Looks::progress`]): it serves the worker
+/// meanwhile (see [`ucx::Worker::begin_serving`]).
+pub(crate) struct Looks<'a> {
+    ucx: &'a UcxTransport,
+    /// Whether a look handled events since [`sync::Serving::served`] last asked.
+    served: Cell<bool>,
+}
+
+impl<'a> Looks<'a> {
+    pub(crate) fn new(ucx: &'a UcxTransport) -> Self {
+        Looks {
+            ucx,
+            served: Cell::new(false),
+        }
+    }
+
+    /// A look's progress of the worker.
+    pub(crate) fn progress(&self) {
+        if self.ucx.worker.progress() != 0 {
+            self.served.set(true);
+        }
+    }
+}
+
+impl sync::Serving for &Looks<'_> {
     fn begin(&mut self) {
-        self.worker.begin_serving();
+        self.ucx.worker.begin_serving();
     }
 
     fn end(&mut self, hand_over: bool) {
-        self.worker.end_serving(hand_over);
+        self.ucx.worker.end_serving(hand_over);
+    }
+
+    fn served(&mut self) -> bool {
+        self.served.replace(false)
     }
 }
 
@@ -466,11 +493,6 @@ impl UcxTransport {
     #[cfg(feature = "fault-injection")]
     pub(crate) fn gets_issued() -> (u64, u64) {
         gets_issued::total()
-    }
-
-    /// Progresses the worker once from the calling thread.
-    pub(crate) fn progress(&self) {
-        self.worker.progress();
     }
 
     /// Starts this PE's side of a two-rank exchange with `peer` under `tag`: sends `data` as
