@@ -1154,7 +1154,16 @@ impl Handover {
     /// its next round. The store comes before the look at `standing_down`, and the thread
     /// stores `standing_down` before it looks at `take_over` (both SeqCst): either it sees the
     /// request before it sleeps, or this sees it standing down and wakes it.
+    ///
+    /// The callers' last progress stops counting as recent (`last_call` back to never): a
+    /// waiter that served peers as it looked hands over as it leaves to compute, and the thread
+    /// must not take its last looks for a caller still polling and stand down again at the
+    /// next event (the release store before `take_over` orders it for the thread's swap). The
+    /// next caller's progress records its time at once (`calls` back to 0), so that a caller
+    /// that polls again has the thread stand down as before.
     fn hand_over(&self) {
+        self.calls.store(0, Ordering::Relaxed);
+        self.last_call.store(0, Ordering::Relaxed);
         self.take_over.store(true, Ordering::SeqCst);
         if self.standing_down.load(Ordering::SeqCst) {
             self.ring();
@@ -2306,27 +2315,31 @@ impl Request {
     /// request is handed to the endpoint (see the type docs) and a Timeout error returned.
     pub fn wait(mut self, deadline: Instant) -> Result<Vec<u8>> {
         let started = Instant::now();
-        let Some(request) = self.request.take() else {
+        // The request stays in `self` until UCX has completed it (and `wait_request` freed
+        // it): a panic unwinding out of the wait (from a progress or slow-request hook, which
+        // run before that) drops `self` with it, and the drop orphans the buffer UCX still uses.
+        let Some(request) = self.request else {
             return Ok(std::mem::take(&mut self.buffer));
         };
         let peer = Some(self.endpoint.peer());
-        match self.endpoint.worker.wait_request(request, deadline, peer) {
+        let outcome = self.endpoint.worker.wait_request(request, deadline, peer);
+        if outcome.is_ok() {
+            self.request = None;
+        }
+        match outcome {
             Ok(ffi::UCS_OK) => Ok(std::mem::take(&mut self.buffer)),
             Ok(status) => Err(self
                 .endpoint
                 .error(self.operation, "the operation failed", status)),
-            Err(()) => {
-                self.request = Some(request);
-                Err(deadline_error(
-                    self.operation,
-                    started,
-                    &format!(
-                        "the non-blocking operation to rank {} did not complete",
-                        self.endpoint.peer()
-                    ),
-                )
-                .with_peer(self.endpoint.peer()))
-            }
+            Err(()) => Err(deadline_error(
+                self.operation,
+                started,
+                &format!(
+                    "the non-blocking operation to rank {} did not complete",
+                    self.endpoint.peer()
+                ),
+            )
+            .with_peer(self.endpoint.peer())),
         }
     }
 }

@@ -457,6 +457,57 @@ two_pe_test!(
     serving_caller_that_stalls_body
 );
 
+/// Rank 1's main thread serves rank 0's stream of gets with its own looks, hands the worker
+/// over (`end_serving(true)`, as a wait that served peers does as it ends) right after its last
+/// looks, and then computes, never progressing again; its backstop look is set past the gets'
+/// deadline. The gets that follow must all be served by its progress thread: the caller's
+/// last looks, only microseconds old at the next get, must not count as a caller still polling
+/// (the thread would serve that get, stand down again, and leave the rest unserved).
+fn hand_over_after_serving_body() {
+    const GETS: usize = 4000;
+    let pair = connect_pair(true, None);
+    let plane = pair.world.control();
+    if pair.world.rank() == 1 {
+        pair.worker.set_look_backstop(Duration::from_secs(60));
+        pair.mapping.write(SMALL, &[44u8; 8]);
+        pair.worker.begin_serving();
+        plane.barrier().unwrap(); // rank 0 starts its gets
+        let until = Instant::now() + Duration::from_millis(5);
+        while Instant::now() < until {
+            pair.worker.progress();
+            std::thread::yield_now();
+        }
+        // Back to back, so that one of them records the time (every 16th call does).
+        for _ in 0..16 {
+            pair.worker.progress();
+        }
+        pair.worker.end_serving(true);
+        plane.barrier().unwrap(); // computing until the origin's gets are done
+        println!("PE_OK");
+        return;
+    }
+    plane.barrier().unwrap();
+    for get in 0..GETS {
+        let mut bytes = [0u8; 8];
+        pair.endpoint
+            .get(&mut bytes, pair.remote(SMALL), &pair.rkey, deadline(5))
+            .unwrap_or_else(|error| {
+                panic!(
+                    "get {get} of {GETS}: the target handed over, then left it unserved: {error}"
+                )
+            });
+        assert_eq!(bytes, [44u8; 8]);
+    }
+    plane.barrier().unwrap();
+    println!("PE_OK");
+}
+
+two_pe_test!(
+    a_hand_over_right_after_serving_keeps_the_progress_thread_serving,
+    Some("tcp,self"),
+    hand_over_after_serving_body
+);
+
 /// As [`serving_caller_that_stalls_body`], with the transport's wiring of slow requests: rank
 /// 0's worker asks rank 1 over the control plane to serve once a get has waited
 /// [`SLOW_REQUEST`], and rank 1's plane hands the request to its worker (`serve_now`), so its
