@@ -620,6 +620,44 @@ impl Serving for () {
     fn end(&mut self, _hand_over: bool) {}
 }
 
+/// A wait's [`Serving`] and whether its looks are on: each `begin` has one `end`, also when a
+/// panic unwinds out of a look (a progress hook's), which ends it without a hand-over.
+struct Looking<S: Serving> {
+    inner: S,
+    looking: bool,
+}
+
+impl<S: Serving> Looking<S> {
+    fn begin(mut inner: S) -> Self {
+        inner.begin();
+        Looking {
+            inner,
+            looking: true,
+        }
+    }
+
+    /// The looks start again after a sleep (nothing if they are on).
+    fn begin_again(&mut self) {
+        if !self.looking {
+            self.inner.begin();
+            self.looking = true;
+        }
+    }
+
+    /// The looks stop (nothing if they are off).
+    fn end(&mut self, hand_over: bool) {
+        if std::mem::take(&mut self.looking) {
+            self.inner.end(hand_over);
+        }
+    }
+}
+
+impl<S: Serving> Drop for Looking<S> {
+    fn drop(&mut self) {
+        self.end(false);
+    }
+}
+
 /// Spins (`spin_looks` looks), yields (until [`YIELD_LIMIT`] looks in a row served nothing:
 /// see [`Serving::served`]), then sleeps on the futex `word` until `done()`, an abort or
 /// `clock`'s deadline. `sleepers` counts the sleepers on `word`; whoever makes `done()` true
@@ -638,11 +676,10 @@ fn wait(
     abort: &AbortWord,
     spin_looks: u32,
     clock: &mut Clock,
-    mut serving: impl Serving,
+    serving: impl Serving,
     rewatch: bool,
 ) -> Result<(), WaitError> {
-    serving.begin();
-    let mut looking = true;
+    let mut serving = Looking::begin(serving);
     // Whether the looks served peers' work that did not end the wait (see the end).
     let mut served_peers = false;
     let outcome = 'waited: {
@@ -658,10 +695,7 @@ fn wait(
             spin_loop();
         }
         loop {
-            if !looking {
-                serving.begin();
-                looking = true;
-            }
+            serving.begin_again();
             // Counts the looks since the last that served peers' work: a waiter goes on
             // serving a burst of peers' requests itself for as long as they come, where a
             // sleep would leave each to its progress thread's wake-up.
@@ -670,7 +704,7 @@ fn wait(
                 if let Some(outcome) = settled(&mut done, abort) {
                     break 'waited outcome;
                 }
-                idle_looks = if serving.served() {
+                idle_looks = if serving.inner.served() {
                     served_peers = true;
                     0
                 } else {
@@ -689,10 +723,7 @@ fn wait(
                     Ok(remaining) => remaining,
                     Err(timeout) => break 'waited Err(timeout),
                 };
-                if looking {
-                    serving.end(true);
-                    looking = false;
-                }
+                serving.end(true);
                 sleepers.fetch_add(1, Ordering::SeqCst);
                 // Pairs with the waker's fence (or SeqCst update) before it reads `sleepers`.
                 fence(Ordering::SeqCst);
@@ -714,9 +745,7 @@ fn wait(
     // again after a ring) took their work from whoever serves while it sleeps; it hands the
     // work over as it leaves, as before it sleeps, since its PE may go on computing now. (Not on
     // every exit: that would wake the UCX progress thread once per barrier.)
-    if looking {
-        serving.end(served_peers);
-    }
+    serving.end(served_peers);
     outcome
 }
 
@@ -1102,6 +1131,41 @@ mod tests {
         );
         assert_eq!(outcome, Ok(()));
         assert_eq!(told.0, ["begin", "hand over"]);
+    }
+
+    /// A panic unwinding out of a UCX waiter's look (a progress hook's) still ends its serving
+    /// (without a hand-over): a serving count left raised would keep the progress thread
+    /// standing down for good.
+    #[test]
+    fn a_panic_in_a_ucx_waiters_look_still_ends_its_serving() {
+        #[derive(Default)]
+        struct Told(Vec<&'static str>);
+        impl Serving for &mut Told {
+            fn begin(&mut self) {
+                self.0.push("begin");
+            }
+            fn end(&mut self, hand_over: bool) {
+                self.0.push(if hand_over { "hand over" } else { "end" });
+            }
+        }
+        let mut told = Told::default();
+        let mut looks = 0;
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_until_then(
+                || {
+                    looks += 1;
+                    assert!(looks < 5, "a hook panicked");
+                    false
+                },
+                &Doorbell::new(),
+                &AbortWord::new(),
+                &sleepy(),
+                0,
+                &mut told,
+            )
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(told.0, ["begin", "end"]);
     }
 
     #[test]
