@@ -979,8 +979,8 @@ mod tests {
     fn a_ring_without_the_change_sends_a_ucx_waiter_back_to_its_looks() {
         /// (begins, ends with a hand-over, ends without), shared with the test.
         #[derive(Default)]
-        struct Told([AtomicU32; 3]);
-        struct Serves<'a>(&'a Told);
+        struct Counts([AtomicU32; 3]);
+        struct Serves<'a>(&'a Counts);
         impl Serving for Serves<'_> {
             fn begin(&mut self) {
                 self.0 .0[0].fetch_add(1, Ordering::SeqCst);
@@ -989,29 +989,16 @@ mod tests {
                 self.0 .0[if hand_over { 1 } else { 2 }].fetch_add(1, Ordering::SeqCst);
             }
         }
-        let bell = Doorbell::new();
-        let abort = AbortWord::new();
-        let flag = AtomicU32::new(0);
-        let looks = AtomicU32::new(0);
-        let told = Told::default();
+        let told = Counts::default();
         let count = |i: usize| told.0[i].load(Ordering::SeqCst);
-        let policy = sleepy();
-        thread::scope(|s| {
-            let waiter = s.spawn(|| {
-                let ready = || {
-                    looks.fetch_add(1, Ordering::SeqCst);
-                    flag.load(Ordering::Acquire) == 1
-                };
-                wait_until_then(ready, &bell, &abort, &policy, 0, Serves(&told))
-            });
-            yield_until_equals(&bell.sleepers, 1);
+        with_sleeping_waiter(Serves(&told), |bell, looks| {
             assert_eq!(
                 (count(0), count(1)),
                 (1, 1),
                 "served, then handed over to sleep"
             );
             let asleep = looks.load(Ordering::SeqCst);
-            ring(&bell);
+            ring(bell);
             let deadline = Instant::now() + Duration::from_secs(60);
             while looks.load(Ordering::SeqCst) < asleep + YIELD_LIMIT {
                 assert!(
@@ -1022,42 +1009,75 @@ mod tests {
             }
             yield_until_equals(&bell.sleepers, 1);
             assert!(count(0) >= 2, "it served again after the ring");
+        });
+        assert_eq!(
+            count(0),
+            count(1),
+            "it handed over before each sleep and as it left"
+        );
+        assert_eq!(count(2), 0);
+    }
+
+    /// Runs `asleep(bell, looks)` once a waiter on another thread (a UCX-style wait without a
+    /// spin phase, telling `serving`; `looks` counts its looks) sleeps; then makes it ready,
+    /// rings, and checks that it returned ready.
+    fn with_sleeping_waiter(
+        serving: impl Serving + Send,
+        asleep: impl FnOnce(&Doorbell, &AtomicU32),
+    ) {
+        let (bell, abort) = (Doorbell::new(), AbortWord::new());
+        let (flag, looks) = (AtomicU32::new(0), AtomicU32::new(0));
+        let policy = sleepy();
+        thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let ready = || {
+                    looks.fetch_add(1, Ordering::SeqCst);
+                    flag.load(Ordering::Acquire) == 1
+                };
+                wait_until_then(ready, &bell, &abort, &policy, 0, serving)
+            });
+            yield_until_equals(&bell.sleepers, 1);
+            asleep(&bell, &looks);
             flag.store(1, Ordering::SeqCst);
             ring(&bell);
             assert_eq!(waiter.join().unwrap(), Ok(()));
-            assert_eq!(
-                count(0),
-                count(1),
-                "it handed over before each sleep and as it left"
-            );
-            assert_eq!(count(2), 0);
         });
+    }
+
+    /// What a UCX waiter told its serving, in order; its first `served_looks` questions
+    /// ([`Serving::served`]) are answered yes.
+    #[derive(Default)]
+    struct Told {
+        said: Vec<&'static str>,
+        served_looks: u32,
+    }
+
+    impl Serving for &mut Told {
+        fn begin(&mut self) {
+            self.said.push("begin");
+        }
+        fn end(&mut self, hand_over: bool) {
+            self.said.push(if hand_over { "hand over" } else { "end" });
+        }
+        fn served(&mut self) -> bool {
+            let served = self.served_looks > 0;
+            self.served_looks = self.served_looks.saturating_sub(1);
+            served
+        }
+    }
+
+    /// A UCX-style wait (no spin phase) on fresh words whose look is `look`, told to `told`.
+    fn wait_told(look: impl FnMut() -> bool, told: &mut Told) -> Result<(), WaitError> {
+        let (bell, abort) = (Doorbell::new(), AbortWord::new());
+        wait_until_then(look, &bell, &abort, &sleepy(), 0, told)
     }
 
     /// A wait that ends in its first looks ends its serving without a hand-over.
     #[test]
     fn a_ucx_waiter_ready_at_once_serves_without_handing_over() {
-        #[derive(Default)]
-        struct Told(Vec<&'static str>);
-        impl Serving for &mut Told {
-            fn begin(&mut self) {
-                self.0.push("begin");
-            }
-            fn end(&mut self, hand_over: bool) {
-                self.0.push(if hand_over { "hand over" } else { "end" });
-            }
-        }
         let mut told = Told::default();
-        let outcome = wait_until_then(
-            || true,
-            &Doorbell::new(),
-            &AbortWord::new(),
-            &sleepy(),
-            0,
-            &mut told,
-        );
-        assert_eq!(outcome, Ok(()));
-        assert_eq!(told.0, ["begin", "end"]);
+        assert_eq!(wait_told(|| true, &mut told), Ok(()));
+        assert_eq!(told.said, ["begin", "end"]);
     }
 
     /// A UCX waiter whose looks serve peers' requests (a burst of gets from it) keeps looking
@@ -1074,63 +1094,32 @@ mod tests {
                 self.0.fetch_add(1, Ordering::SeqCst) < SERVED_LOOKS
             }
         }
-        let (bell, abort) = (Doorbell::new(), AbortWord::new());
-        let (flag, looks, asked) = (AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0));
-        let policy = sleepy();
-        thread::scope(|s| {
-            let waiter = s.spawn(|| {
-                let ready = || {
-                    looks.fetch_add(1, Ordering::SeqCst);
-                    flag.load(Ordering::Acquire) == 1
-                };
-                wait_until_then(ready, &bell, &abort, &policy, 0, Burst(&asked))
-            });
-            yield_until_equals(&bell.sleepers, 1);
+        let asked = AtomicU32::new(0);
+        with_sleeping_waiter(Burst(&asked), |_, looks| {
             assert!(
                 looks.load(Ordering::SeqCst) >= SERVED_LOOKS + YIELD_LIMIT,
                 "it slept after {} looks, while the burst lasted {SERVED_LOOKS} looks",
                 looks.load(Ordering::SeqCst)
             );
-            flag.store(1, Ordering::SeqCst);
-            ring(&bell);
-            assert_eq!(waiter.join().unwrap(), Ok(()));
         });
     }
 
     /// A UCX waiter that served peers' requests and then became ready in its looks hands the
     /// worker over as it leaves (its PE may go on computing, and the requests may go on); one
-    /// that served nothing does not (see the test after it).
+    /// that served nothing does not (see the test above).
     #[test]
     fn a_ucx_waiter_that_served_peers_hands_over_as_it_leaves() {
-        #[derive(Default)]
-        struct Told(Vec<&'static str>, u32);
-        impl Serving for &mut Told {
-            fn begin(&mut self) {
-                self.0.push("begin");
-            }
-            fn end(&mut self, hand_over: bool) {
-                self.0.push(if hand_over { "hand over" } else { "end" });
-            }
-            fn served(&mut self) -> bool {
-                self.1 += 1;
-                self.1 <= 3
-            }
-        }
-        let mut told = Told::default();
+        let mut told = Told {
+            served_looks: 3,
+            ..Told::default()
+        };
         let mut looks = 0;
-        let outcome = wait_until_then(
-            || {
-                looks += 1;
-                looks > 10
-            },
-            &Doorbell::new(),
-            &AbortWord::new(),
-            &sleepy(),
-            0,
-            &mut told,
-        );
-        assert_eq!(outcome, Ok(()));
-        assert_eq!(told.0, ["begin", "hand over"]);
+        let look = || {
+            looks += 1;
+            looks > 10
+        };
+        assert_eq!(wait_told(look, &mut told), Ok(()));
+        assert_eq!(told.said, ["begin", "hand over"]);
     }
 
     /// A panic unwinding out of a UCX waiter's look (a progress hook's) still ends its serving
@@ -1138,34 +1127,18 @@ mod tests {
     /// standing down for good.
     #[test]
     fn a_panic_in_a_ucx_waiters_look_still_ends_its_serving() {
-        #[derive(Default)]
-        struct Told(Vec<&'static str>);
-        impl Serving for &mut Told {
-            fn begin(&mut self) {
-                self.0.push("begin");
-            }
-            fn end(&mut self, hand_over: bool) {
-                self.0.push(if hand_over { "hand over" } else { "end" });
-            }
-        }
         let mut told = Told::default();
         let mut looks = 0;
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            wait_until_then(
-                || {
-                    looks += 1;
-                    assert!(looks < 5, "a hook panicked");
-                    false
-                },
-                &Doorbell::new(),
-                &AbortWord::new(),
-                &sleepy(),
-                0,
-                &mut told,
-            )
+            let look = || {
+                looks += 1;
+                assert!(looks < 5, "a hook panicked");
+                false
+            };
+            wait_told(look, &mut told)
         }));
         assert!(unwound.is_err());
-        assert_eq!(told.0, ["begin", "end"]);
+        assert_eq!(told.said, ["begin", "end"]);
     }
 
     #[test]
