@@ -76,10 +76,11 @@
 //!   keep their endpoint's UCX state alive, so any drop order is safe.
 //! - **Peer-failure handling** is asked for on every endpoint; `UCX_TLS=sm,self` cannot provide
 //!   it (UCX prints one `no peer failure handler` error line per connection), so such endpoints
-//!   run without it ([`Endpoint::detects_peer_failure`]), stage put, get, atomics and
-//!   active messages through an owned buffer (with it, UCX works in the caller's memory or
-//!   the call's stack frame) and learn about a dead peer only from deadlines — the control
-//!   plane's peer-loss notice must close them. With the default `UCX_TLS`, UCX then prefers TCP even on one host.
+//!   run without it ([`Endpoint::detects_peer_failure`]), stage put, get, atomics and active
+//!   messages through an owned buffer (with it, UCX works in the caller's memory or the call's
+//!   stack frame) and learn about a dead peer only from deadlines — the control plane's
+//!   peer-loss notice must close them. With the default `UCX_TLS`, UCX then prefers TCP even
+//!   on one host.
 //! - **Local vs remote completion**: put, atomics and AM return at local completion; only
 //!   [`Endpoint::flush`] / [`Worker::flush`] (quiet) guarantee the target has the data.
 //!   [`Worker::fence`] only orders.
