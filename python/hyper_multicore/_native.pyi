@@ -27,6 +27,32 @@ class HeapBuffer:
     @property
     def nbytes(self) -> int: ...
 
+class Allocation:
+    """One allocation handed to Python (``shmem._registry._Allocation``)."""
+
+    index: Final[int]
+    generation: Final[int]
+    heap_offset: Final[int]
+    nbytes: Final[int]
+    alignment: Final[int]
+    address: Final[int]
+    live: bool
+    tensor: Any
+    owner: Any
+    storage_ref: Any
+    def __init__(self, exported: Exported) -> None: ...
+
+class Registry:
+    """The wrapper's allocation registry, natively (see ``shmem._registry``)."""
+
+    def __init__(self, live: dict, by_storage: dict, torch: Any | None) -> None: ...
+    def allocate(
+        self, shape: tuple[int, ...], name: str, alignment: int | None, dtype: Any
+    ) -> Any: ...
+    def register(self, exported: Exported, shape: tuple[int, ...], dtype: Any) -> Any: ...
+    def free(self, tensor: Any) -> Any: ...
+    def retire(self, allocation: Allocation) -> None: ...
+
 def acquire_world(heap_size_bytes: int | None = None) -> None: ...
 def acquire_ranks(members: list[int], heap_size_bytes: int | None = None) -> None: ...
 def acquire_channel(

@@ -12,15 +12,19 @@ use pyo3::prelude::*;
 /// The memory of one symmetric allocation in this process: its address and length, and a
 /// handle that keeps the runtime's shared mapping alive as long as this object lives.
 ///
-/// The Python wrapper turns it into a zero-copy tensor (`torch.frombuffer`) or array
-/// (`numpy.frombuffer`) over a `ctypes` array at `address`; the tensor's storage references the
-/// ctypes array, which references this object, so the memory stays mapped as long as any tensor
-/// or view of it exists — after `free`, `restart` or `release` too (ARCHITECTURE decision 8). A
-/// stale tensor then reads stale bytes; every operation rejects it.
+/// It becomes a zero-copy torch tensor ([`Registry`](crate::registry::Registry):
+/// `torch.frombuffer` over [`HeapBuffer::view`]) or NumPy array (the Python wrapper:
+/// `numpy.frombuffer` over a `ctypes` array at `address`). The memory stays mapped as long as
+/// any tensor or view of it exists — after `free`, `restart` or `release` too (ARCHITECTURE
+/// decision 8): the ctypes array references this object, and the registry keeps it until the
+/// memoryview under a tensor's storage dies. A stale tensor then reads stale bytes; every
+/// operation rejects it.
 #[pyclass(frozen, module = "hyper_multicore._native")]
 pub(crate) struct HeapBuffer {
-    address: usize,
-    nbytes: usize,
+    /// The address of the allocation's first byte in this process.
+    pub(crate) address: usize,
+    /// The allocation's length in bytes.
+    pub(crate) nbytes: usize,
     _mapping: Arc<dyn Any + Send + Sync>,
 }
 
@@ -43,6 +47,16 @@ impl HeapBuffer {
             "HeapBuffer(address={:#x}, nbytes={})",
             self.address, self.nbytes
         )
+    }
+}
+
+impl HeapBuffer {
+    /// A writable `memoryview` of the allocation's bytes (of one byte for an empty allocation,
+    /// which still owns a granule of the heap), for `torch.frombuffer`. The view does not keep
+    /// the memory mapped: the caller keeps this object alive for as long as the view lives
+    /// ([`Registry`](crate::registry::Registry) does).
+    pub(crate) fn view<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        crate::memory::heap_memoryview(py, self.address, self.nbytes.max(1))
     }
 }
 

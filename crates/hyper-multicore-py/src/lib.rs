@@ -31,6 +31,7 @@ mod errors;
 mod heap;
 mod hook;
 mod memory;
+mod registry;
 mod shared_root;
 
 use std::collections::HashMap;
@@ -389,6 +390,16 @@ fn allocate(
     dtype: &str,
     alignment: Option<u64>,
 ) -> PyResult<ExportedTuple> {
+    allocate_exported(py, shape, dtype, alignment).map(Exported::into_tuple)
+}
+
+/// [`allocate`] as the library's record and this process's view of it.
+pub(crate) fn allocate_exported(
+    py: Python<'_>,
+    shape: Vec<usize>,
+    dtype: &str,
+    alignment: Option<u64>,
+) -> PyResult<Exported> {
     let spec = AllocationSpec {
         shape,
         dtype: parse_dtype(dtype)?,
@@ -400,12 +411,12 @@ fn allocate(
             Exported::new(shmem, record)
         })
     });
-    py_result(py, exported).map(Exported::into_tuple)
+    py_result(py, exported)
 }
 
 /// Collective: frees allocation `(index, generation)`.
 #[pyfunction]
-fn free(py: Python<'_>, index: u64, generation: u64) -> PyResult<()> {
+pub(crate) fn free(py: Python<'_>, index: u64, generation: u64) -> PyResult<()> {
     let id = AllocationId { index, generation };
     py_result(
         py,
@@ -785,6 +796,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         Dtype::ALL.iter().map(|d| d.name()).collect::<Vec<_>>(),
     )?;
     m.add_class::<HeapBuffer>()?;
+    m.add_class::<registry::Allocation>()?;
+    m.add_class::<registry::Registry>()?;
     m.add_class::<seen::Seen>()?;
     m.add_function(wrap_pyfunction!(seen::remember, m)?)?;
     m.add_function(wrap_pyfunction!(seen::forget, m)?)?;

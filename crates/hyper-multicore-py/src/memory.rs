@@ -1,5 +1,5 @@
-//! Process-private memory handed in by the Python wrapper: the one file of this crate with
-//! `unsafe` code.
+//! Process-private memory handed in by the Python wrapper, and the heap's memory handed out to
+//! it ([`heap_memoryview`]): the one file of this crate with `unsafe` code.
 //!
 //! # Why raw addresses
 //!
@@ -25,6 +25,7 @@
 
 use hyper_multicore::shmem::overlaps_shared_memory;
 use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
 use pyo3::PyResult;
 
 /// `len` bytes of ordinary process memory at `address`, owned by a Python object that the caller
@@ -88,4 +89,33 @@ impl LocalBuffer {
         let bytes = unsafe { std::slice::from_raw_parts_mut(self.address as *mut u8, self.len) };
         f(bytes)
     }
+}
+
+/// `PyBUF_WRITE` of CPython's `memoryobject.h` (part of the stable ABI; PyO3 exports it only
+/// outside the limited API): `PyMemoryView_FromMemory` makes a writable view.
+const PYBUF_WRITE: std::ffi::c_int = 0x200;
+
+/// A writable `memoryview` of the `len` heap bytes at `address`, for `torch.frombuffer`: one
+/// object of one type for any length, where a `ctypes` array needs a type per length (a new
+/// length cost ~20 µs to make its type).
+///
+/// The view does not keep the mapping alive: the caller (`HeapBuffer::view`) hands it to the
+/// wrapper, whose registry keeps the `HeapBuffer` (and so the mapping) referenced until the
+/// view dies (`_registry._register`).
+pub(crate) fn heap_memoryview(
+    py: Python<'_>,
+    address: usize,
+    len: usize,
+) -> PyResult<Bound<'_, PyAny>> {
+    let len = isize::try_from(len)
+        .map_err(|_| PyValueError::new_err(format!("a view of {len} bytes is too long")))?;
+    // SAFETY: `address..address + len` lies in a heap mapping of this process that the
+    // `HeapBuffer` calling this keeps mapped, and the wrapper keeps that `HeapBuffer` alive for
+    // as long as the view lives (see above). CPython only records the pointer: no Rust reference
+    // to the memory is formed, and the bytes are reached through Python's buffer protocol only.
+    let view = unsafe {
+        pyo3::ffi::PyMemoryView_FromMemory(address as *mut std::ffi::c_char, len, PYBUF_WRITE)
+    };
+    // SAFETY: a new reference or null with an exception set, as `from_owned_ptr_or_err` takes.
+    unsafe { Bound::from_owned_ptr_or_err(py, view) }
 }

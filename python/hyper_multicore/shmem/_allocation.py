@@ -10,12 +10,16 @@ from .. import _native
 from . import _backend
 from ._backend import check_alignment, check_shape
 from ._errors import HyperMulticoreError, InvalidArgumentError, StaleTensorError, native_style
-from ._registry import _NO_ALLOCATION, _lock, _lookup, _register, _retire
+from ._registry import _NO_ALLOCATION, _allocate, _lock, _lookup, _native_registry, _retire
 
 
 def _size_args(size: tuple[Any, ...]) -> tuple[int, ...]:
+    # Plain dimensions, the common case (a bool is not an int here); one of them, most common,
+    # without the generator's cost.
+    if len(size) == 1 and type(size[0]) is int and size[0] >= 0:
+        return size
     if size and all(type(d) is int and d >= 0 for d in size):
-        return size  # plain dimensions, the common case (a bool is not an int here)
+        return size
     if not size:
         raise TypeError("empty() needs a size: empty(2, 3) or empty((2, 3)); empty(()) is a scalar")
     if len(size) == 1 and not isinstance(size[0], (bool, int)) and isinstance(size[0], Sequence):
@@ -42,8 +46,7 @@ def empty(*size: Any, dtype: Any = None, alignment: int | None = None) -> Any:
     name = _backend.default_dtype_name() if dtype is None else _backend.dtype_name(dtype)
     align = check_alignment(alignment)
     with _lock:
-        exported = _native.allocate(list(shape), name, align)
-        return _register(exported, shape, name)
+        return _allocate(shape, name, align)
 
 
 def free(tensor: Any) -> None:
@@ -54,6 +57,10 @@ def free(tensor: Any) -> None:
     the collective check, so the other ranks fail at once with :class:`InvalidArgumentError`
     ("arguments differ across ranks") while it raises its own error.
     """
+    with _lock:
+        # The plain case (a live, whole, unowned torch tensor) natively; anything else below.
+        if _native_registry.free(tensor) is not NotImplemented:
+            return
     problem: Exception | None = None
     allocation = None
     if not _backend.is_tensor(tensor):

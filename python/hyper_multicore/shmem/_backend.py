@@ -131,13 +131,14 @@ def _heap_bytes_type(nbytes: int) -> Any:
     return type(f"HeapBytes{nbytes}", (ctypes.c_ubyte * nbytes,), {})
 
 
-def heap_tensor(
+def heap_array(
     buffer: _native.HeapBuffer, shape: tuple[int, ...], dtype: str, record: Any
-) -> tuple[Any, Any]:
-    """A tensor of ``shape`` and ``dtype`` viewing the allocation ``buffer`` without a copy, and
-    the ctypes array it is made over.
+) -> Any:
+    """A NumPy array of ``shape`` and ``dtype`` viewing the allocation ``buffer`` without a
+    copy (torch tensors are made natively: ``_native.Registry``).
 
-    ``record`` is attached to the ctypes array so NumPy views can find their allocation.
+    Its root ``base`` is a ctypes array that keeps ``buffer`` and carries ``record``, so that
+    arrays can find their allocation.
     """
     nbytes = buffer.nbytes
     # A zero-byte allocation still owns one granule of the heap, so one byte is addressable.
@@ -147,16 +148,8 @@ def heap_tensor(
     raw = _heap_bytes_type(span).from_address(buffer.address)
     raw.heap_buffer = buffer
     raw.hm_allocation = record
-    if torch is not None:
-        if nbytes == 0:
-            flat = torch.frombuffer(raw, dtype=torch.uint8, count=span)[:0]
-            return flat.view(to_dtype(dtype)).view(shape), raw
-        # The allocation holds exactly the elements of ``shape``: one tensor of the dtype over
-        # all of it, then the shape (torch's views cost microseconds each).
-        flat = torch.frombuffer(raw, dtype=to_dtype(dtype), count=math.prod(shape))
-        return (flat if len(shape) == 1 else flat.view(shape)), raw
     flat = np.frombuffer(raw, dtype=np.uint8, count=span)[:nbytes]
-    return flat.view(_numpy_dtype(dtype)).reshape(shape), raw
+    return flat.view(_numpy_dtype(dtype)).reshape(shape)
 
 
 def is_tensor(x: Any) -> bool:

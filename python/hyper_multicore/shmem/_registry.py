@@ -12,7 +12,6 @@ their memory can still be viewed. A torch tensor is inspected once and remembere
 
 from __future__ import annotations
 
-import functools
 import threading
 import weakref
 from typing import Any
@@ -28,41 +27,13 @@ from ._errors import StaleTensorError
 _NO_ALLOCATION = 2**64 - 1
 
 
-class _Allocation:
-    """One allocation handed to Python: its identity, where it lives, and its full tensor."""
-
-    __slots__ = (
-        "index",
-        "generation",
-        "heap_offset",
-        "nbytes",
-        "alignment",
-        "address",
-        "live",
-        "tensor",
-        "owner",
-        "storage_ref",
-        "__weakref__",
-    )
-
-    def __init__(self, exported: tuple) -> None:
-        index, generation, heap_offset, nbytes, alignment, buffer = exported
-        self.index = index
-        self.generation = generation
-        self.heap_offset = heap_offset
-        self.nbytes = nbytes
-        self.alignment = alignment
-        self.address = buffer.address
-        self.live = True
-        #: The full tensor, referenced while the allocation is live (so its storage, and the
-        #: storage's key, stay unique); dropped when it is freed or released.
-        self.tensor: Any = None
-        #: The shared root's consumer that owns it (None outside a shared root): data-plane
-        #: calls on it need that consumer's lease (``owner.check_lease(role)``).
-        self.owner: Any = None
-        #: Weak reference to the ctypes array under the tensor's storage, whose death removes
-        #: the allocation's storage entry (see ``_register``).
-        self.storage_ref: Any = None
+#: One allocation handed to Python: its identity (``index``, ``generation``), where it lives
+#: (``heap_offset``, ``nbytes``, ``alignment``, ``address``), whether it is ``live``, its full
+#: ``tensor`` (held while live, so its storage and the storage's key stay unique), the shared
+#: root consumer that is its ``owner`` (None outside a shared root: data-plane calls on it need
+#: that consumer's lease) and ``storage_ref`` (see :func:`_register`). A native class, so that
+#: ``_native.Registry`` reaches its fields directly.
+_Allocation = _native.Allocation
 
 
 _lock = threading.RLock()
@@ -73,33 +44,38 @@ _live: dict[tuple[int, int], _Allocation] = {}
 _by_storage: dict[int, _Allocation] = {}
 
 
+#: The registry's native side (``_native.Registry``): with torch, registration, allocation and
+#: the plain case of ``free`` in one native call each; and ``_retire`` for both backends. It
+#: works on the state above, by the same rules.
+_native_registry = _native.Registry(_live, _by_storage, _backend.torch)
+
+
 def _register(exported: tuple, shape: tuple[int, ...], dtype: str) -> Any:
+    """Records a new allocation and returns its tensor (or array). The caller holds ``_lock``.
+
+    A torch tensor's storage references a memoryview of the heap, whose death removes the
+    storage's entry from ``_by_storage`` and lets the heap mapping go (``_native.Registry``);
+    a NumPy array's root ``base`` is a ctypes array that keeps the mapping and its record.
+    """
+    if _backend.torch is not None:
+        return _native_registry.register(exported, tuple(shape), _backend.to_dtype(dtype))
     allocation = _Allocation(exported)
-    tensor, raw = _backend.heap_tensor(exported[5], shape, dtype, allocation)
-    allocation.tensor = tensor
-    with _lock:
-        _live[(allocation.index, allocation.generation)] = allocation
-        key = _backend.storage_key(tensor)
-        if key is not None:
-            _by_storage[key] = allocation
-            # The storage references ``raw`` (the ctypes array over the heap), so ``raw`` dies
-            # exactly when the storage does -- and only then may its key be reused. The weak
-            # reference lives as long as the entry (a plain one: ``weakref.finalize`` costs
-            # microseconds per allocation).
-            allocation.storage_ref = weakref.ref(raw, functools.partial(_forget_storage, key))
-    return tensor
+    array = _backend.heap_array(exported[5], shape, dtype, allocation)
+    allocation.tensor = array
+    _live[(allocation.index, allocation.generation)] = allocation
+    return array
 
 
-def _forget_storage(key: int, _dead: Any) -> None:
-    """Drops the entry of a storage that died (the callback of ``storage_ref``)."""
-    _by_storage.pop(key, None)
+def _allocate(shape: tuple[int, ...], dtype: str, alignment: int | None) -> Any:
+    """Collective: a new allocation of ``shape`` and heap dtype ``dtype``, registered (see
+    :func:`_register`). The caller holds ``_lock``."""
+    if _backend.torch is not None:
+        return _native_registry.allocate(shape, dtype, alignment, _backend.to_dtype(dtype))
+    return _register(_native.allocate(list(shape), dtype, alignment), shape, dtype)
 
 
-def _retire(allocation: _Allocation) -> None:
-    """Marks an allocation freed/released: its tensors become stale."""
-    allocation.live = False
-    allocation.tensor = None
-    _live.pop((allocation.index, allocation.generation), None)
+#: Marks an allocation freed/released: its tensors become stale (``_live`` forgets it).
+_retire = _native_registry.retire
 
 
 def _lookup(x: Any) -> _Allocation | None:

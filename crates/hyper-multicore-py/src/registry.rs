@@ -1,0 +1,340 @@
+//! The torch side of the wrapper's allocation registry (`hyper_multicore.shmem._registry`), in
+//! one native call per `empty`, `free` and registration.
+//!
+//! The registry's records are [`Allocation`]s (`_registry._Allocation`); its maps stay Python
+//! dicts — `_live` (by `(index, generation)`) and `_by_storage` (by torch storage) — and so do
+//! the rules about them: this module does the steps the Python code did, without the
+//! interpreter's cost per step (`empty` + `free` of a small tensor took 4.5 µs in Python, most
+//! of it in that glue; see bench/findings.md, round 22). [`Registry::free`] only takes the plain case (a live,
+//! whole, unowned, non-empty tensor) and answers anything else with `NotImplemented`, so the
+//! wrapper's full path raises the precise error as before.
+//!
+//! A tensor views its allocation through a `memoryview` of the heap ([`HeapBuffer::view`]),
+//! which its storage references; a weak reference to that view, whose callback
+//! ([`ForgetStorage`]) holds the [`HeapBuffer`], keeps the heap mapped until the view dies and
+//! then drops the storage's entry.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::gc::PyVisit;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple, PyType, PyWeakrefReference};
+use pyo3::PyTraverseError;
+
+use crate::heap::HeapBuffer;
+
+/// One allocation handed to Python (`_registry._Allocation`): its identity, where it lives,
+/// and its full tensor.
+#[pyclass(weakref, module = "hyper_multicore._native")]
+pub(crate) struct Allocation {
+    #[pyo3(get)]
+    index: u64,
+    #[pyo3(get)]
+    generation: u64,
+    #[pyo3(get)]
+    heap_offset: u64,
+    #[pyo3(get)]
+    nbytes: u64,
+    #[pyo3(get)]
+    alignment: u64,
+    /// The address of its first byte in this process.
+    #[pyo3(get)]
+    address: usize,
+    /// False once freed or released: its tensors are stale.
+    #[pyo3(get, set)]
+    live: bool,
+    /// The full tensor, referenced while the allocation is live (so its storage, and the
+    /// storage's key, stay unique); dropped when it is freed or released.
+    #[pyo3(get, set)]
+    tensor: Option<Py<PyAny>>,
+    /// The shared root's consumer that owns it (None outside a shared root): data-plane calls
+    /// on it need that consumer's lease (`owner.check_lease(role)`).
+    #[pyo3(get, set)]
+    owner: Option<Py<PyAny>>,
+    /// Weak reference to the memoryview under the tensor's storage, whose death removes the
+    /// allocation's storage entry (torch; see [`Registry::register`]).
+    #[pyo3(get, set)]
+    storage_ref: Option<Py<PyAny>>,
+}
+
+impl Allocation {
+    /// A live record of `[index, generation, heap offset, bytes, alignment]` viewed through
+    /// `buffer`, with no tensor yet.
+    fn fresh(
+        [index, generation, heap_offset, nbytes, alignment]: [u64; 5],
+        buffer: &HeapBuffer,
+    ) -> Self {
+        Allocation {
+            index,
+            generation,
+            heap_offset,
+            nbytes,
+            alignment,
+            address: buffer.address,
+            live: true,
+            tensor: None,
+            owner: None,
+            storage_ref: None,
+        }
+    }
+}
+
+#[pymethods]
+impl Allocation {
+    /// The record of `exported`: `(index, generation, heap offset, bytes, alignment,
+    /// HeapBuffer)`, live, with no tensor yet.
+    #[new]
+    fn new(exported: (u64, u64, u64, u64, u64, PyRef<'_, HeapBuffer>)) -> Self {
+        let (index, generation, heap_offset, nbytes, alignment, buffer) = exported;
+        Allocation::fresh([index, generation, heap_offset, nbytes, alignment], &buffer)
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.tensor)?;
+        visit.call(&self.owner)?;
+        visit.call(&self.storage_ref)?;
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        self.tensor = None;
+        self.owner = None;
+        self.storage_ref = None;
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Allocation(index={}, generation={}, nbytes={}, live={})",
+            self.index, self.generation, self.nbytes, self.live
+        )
+    }
+}
+
+/// The registry's Python state and the torch functions it calls, bound once at import.
+#[pyclass(frozen, module = "hyper_multicore._native")]
+pub(crate) struct Registry {
+    /// `_registry._live`.
+    live: Py<PyDict>,
+    /// `_registry._by_storage`.
+    by_storage: Py<PyDict>,
+    /// What it calls of torch (None with NumPy: then only [`Registry::retire`] is used, and
+    /// [`Registry::free`] answers `NotImplemented`).
+    torch: Option<Torch>,
+}
+
+/// What the registry calls of torch.
+struct Torch {
+    /// `torch.frombuffer`.
+    frombuffer: Py<PyAny>,
+    /// `torch.Tensor`.
+    tensor_type: Py<PyType>,
+    /// `torch.uint8` (an empty allocation's one-byte view).
+    uint8: Py<PyAny>,
+}
+
+#[pymethods]
+impl Registry {
+    #[new]
+    fn new(
+        live: Py<PyDict>,
+        by_storage: Py<PyDict>,
+        torch: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let torch = match torch {
+            None => None,
+            Some(torch) => Some(Torch {
+                frombuffer: torch.getattr("frombuffer")?.unbind(),
+                tensor_type: torch.getattr("Tensor")?.cast_into::<PyType>()?.unbind(),
+                uint8: torch.getattr("uint8")?.unbind(),
+            }),
+        };
+        Ok(Registry {
+            live,
+            by_storage,
+            torch,
+        })
+    }
+
+    /// Collective: allocates `shape` of heap dtype `name` (torch dtype `dtype`) with
+    /// `alignment`, and returns its registered tensor (see [`Registry::register`]).
+    fn allocate<'py>(
+        &self,
+        shape: &Bound<'py, PyTuple>,
+        name: &str,
+        alignment: Option<u64>,
+        dtype: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = shape.py();
+        let exported = crate::allocate_exported(py, shape.extract()?, name, alignment)?;
+        let (index, generation, heap_offset, nbytes, alignment, buffer) = exported.into_tuple();
+        let allocation =
+            Allocation::fresh([index, generation, heap_offset, nbytes, alignment], &buffer);
+        self.record(
+            Bound::new(py, allocation)?,
+            Bound::new(py, buffer)?,
+            shape,
+            dtype,
+        )
+    }
+
+    /// Records the allocation `exported` (`(index, generation, heap offset, bytes, alignment,
+    /// HeapBuffer)`) as live and returns a tensor of `shape` and torch `dtype` over all of it:
+    /// the [`Allocation`] holds the tensor, `_live` and `_by_storage` the [`Allocation`].
+    fn register<'py>(
+        &self,
+        exported: &Bound<'py, PyTuple>,
+        shape: &Bound<'py, PyTuple>,
+        dtype: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = exported.py();
+        let buffer = exported.get_item(5)?.cast_into::<HeapBuffer>()?;
+        let allocation = Allocation::new(exported.extract()?);
+        self.record(Bound::new(py, allocation)?, buffer, shape, dtype)
+    }
+
+    /// Collective: frees the allocation of `tensor` if it is the plain case — a torch tensor
+    /// whose storage is a live allocation's that no shared-root consumer owns, spanning all of
+    /// its (non-zero) bytes — and retires it; returns `NotImplemented` without doing anything
+    /// otherwise (the wrapper's full path then raises the precise error).
+    fn free(&self, tensor: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let py = tensor.py();
+        let not_implemented = py.NotImplemented();
+        let Some(torch) = &self.torch else {
+            return Ok(not_implemented);
+        };
+        if !tensor.is_instance(torch.tensor_type.bind(py))? {
+            return Ok(not_implemented);
+        }
+        let found = self.by_storage.bind(py).get_item(storage_key(tensor)?)?;
+        let Some(allocation) = found.and_then(|found| found.cast_into::<Allocation>().ok()) else {
+            return Ok(not_implemented);
+        };
+        let (index, generation) = {
+            let record = allocation.borrow();
+            let plain = record.live
+                && record.owner.is_none()
+                && record.nbytes > 0
+                && tensor.getattr(intern!(py, "nbytes"))?.extract::<u64>()? == record.nbytes
+                && tensor
+                    .call_method0(intern!(py, "data_ptr"))?
+                    .extract::<usize>()?
+                    == record.address;
+            if !plain {
+                return Ok(not_implemented);
+            }
+            (record.index, record.generation)
+        };
+        crate::free(py, index, generation)?;
+        self.retire(&allocation)?;
+        Ok(py.None())
+    }
+
+    /// Marks `allocation` freed or released: its tensors become stale, and `_live` forgets it.
+    fn retire(&self, allocation: &Bound<'_, Allocation>) -> PyResult<()> {
+        let py = allocation.py();
+        let (tensor, id) = {
+            let mut record = allocation.borrow_mut();
+            record.live = false;
+            (record.tensor.take(), (record.index, record.generation))
+        };
+        // Dropped outside the borrow: the tensor's death may run Python code (weak references'
+        // callbacks).
+        drop(tensor);
+        let live = self.live.bind(py);
+        if live.contains(id)? {
+            live.del_item(id)?;
+        }
+        Ok(())
+    }
+}
+
+impl Registry {
+    /// What the registry calls of torch (an error with NumPy).
+    fn torch(&self) -> PyResult<&Torch> {
+        self.torch
+            .as_ref()
+            .ok_or_else(|| PyValueError::new_err("tensors need torch, which is not installed"))
+    }
+
+    /// Gives `allocation` (live, new) its tensor of `shape` and torch `dtype` over all of
+    /// `buffer`, records it in `_live` and `_by_storage`, and returns the tensor.
+    fn record<'py>(
+        &self,
+        allocation: Bound<'py, Allocation>,
+        buffer: Bound<'py, HeapBuffer>,
+        shape: &Bound<'py, PyTuple>,
+        dtype: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = allocation.py();
+        let torch = self.torch()?;
+        let view = buffer.get().view(py)?;
+        let frombuffer = torch.frombuffer.bind(py);
+        let kwargs = PyDict::new(py);
+        let tensor = if buffer.get().nbytes == 0 {
+            // An empty allocation still owns a granule: one byte viewed, then none of it.
+            kwargs.set_item(intern!(py, "dtype"), torch.uint8.bind(py))?;
+            kwargs.set_item(intern!(py, "count"), 1)?;
+            frombuffer
+                .call((&view,), Some(&kwargs))?
+                .call_method1(intern!(py, "narrow"), (0, 0, 0))?
+                .call_method1(intern!(py, "view"), (dtype,))?
+                .call_method1(intern!(py, "view"), (shape,))?
+        } else {
+            // The allocation holds exactly the elements of `shape`: one tensor of the dtype
+            // over all of it, then the shape (torch's views cost microseconds each).
+            kwargs.set_item(intern!(py, "dtype"), dtype)?;
+            let flat = frombuffer.call((&view,), Some(&kwargs))?;
+            match shape.len() {
+                1 => flat,
+                _ => flat.call_method1(intern!(py, "view"), (shape,))?,
+            }
+        };
+        let key = storage_key(&tensor)?;
+        // The storage references `view`, so it dies exactly when the storage does -- and only
+        // then may the key be reused, or the mapping `buffer` holds go.
+        let forget = ForgetStorage {
+            key: key.clone().unbind(),
+            _buffer: buffer.unbind(),
+            by_storage: self.by_storage.clone_ref(py),
+        };
+        let storage_ref = PyWeakrefReference::new_with(&view, forget)?;
+        let id = {
+            let mut record = allocation.borrow_mut();
+            record.tensor = Some(tensor.clone().unbind());
+            record.storage_ref = Some(storage_ref.into_any().unbind());
+            (record.index, record.generation)
+        };
+        self.live.bind(py).set_item(id, &allocation)?;
+        self.by_storage.bind(py).set_item(key, &allocation)?;
+        Ok(tensor)
+    }
+}
+
+/// What identifies the memory a torch tensor views: `tensor.untyped_storage()._cdata`.
+fn storage_key<'py>(tensor: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = tensor.py();
+    tensor
+        .call_method0(intern!(py, "untyped_storage"))?
+        .getattr(intern!(py, "_cdata"))
+}
+
+/// The callback of the weak reference to a tensor's memoryview: drops the storage's entry from
+/// `_by_storage` and, with itself, the last reference to the allocation's [`HeapBuffer`].
+#[pyclass(frozen, module = "hyper_multicore._native")]
+struct ForgetStorage {
+    key: Py<PyAny>,
+    /// Keeps the heap mapped while the view lives (only held).
+    _buffer: Py<HeapBuffer>,
+    by_storage: Py<PyDict>,
+}
+
+#[pymethods]
+impl ForgetStorage {
+    fn __call__(&self, py: Python<'_>, _dead: &Bound<'_, PyAny>) -> PyResult<()> {
+        let by_storage = self.by_storage.bind(py);
+        if by_storage.contains(self.key.bind(py))? {
+            by_storage.del_item(self.key.bind(py))?;
+        }
+        Ok(())
+    }
+}
