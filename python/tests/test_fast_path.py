@@ -235,3 +235,23 @@ def test_handles_of_dead_views_are_forgotten(runtime, xp):
     assert _native.remembered() <= baseline + 2
     shmem.barrier()
     shmem.free(dst)
+
+
+@needs_torch
+def test_free_of_a_tensor_changed_in_place_is_refused_and_frees_nothing(runtime, xp):
+    # free's native path takes a plain tensor only: one whose data pointer and size are still
+    # its allocation's. A tensor shrunk or moved in place since is refused with the full path's
+    # error (a view), and the allocation stays live until the tensor is whole again.
+    data = shmem.empty(8, dtype="float32")
+    data.resize_(4)
+    with pytest.raises(ValueError, match="view cannot be freed"):
+        shmem.free(data)
+    data.set_(data.untyped_storage(), 1, (7,))
+    with pytest.raises(ValueError, match="view cannot be freed"):
+        shmem.free(data)
+    assert shmem.debug_state()["heap"]["allocation_count"] == 1
+    data.set_(data.untyped_storage(), 0, (8,))
+    shmem.free(data)
+    assert shmem.debug_state()["heap"]["allocation_count"] == 0
+    with pytest.raises(shmem.StaleTensorError, match="double free"):
+        shmem.free(data)

@@ -9,9 +9,11 @@
 //!
 //! - a symmetric tensor is a region `(allocation index, generation, byte offset, bytes)`;
 //! - a local buffer is either such a region or `(address, nbytes)` of a contiguous CPU tensor
-//!   ([`memory`] holds the crate's only `unsafe` code, for the latter);
+//!   ([`memory`] holds the crate's only `unsafe` code: for the latter, and for the heap's
+//!   `memoryview` under a torch tensor);
 //! - an allocation comes back as `(index, generation, heap offset, bytes, alignment,
-//!   HeapBuffer)`, the [`heap::HeapBuffer`] keeping the heap mapped for zero-copy tensors.
+//!   HeapBuffer)`, the [`heap::HeapBuffer`] keeping the heap mapped for zero-copy tensors; with
+//!   torch, [`registry::Registry`] allocates, makes and records the tensor in one call.
 //!
 //! ```python
 //! from hyper_multicore import _native      # private: use hyper_multicore.shmem
