@@ -5,9 +5,10 @@
 times in turn (3 by default: this VM changes speed from minute to minute, so each side is
 sampled in the same minutes), and prints one JSON line per row: the Python figure (the median
 of the rounds' medians over trials of a batch's time per call, and the least time seen), the
-matching Rust row's median of medians, and the median of the rounds' Python / Rust ratios. Rows: ``put``/``get`` of 8 B and 1 MiB (put with
-``quiet``, as the Rust ``put_quiet``), ``signal``, the ``put_signal``/``wait_signal`` round trip,
-``barrier``, ``all_to_all`` of 1 MiB per pair and ``empty``+``free``.
+matching Rust row's median of medians, and the median of the rounds' Python / Rust ratios.
+Rows: ``put``/``get`` of 8 B and 1 MiB (put with ``quiet``, as the Rust ``put_quiet``),
+``signal``, the ``put_signal``/``wait_signal`` round trip, ``barrier``, ``all_to_all`` of 1 MiB
+per pair and ``empty``+``free``.
 
 Environment: ``HMRUN`` and ``HM_BENCH`` (default ``target/release/{hmrun,hm-bench}``, built with
 ``cargo build --release -p hmrun -p hm-bench``). The machine should be otherwise idle; the load

@@ -9,6 +9,7 @@ heap offset, bytes, alignment, HeapBuffer)``.
 
 import weakref
 from collections.abc import Callable
+from types import NotImplementedType
 from typing import Any, Final, TypeAlias
 
 Region = tuple[int, int, int, int]
@@ -39,7 +40,6 @@ class Allocation:
     live: bool
     tensor: Any
     owner: Any
-    storage_ref: Any
     def __init__(self, exported: Exported) -> None: ...
 
 class Registry:
@@ -50,7 +50,7 @@ class Registry:
         self, shape: tuple[int, ...], name: str, alignment: int | None, dtype: Any
     ) -> Any: ...
     def register(self, exported: Exported, shape: tuple[int, ...], dtype: Any) -> Any: ...
-    def free(self, tensor: Any) -> Any: ...
+    def free(self, tensor: Any) -> None | NotImplementedType: ...
     def retire(self, allocation: Allocation) -> None: ...
 
 def acquire_world(heap_size_bytes: int | None = None) -> None: ...

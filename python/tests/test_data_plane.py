@@ -394,6 +394,27 @@ def test_stale_tensors_survive_release(xp):
     gc.collect()
 
 
+@needs_torch
+def test_the_heap_stays_mapped_under_a_view_whatever_becomes_of_its_record():
+    from hyper_multicore.shmem import _registry
+
+    shmem.acquire(heap_size_bytes=1 << 20)
+    tensor = shmem.empty(1024, dtype="uint8")
+    tensor.fill_(7)
+    view = tensor[10:20]
+    key = tensor.untyped_storage()._cdata
+    shmem.free(tensor)
+    shmem.release()
+    del tensor
+    # Only the view's own weak reference may keep the mapping: losing the registry's record of
+    # the allocation (here by hand) must not unmap memory the view still reads (a fault, once).
+    del _registry._by_storage[key]
+    gc.collect()
+    assert view.tolist() == [7] * 10
+    del view
+    gc.collect()
+
+
 @pytest.mark.skipif(WORLD < 2, reason="needs 2 ranks")
 def test_freeing_different_tensors_fails_on_every_rank(runtime):
     a = shmem.empty(4)

@@ -16,9 +16,9 @@ use pyo3::prelude::*;
 /// `torch.frombuffer` over [`HeapBuffer::view`]) or NumPy array (the Python wrapper:
 /// `numpy.frombuffer` over a `ctypes` array at `address`). The memory stays mapped as long as
 /// any tensor or view of it exists — after `free`, `restart` or `release` too (ARCHITECTURE
-/// decision 8): the ctypes array references this object, and the registry keeps it until the
-/// memoryview under a tensor's storage dies. A stale tensor then reads stale bytes; every
-/// operation rejects it.
+/// decision 8): the ctypes array references this object, and so does the callback of a weak
+/// reference to the memoryview under a tensor's storage, until that view dies. A stale tensor
+/// then reads stale bytes; every operation rejects it.
 #[pyclass(frozen, module = "hyper_multicore._native")]
 pub(crate) struct HeapBuffer {
     /// The address of the allocation's first byte in this process.

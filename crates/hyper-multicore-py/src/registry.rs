@@ -4,15 +4,17 @@
 //! The registry's records are [`Allocation`]s (`_registry._Allocation`); its maps stay Python
 //! dicts — `_live` (by `(index, generation)`) and `_by_storage` (by torch storage) — and so do
 //! the rules about them: this module does the steps the Python code did, without the
-//! interpreter's cost per step (`empty` + `free` of a small tensor took 4.5 µs in Python, most
-//! of it in that glue; see bench/findings.md, round 22). [`Registry::free`] only takes the plain case (a live,
-//! whole, unowned, non-empty tensor) and answers anything else with `NotImplemented`, so the
-//! wrapper's full path raises the precise error as before.
+//! interpreter's cost per step (`empty` + `free` of a small tensor: 5.2 µs with the Python
+//! code, 3.2 µs now; see bench/findings.md, round 22). [`Registry::free`] only takes the plain
+//! case (a live, whole, unowned, non-empty tensor) and answers anything else with
+//! `NotImplemented`, so the wrapper's full path raises the precise error as before.
 //!
 //! A tensor views its allocation through a `memoryview` of the heap ([`HeapBuffer::view`]),
-//! which its storage references; a weak reference to that view, whose callback
-//! ([`ForgetStorage`]) holds the [`HeapBuffer`], keeps the heap mapped until the view dies and
-//! then drops the storage's entry.
+//! which its storage references. The callback of a weak reference to that view
+//! ([`ForgetStorage`]) holds the [`HeapBuffer`] — so the heap stays mapped until the view dies,
+//! whatever becomes of the registry's records — and then drops the storage's entry.
+
+use std::sync::OnceLock;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::gc::PyVisit;
@@ -51,10 +53,6 @@ pub(crate) struct Allocation {
     /// on it need that consumer's lease (`owner.check_lease(role)`).
     #[pyo3(get, set)]
     owner: Option<Py<PyAny>>,
-    /// Weak reference to the memoryview under the tensor's storage, whose death removes the
-    /// allocation's storage entry (torch; see [`Registry::register`]).
-    #[pyo3(get, set)]
-    storage_ref: Option<Py<PyAny>>,
 }
 
 impl Allocation {
@@ -74,7 +72,6 @@ impl Allocation {
             live: true,
             tensor: None,
             owner: None,
-            storage_ref: None,
         }
     }
 }
@@ -92,20 +89,19 @@ impl Allocation {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.tensor)?;
         visit.call(&self.owner)?;
-        visit.call(&self.storage_ref)?;
         Ok(())
     }
 
     fn __clear__(&mut self) {
         self.tensor = None;
         self.owner = None;
-        self.storage_ref = None;
     }
 
     fn __repr__(&self) -> String {
+        let live = if self.live { "True" } else { "False" };
         format!(
-            "Allocation(index={}, generation={}, nbytes={}, live={})",
-            self.index, self.generation, self.nbytes, self.live
+            "Allocation(index={}, generation={}, nbytes={}, live={live})",
+            self.index, self.generation, self.nbytes
         )
     }
 }
@@ -209,21 +205,31 @@ impl Registry {
         let Some(allocation) = found.and_then(|found| found.cast_into::<Allocation>().ok()) else {
             return Ok(not_implemented);
         };
-        let (index, generation) = {
+        // Copied out first: the tensor's `nbytes` and `data_ptr` may run Python code (a
+        // subclass's `__torch_function__`), which must not find the record borrowed.
+        let (live, owned, nbytes, address, index, generation) = {
             let record = allocation.borrow();
-            let plain = record.live
-                && record.owner.is_none()
-                && record.nbytes > 0
-                && tensor.getattr(intern!(py, "nbytes"))?.extract::<u64>()? == record.nbytes
-                && tensor
-                    .call_method0(intern!(py, "data_ptr"))?
-                    .extract::<usize>()?
-                    == record.address;
-            if !plain {
-                return Ok(not_implemented);
-            }
-            (record.index, record.generation)
+            let owned = record.owner.is_some();
+            (
+                record.live,
+                owned,
+                record.nbytes,
+                record.address,
+                record.index,
+                record.generation,
+            )
         };
+        let plain = live
+            && !owned
+            && nbytes > 0
+            && tensor.getattr(intern!(py, "nbytes"))?.extract::<u64>()? == nbytes
+            && tensor
+                .call_method0(intern!(py, "data_ptr"))?
+                .extract::<usize>()?
+                == address;
+        if !plain {
+            return Ok(not_implemented);
+        }
         crate::free(py, index, generation)?;
         self.retire(&allocation)?;
         Ok(py.None())
@@ -290,18 +296,26 @@ impl Registry {
             }
         };
         let key = storage_key(&tensor)?;
-        // The storage references `view`, so it dies exactly when the storage does -- and only
-        // then may the key be reused, or the mapping `buffer` holds go.
-        let forget = ForgetStorage {
-            key: key.clone().unbind(),
-            _buffer: buffer.unbind(),
-            by_storage: self.by_storage.clone_ref(py),
-        };
-        let storage_ref = PyWeakrefReference::new_with(&view, forget)?;
+        // The storage references `view`, so the view dies exactly when the storage does -- and
+        // only then may the key be reused, or the mapping `buffer` holds go. The callback of a
+        // weak reference to the view holds `buffer`, and holds that weak reference itself (a
+        // cycle the collector does not see, broken when the callback runs): so the mapping
+        // stays for as long as the view lives, whatever becomes of the record or the dicts.
+        let forget = Bound::new(
+            py,
+            ForgetStorage {
+                key: key.clone().unbind(),
+                _buffer: buffer.unbind(),
+                by_storage: self.by_storage.clone_ref(py),
+                own_ref: OnceLock::new(),
+            },
+        )?;
+        let weak = PyWeakrefReference::new_with(&view, &forget)?;
+        // (Just made, so not set yet.)
+        let _ = forget.get().own_ref.set(weak.into_any().unbind());
         let id = {
             let mut record = allocation.borrow_mut();
             record.tensor = Some(tensor.clone().unbind());
-            record.storage_ref = Some(storage_ref.into_any().unbind());
             (record.index, record.generation)
         };
         self.live.bind(py).set_item(id, &allocation)?;
@@ -326,6 +340,8 @@ struct ForgetStorage {
     /// Keeps the heap mapped while the view lives (only held).
     _buffer: Py<HeapBuffer>,
     by_storage: Py<PyDict>,
+    /// The weak reference this is the callback of: nothing else holds it (only held).
+    own_ref: OnceLock<Py<PyAny>>,
 }
 
 #[pymethods]

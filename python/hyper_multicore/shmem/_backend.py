@@ -1,21 +1,21 @@
 """Tensors: PyTorch CPU tensors when torch is importable, NumPy arrays otherwise.
 
-This module builds the zero-copy tensors that view the symmetric heap and reads what the data
-plane needs from any tensor (address, byte length, dtype, contiguity).
+This module builds the zero-copy NumPy arrays that view the symmetric heap and reads what the
+data plane needs from any tensor (address, byte length, dtype, contiguity).
 
 Zero copy: the native ``HeapBuffer`` of an allocation holds the address of its bytes in this
-process and keeps the runtime's shared mapping alive. A ``ctypes`` array placed at that address
-(``from_address``, the one raw-memory step of the package) holds the ``HeapBuffer``;
-``torch.frombuffer`` / ``numpy.frombuffer`` make a tensor over the ctypes array and keep it
-referenced from the tensor's storage. So the memory stays mapped for as long as any tensor or
-view of it lives, and a stale tensor can never fault the interpreter.
+process and keeps the runtime's shared mapping alive. For NumPy, a ``ctypes`` array placed at
+that address (``from_address``, the one raw-memory step of the package) holds the
+``HeapBuffer``, and ``numpy.frombuffer`` makes an array over it that keeps it referenced. torch
+tensors are made natively (``_native.Registry``: ``torch.frombuffer`` over a memoryview of the
+heap, whose weak reference holds the ``HeapBuffer``). Either way the memory stays mapped for as
+long as any tensor or view of it lives, and a stale tensor can never fault the interpreter.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import math
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -131,9 +131,7 @@ def _heap_bytes_type(nbytes: int) -> Any:
     return type(f"HeapBytes{nbytes}", (ctypes.c_ubyte * nbytes,), {})
 
 
-def heap_array(
-    buffer: _native.HeapBuffer, shape: tuple[int, ...], dtype: str, record: Any
-) -> Any:
+def heap_array(buffer: _native.HeapBuffer, shape: tuple[int, ...], dtype: str, record: Any) -> Any:
     """A NumPy array of ``shape`` and ``dtype`` viewing the allocation ``buffer`` without a
     copy (torch tensors are made natively: ``_native.Registry``).
 

@@ -29,10 +29,10 @@ _NO_ALLOCATION = 2**64 - 1
 
 #: One allocation handed to Python: its identity (``index``, ``generation``), where it lives
 #: (``heap_offset``, ``nbytes``, ``alignment``, ``address``), whether it is ``live``, its full
-#: ``tensor`` (held while live, so its storage and the storage's key stay unique), the shared
-#: root consumer that is its ``owner`` (None outside a shared root: data-plane calls on it need
-#: that consumer's lease) and ``storage_ref`` (see :func:`_register`). A native class, so that
-#: ``_native.Registry`` reaches its fields directly.
+#: ``tensor`` (held while live, so its storage and the storage's key stay unique) and the
+#: shared root consumer that is its ``owner`` (None outside a shared root: data-plane calls on
+#: it need that consumer's lease). A native class, so that ``_native.Registry`` reaches its
+#: fields directly.
 _Allocation = _native.Allocation
 
 
@@ -53,9 +53,10 @@ _native_registry = _native.Registry(_live, _by_storage, _backend.torch)
 def _register(exported: tuple, shape: tuple[int, ...], dtype: str) -> Any:
     """Records a new allocation and returns its tensor (or array). The caller holds ``_lock``.
 
-    A torch tensor's storage references a memoryview of the heap, whose death removes the
-    storage's entry from ``_by_storage`` and lets the heap mapping go (``_native.Registry``);
-    a NumPy array's root ``base`` is a ctypes array that keeps the mapping and its record.
+    A torch tensor's storage references a memoryview of the heap, whose death (and only that)
+    removes the storage's entry from ``_by_storage`` and lets the heap mapping go
+    (``_native.Registry``); a NumPy array's root ``base`` is a ctypes array that keeps the
+    mapping and its record.
     """
     if _backend.torch is not None:
         return _native_registry.register(exported, tuple(shape), _backend.to_dtype(dtype))
