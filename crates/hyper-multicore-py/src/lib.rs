@@ -395,6 +395,19 @@ fn allocate(
     allocate_exported(py, shape, dtype, alignment).map(Exported::into_tuple)
 }
 
+/// The library's allocation spec of `shape`, heap dtype name `dtype` and `alignment`.
+pub(crate) fn allocation_spec(
+    shape: Vec<usize>,
+    dtype: &str,
+    alignment: Option<u64>,
+) -> PyResult<AllocationSpec> {
+    Ok(AllocationSpec {
+        shape,
+        dtype: parse_dtype(dtype)?,
+        alignment,
+    })
+}
+
 /// [`allocate`] as the library's record and this process's view of it.
 pub(crate) fn allocate_exported(
     py: Python<'_>,
@@ -402,11 +415,7 @@ pub(crate) fn allocate_exported(
     dtype: &str,
     alignment: Option<u64>,
 ) -> PyResult<Exported> {
-    let spec = AllocationSpec {
-        shape,
-        dtype: parse_dtype(dtype)?,
-        alignment,
-    };
+    let spec = allocation_spec(shape, dtype, alignment)?;
     let exported = py.detach(|| {
         lifecycle::guarded("allocate", |shmem| {
             let record = shmem.allocate_spec(&spec)?;

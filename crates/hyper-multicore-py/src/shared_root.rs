@@ -9,14 +9,14 @@ use hyper_multicore::control::GroupChannel;
 use hyper_multicore::lifecycle::{
     self, Consumer, ConsumerSpec, GrowableBuffer, Growth, Lease, RootGroup, SharedRoot,
 };
-use hyper_multicore::shmem::{AllocationId, AllocationRecord, AllocationSpec, Shmem};
+use hyper_multicore::shmem::{AllocationId, AllocationRecord, Shmem};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use crate::allocation_spec;
 use crate::channel::PythonChannel;
 use crate::errors::py_result;
 use crate::heap::{Exported, ExportedTuple};
-use crate::parse_dtype;
 
 /// An allocation as the wrapper receives it: the exported tuple, shape and dtype name.
 type Described = (ExportedTuple, Vec<usize>, &'static str);
@@ -31,14 +31,6 @@ fn describe(shmem: &Shmem, record: AllocationRecord) -> hyper_multicore::Result<
     Ok((Exported::new(shmem, record)?.into_tuple(), shape, dtype))
 }
 
-fn spec(shape: Vec<usize>, dtype: &str, alignment: Option<u64>) -> PyResult<AllocationSpec> {
-    Ok(AllocationSpec {
-        shape,
-        dtype: parse_dtype(dtype)?,
-        alignment,
-    })
-}
-
 /// What a consumer's allocation costs its budget (alignment padding included).
 #[pyfunction]
 #[pyo3(signature = (shape, dtype, alignment=None))]
@@ -50,7 +42,7 @@ pub(crate) fn allocation_budget(
 ) -> PyResult<u64> {
     py_result(
         py,
-        lifecycle::allocation_budget(&spec(shape, dtype, alignment)?),
+        lifecycle::allocation_budget(&allocation_spec(shape, dtype, alignment)?),
     )
 }
 
@@ -229,7 +221,7 @@ impl PyLease {
         site: &str,
         growable: bool,
     ) -> PyResult<(Option<PyGrowable>, Described)> {
-        let spec = spec(shape, dtype, alignment)?;
+        let spec = allocation_spec(shape, dtype, alignment)?;
         let made = py.detach(|| match growable {
             false => Ok((None, self.lease.allocate_spec_from(&spec, site)?)),
             true => {
