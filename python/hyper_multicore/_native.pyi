@@ -45,7 +45,9 @@ class Allocation:
 class Registry:
     """The wrapper's allocation registry, natively (see ``shmem._registry``)."""
 
-    def __init__(self, live: dict, by_storage: dict, torch: Any | None) -> None: ...
+    def __init__(
+        self, live: dict, by_storage: dict, torch: Any | None, numpy: Any | None
+    ) -> None: ...
     def allocate(
         self, shape: tuple[int, ...], name: str, alignment: int | None, dtype: Any
     ) -> Any: ...

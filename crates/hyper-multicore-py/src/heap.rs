@@ -12,13 +12,11 @@ use pyo3::prelude::*;
 /// The memory of one symmetric allocation in this process: its address and length, and a
 /// handle that keeps the runtime's shared mapping alive as long as this object lives.
 ///
-/// It becomes a zero-copy torch tensor ([`Registry`](crate::registry::Registry):
-/// `torch.frombuffer` over [`HeapBuffer::view`]) or NumPy array (the Python wrapper:
-/// `numpy.frombuffer` over a `ctypes` array at `address`). The memory stays mapped as long as
-/// any tensor or view of it exists — after `free`, `restart` or `release` too (ARCHITECTURE
-/// decision 8): the ctypes array references this object, and so does the callback of a weak
-/// reference to the memoryview under a tensor's storage, until that view dies. A stale tensor
-/// then reads stale bytes; every operation rejects it.
+/// It becomes a zero-copy torch tensor or NumPy array ([`Registry`](crate::registry::Registry):
+/// `frombuffer` over [`HeapBuffer::view`]). The memory stays mapped as long as any tensor or
+/// view of it exists — after `free`, `restart` or `release` too (ARCHITECTURE decision 8): the
+/// callback of a weak reference to what lives as long as those tensors holds this object. A
+/// stale tensor then reads stale bytes; every operation rejects it.
 #[pyclass(frozen, module = "hyper_multicore._native")]
 pub(crate) struct HeapBuffer {
     /// The address of the allocation's first byte in this process.
@@ -52,7 +50,7 @@ impl HeapBuffer {
 
 impl HeapBuffer {
     /// A writable `memoryview` of the allocation's bytes (of one byte for an empty allocation,
-    /// which still owns a granule of the heap), for `torch.frombuffer`. The view does not keep
+    /// which still owns a granule of the heap), for `frombuffer`. The view does not keep
     /// the memory mapped: the caller keeps this object alive for as long as the view lives
     /// ([`Registry`](crate::registry::Registry) does).
     pub(crate) fn view<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

@@ -1,18 +1,19 @@
-//! The torch side of the wrapper's allocation registry (`hyper_multicore.shmem._registry`), in
-//! one native call per `empty`, `free` and registration.
+//! The wrapper's allocation registry (`hyper_multicore.shmem._registry`), in one native call per
+//! `empty`, `free` and registration.
 //!
 //! The registry's records are [`Allocation`]s (`_registry._Allocation`); its maps stay Python
-//! dicts — `_live` (by `(index, generation)`) and `_by_storage` (by torch storage) — and so do
-//! the rules about them: this module does the steps the Python code did, without the
-//! interpreter's cost per step (`empty` + `free` of a small tensor: 5.2 µs with the Python
-//! code, 3.2 µs now; see bench/findings.md, round 22). [`Registry::free`] only takes the plain
-//! case (a live, whole, unowned, non-empty tensor) and answers anything else with
-//! `NotImplemented`, so the wrapper's full path raises the precise error as before.
+//! dicts — `_live` (by `(index, generation)`) and `_by_storage` (by torch storage, or by the
+//! memoryview at the root of a NumPy array's `base` chain) — and so do the rules about them:
+//! this module does the steps the Python code did, without the interpreter's cost per step
+//! (`empty` + `free` of a small torch tensor: 5.2 µs with the Python code, 3.2 µs now; see
+//! bench/findings.md, round 22). [`Registry::free`] only takes the plain case (a live, whole,
+//! unowned, non-empty torch tensor) and answers anything else with `NotImplemented`, so the
+//! wrapper's full path raises the precise error as before.
 //!
-//! A tensor views its allocation through a `memoryview` of the heap ([`HeapBuffer::view`]),
-//! which its storage references. The callback of a weak reference to that view
-//! ([`ForgetStorage`]) holds the [`HeapBuffer`] — so the heap stays mapped until the view dies,
-//! whatever becomes of the registry's records — and then drops the storage's entry.
+//! A tensor views its allocation through a `memoryview` of the heap ([`HeapBuffer::view`]).
+//! The callback of a weak reference to what lives exactly as long as tensors over it do
+//! ([`ForgetStorage`]) holds the [`HeapBuffer`] — so the heap stays mapped until they are all
+//! gone, whatever becomes of the registry's records — and then drops the memory's entry.
 
 use std::sync::OnceLock;
 
@@ -20,7 +21,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple, PyType, PyWeakrefReference};
+use pyo3::types::{PyDict, PyInt, PySlice, PyTuple, PyType, PyWeakrefReference};
 use pyo3::PyTraverseError;
 
 use crate::heap::HeapBuffer;
@@ -106,53 +107,71 @@ impl Allocation {
     }
 }
 
-/// The registry's Python state and the torch functions it calls, bound once at import.
+/// The registry's Python state and the tensor library's functions it calls, bound once at
+/// import.
 #[pyclass(frozen, module = "hyper_multicore._native")]
 pub(crate) struct Registry {
     /// `_registry._live`.
     live: Py<PyDict>,
     /// `_registry._by_storage`.
     by_storage: Py<PyDict>,
-    /// What it calls of torch (None with NumPy: then only [`Registry::retire`] is used, and
-    /// [`Registry::free`] answers `NotImplemented`).
-    torch: Option<Torch>,
+    backend: Backend,
 }
 
-/// What the registry calls of torch.
-struct Torch {
-    /// `torch.frombuffer`.
-    frombuffer: Py<PyAny>,
-    /// `torch.Tensor`.
-    tensor_type: Py<PyType>,
-    /// `torch.uint8` (an empty allocation's one-byte view).
-    uint8: Py<PyAny>,
+/// The tensor library: torch, or NumPy where torch is not installed.
+enum Backend {
+    Torch {
+        /// `torch.frombuffer`.
+        frombuffer: Py<PyAny>,
+        /// `torch.Tensor`.
+        tensor_type: Py<PyType>,
+        /// `torch.uint8` (an empty allocation's one-byte view).
+        uint8: Py<PyAny>,
+    },
+    NumPy {
+        /// `numpy.frombuffer`.
+        frombuffer: Py<PyAny>,
+        /// `numpy.uint8`.
+        uint8: Py<PyAny>,
+    },
 }
 
 #[pymethods]
 impl Registry {
+    /// A registry over `live` and `by_storage` making torch tensors, or NumPy arrays when
+    /// `torch` is None.
     #[new]
     fn new(
         live: Py<PyDict>,
         by_storage: Py<PyDict>,
         torch: Option<&Bound<'_, PyAny>>,
+        numpy: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let torch = match torch {
-            None => None,
-            Some(torch) => Some(Torch {
+        let backend = match (torch, numpy) {
+            (Some(torch), _) => Backend::Torch {
                 frombuffer: torch.getattr("frombuffer")?.unbind(),
                 tensor_type: torch.getattr("Tensor")?.cast_into::<PyType>()?.unbind(),
                 uint8: torch.getattr("uint8")?.unbind(),
-            }),
+            },
+            (None, Some(numpy)) => Backend::NumPy {
+                frombuffer: numpy.getattr("frombuffer")?.unbind(),
+                uint8: numpy.getattr("uint8")?.unbind(),
+            },
+            (None, None) => {
+                return Err(PyValueError::new_err(
+                    "symmetric tensors need torch or NumPy; install either",
+                ))
+            }
         };
         Ok(Registry {
             live,
             by_storage,
-            torch,
+            backend,
         })
     }
 
-    /// Collective: allocates `shape` of heap dtype `name` (torch dtype `dtype`) with
-    /// `alignment`, and returns its registered tensor (see [`Registry::register`]).
+    /// Collective: allocates `shape` of heap dtype `name` (the backend's dtype `dtype`) with
+    /// `alignment`, and returns its registered tensor or array (see [`Registry::register`]).
     fn allocate<'py>(
         &self,
         shape: &Bound<'py, PyTuple>,
@@ -174,8 +193,9 @@ impl Registry {
     }
 
     /// Records the allocation `exported` (`(index, generation, heap offset, bytes, alignment,
-    /// HeapBuffer)`) as live and returns a tensor of `shape` and torch `dtype` over all of it:
-    /// the [`Allocation`] holds the tensor, `_live` and `_by_storage` the [`Allocation`].
+    /// HeapBuffer)`) as live and returns a tensor (or array) of `shape` and the backend's
+    /// `dtype` over all of it: the [`Allocation`] holds the tensor, `_live` and `_by_storage`
+    /// the [`Allocation`].
     fn register<'py>(
         &self,
         exported: &Bound<'py, PyTuple>,
@@ -195,10 +215,10 @@ impl Registry {
     fn free(&self, tensor: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let py = tensor.py();
         let not_implemented = py.NotImplemented();
-        let Some(torch) = &self.torch else {
+        let Backend::Torch { tensor_type, .. } = &self.backend else {
             return Ok(not_implemented);
         };
-        if !tensor.is_instance(torch.tensor_type.bind(py))? {
+        if !tensor.is_instance(tensor_type.bind(py))? {
             return Ok(not_implemented);
         }
         let found = self.by_storage.bind(py).get_item(storage_key(tensor)?)?;
@@ -255,15 +275,8 @@ impl Registry {
 }
 
 impl Registry {
-    /// What the registry calls of torch (an error with NumPy).
-    fn torch(&self) -> PyResult<&Torch> {
-        self.torch
-            .as_ref()
-            .ok_or_else(|| PyValueError::new_err("tensors need torch, which is not installed"))
-    }
-
-    /// Gives `allocation` (live, new) its tensor of `shape` and torch `dtype` over all of
-    /// `buffer`, records it in `_live` and `_by_storage`, and returns the tensor.
+    /// Gives `allocation` (live, new) its tensor (or array) of `shape` and the backend's `dtype`
+    /// over all of `buffer`, records it in `_live` and `_by_storage`, and returns the tensor.
     fn record<'py>(
         &self,
         allocation: Bound<'py, Allocation>,
@@ -272,35 +285,52 @@ impl Registry {
         dtype: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = allocation.py();
-        let torch = self.torch()?;
         let view = buffer.get().view(py)?;
-        let frombuffer = torch.frombuffer.bind(py);
+        let (frombuffer, uint8, reshape) = match &self.backend {
+            Backend::Torch {
+                frombuffer, uint8, ..
+            } => (frombuffer, uint8, intern!(py, "view")),
+            Backend::NumPy { frombuffer, uint8 } => (frombuffer, uint8, intern!(py, "reshape")),
+        };
+        let frombuffer = frombuffer.bind(py);
         let kwargs = PyDict::new(py);
-        let tensor = if buffer.get().nbytes == 0 {
+        let empty = buffer.get().nbytes == 0;
+        if empty {
             // An empty allocation still owns a granule: one byte viewed, then none of it.
-            kwargs.set_item(intern!(py, "dtype"), torch.uint8.bind(py))?;
+            kwargs.set_item(intern!(py, "dtype"), uint8.bind(py))?;
             kwargs.set_item(intern!(py, "count"), 1)?;
-            frombuffer
-                .call((&view,), Some(&kwargs))?
-                .call_method1(intern!(py, "narrow"), (0, 0, 0))?
-                .call_method1(intern!(py, "view"), (dtype,))?
-                .call_method1(intern!(py, "view"), (shape,))?
         } else {
-            // The allocation holds exactly the elements of `shape`: one tensor of the dtype
-            // over all of it, then the shape (torch's views cost microseconds each).
             kwargs.set_item(intern!(py, "dtype"), dtype)?;
-            let flat = frombuffer.call((&view,), Some(&kwargs))?;
-            match shape.len() {
-                1 => flat,
-                _ => flat.call_method1(intern!(py, "view"), (shape,))?,
+        }
+        let flat = frombuffer.call((&view,), Some(&kwargs))?;
+        // What lives exactly as long as some tensor or array views the memory (`watched`), and
+        // what identifies that memory (`key`): a torch tensor's storage references `view`; a
+        // NumPy array's `base` chain ends at a memoryview NumPy made over `view`'s buffer (one
+        // that does not reference `view` itself).
+        let (watched, key) = match self.backend {
+            Backend::Torch { .. } => (view, storage_key(&flat)?),
+            Backend::NumPy { .. } => {
+                let root = flat.getattr(intern!(py, "base"))?;
+                let key = PyInt::new(py, root.as_ptr() as usize).into_any();
+                (root, key)
             }
         };
-        let key = storage_key(&tensor)?;
-        // The storage references `view`, so the view dies exactly when the storage does -- and
-        // only then may the key be reused, or the mapping `buffer` holds go. The callback of a
-        // weak reference to the view holds `buffer`, and holds that weak reference itself (a
-        // cycle the collector does not see, broken when the callback runs): so the mapping
-        // stays for as long as the view lives, whatever becomes of the record or the dicts.
+        let tensor = if empty {
+            flat.get_item(PySlice::new(py, 0, 0, 1))?
+                .call_method1(intern!(py, "view"), (dtype,))?
+                .call_method1(reshape, (shape,))?
+        } else if shape.len() == 1 {
+            // The allocation holds exactly the elements of `shape`: one tensor of the dtype
+            // over all of it, then the shape (torch's views cost microseconds each).
+            flat
+        } else {
+            flat.call_method1(reshape, (shape,))?
+        };
+        // `watched` dies when the last tensor or array over the memory does -- and only then
+        // may the key be reused, or the mapping `buffer` holds go. The callback of a weak
+        // reference to `watched` holds `buffer`, and holds that weak reference itself (a cycle
+        // the collector does not see, broken when the callback runs): so the mapping stays for
+        // as long as any tensor views it, whatever becomes of the record or the dicts.
         let forget = Bound::new(
             py,
             ForgetStorage {
@@ -310,7 +340,7 @@ impl Registry {
                 own_ref: OnceLock::new(),
             },
         )?;
-        let weak = PyWeakrefReference::new_with(&view, &forget)?;
+        let weak = PyWeakrefReference::new_with(&watched, &forget)?;
         // (Just made, so not set yet.)
         let _ = forget.get().own_ref.set(weak.into_any().unbind());
         let id = {
@@ -332,8 +362,9 @@ fn storage_key<'py>(tensor: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         .getattr(intern!(py, "_cdata"))
 }
 
-/// The callback of the weak reference to a tensor's memoryview: drops the storage's entry from
-/// `_by_storage` and, with itself, the last reference to the allocation's [`HeapBuffer`].
+/// The callback of the weak reference that watches an allocation's tensors (see
+/// [`Registry::record`]): drops their entry from `_by_storage` and, with itself, the last
+/// reference to the allocation's [`HeapBuffer`].
 #[pyclass(frozen, module = "hyper_multicore._native")]
 struct ForgetStorage {
     key: Py<PyAny>,

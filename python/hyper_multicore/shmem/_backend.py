@@ -1,20 +1,18 @@
 """Tensors: PyTorch CPU tensors when torch is importable, NumPy arrays otherwise.
 
-This module builds the zero-copy NumPy arrays that view the symmetric heap and reads what the
-data plane needs from any tensor (address, byte length, dtype, contiguity).
+This module reads what the data plane needs from any tensor (address, byte length, dtype,
+contiguity) and names the backend's dtypes.
 
 Zero copy: the native ``HeapBuffer`` of an allocation holds the address of its bytes in this
-process and keeps the runtime's shared mapping alive. For NumPy, a ``ctypes`` array placed at
-that address (``from_address``, the one raw-memory step of the package) holds the
-``HeapBuffer``, and ``numpy.frombuffer`` makes an array over it that keeps it referenced. torch
-tensors are made natively (``_native.Registry``: ``torch.frombuffer`` over a memoryview of the
-heap, whose weak reference holds the ``HeapBuffer``). Either way the memory stays mapped for as
-long as any tensor or view of it lives, and a stale tensor can never fault the interpreter.
+process and keeps the runtime's shared mapping alive. ``_native.Registry`` makes the tensor
+(``torch.frombuffer`` / ``numpy.frombuffer``) over a memoryview of those bytes, and a weak
+reference to the view holds the ``HeapBuffer`` until the view dies. So the memory stays mapped
+for as long as any tensor or view of it lives, and a stale tensor can never fault the
+interpreter.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import operator
 from collections.abc import Sequence
@@ -125,31 +123,6 @@ def to_dtype(name: str) -> Any:
     return _numpy_dtype(name)
 
 
-@functools.lru_cache(maxsize=256)
-def _heap_bytes_type(nbytes: int) -> Any:
-    """A ctypes byte-array type of ``nbytes`` whose instances take attributes (the keepalive)."""
-    return type(f"HeapBytes{nbytes}", (ctypes.c_ubyte * nbytes,), {})
-
-
-def heap_array(buffer: _native.HeapBuffer, shape: tuple[int, ...], dtype: str, record: Any) -> Any:
-    """A NumPy array of ``shape`` and ``dtype`` viewing the allocation ``buffer`` without a
-    copy (torch tensors are made natively: ``_native.Registry``).
-
-    Its root ``base`` is a ctypes array that keeps ``buffer`` and carries ``record``, so that
-    arrays can find their allocation.
-    """
-    nbytes = buffer.nbytes
-    # A zero-byte allocation still owns one granule of the heap, so one byte is addressable.
-    span = max(nbytes, 1)
-    # The raw step: valid because ``buffer`` (kept below, for as long as the ctypes array lives)
-    # holds the shared mapping that contains address .. address + span.
-    raw = _heap_bytes_type(span).from_address(buffer.address)
-    raw.heap_buffer = buffer
-    raw.hm_allocation = record
-    flat = np.frombuffer(raw, dtype=np.uint8, count=span)[:nbytes]
-    return flat.view(_numpy_dtype(dtype)).reshape(shape)
-
-
 def is_tensor(x: Any) -> bool:
     """True for a torch tensor or NumPy array."""
     return (torch is not None and isinstance(x, torch.Tensor)) or (
@@ -172,7 +145,8 @@ def extent(x: Any) -> tuple[int, int]:
 
 
 def heap_bytes_of(x: Any) -> Any:
-    """For a NumPy array, the ctypes array at the root of its ``base`` chain, if any."""
+    """For a NumPy array, the object at the root of its ``base`` chain (a heap array's: the
+    memoryview of the heap it was made over)."""
     base = x
     while np is not None and isinstance(base, np.ndarray):
         base = base.base

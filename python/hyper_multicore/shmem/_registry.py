@@ -2,8 +2,8 @@
 
 Each allocation handed to Python (by :func:`~hyper_multicore.shmem.empty` or
 :func:`~hyper_multicore.shmem.restart`) is recorded here with its identity (index, generation),
-address and size, keyed by its torch storage (or, for NumPy, found through the ctypes array at
-the root of an array's ``base`` chain). An operation resolves a tensor to a *region*
+address and size, keyed by its torch storage (or, for NumPy, by the memoryview at the root of
+an array's ``base`` chain). An operation resolves a tensor to a *region*
 ``(index, generation, byte offset, bytes)``; the native runtime then checks that the allocation
 is live. Freed and released allocations stay known (their tensors are *stale*) for as long as
 their memory can still be viewed. A torch tensor is inspected once and remembered per object
@@ -44,35 +44,26 @@ _live: dict[tuple[int, int], _Allocation] = {}
 _by_storage: dict[int, _Allocation] = {}
 
 
-#: The registry's native side (``_native.Registry``): with torch, registration, allocation and
-#: the plain case of ``free`` in one native call each; and ``_retire`` for both backends. It
-#: works on the state above, by the same rules.
-_native_registry = _native.Registry(_live, _by_storage, _backend.torch)
+#: The registry's native side (``_native.Registry``): registration and allocation in one
+#: native call each, the plain case of ``free`` (torch), and ``_retire``. It works on the
+#: state above, by the same rules.
+_native_registry = _native.Registry(_live, _by_storage, _backend.torch, _backend.np)
 
 
 def _register(exported: tuple, shape: tuple[int, ...], dtype: str) -> Any:
     """Records a new allocation and returns its tensor (or array). The caller holds ``_lock``.
 
-    A torch tensor's storage references a memoryview of the heap, whose death (and only that)
-    removes the storage's entry from ``_by_storage`` and lets the heap mapping go
-    (``_native.Registry``); a NumPy array's root ``base`` is a ctypes array that keeps the
-    mapping and its record.
+    The tensor views the heap through a memoryview (referenced by a torch tensor's storage, or
+    the root ``base`` of a NumPy array), whose death (and only that) removes its entry from
+    ``_by_storage`` and lets the heap mapping go (``_native.Registry``).
     """
-    if _backend.torch is not None:
-        return _native_registry.register(exported, tuple(shape), _backend.to_dtype(dtype))
-    allocation = _Allocation(exported)
-    array = _backend.heap_array(exported[5], shape, dtype, allocation)
-    allocation.tensor = array
-    _live[(allocation.index, allocation.generation)] = allocation
-    return array
+    return _native_registry.register(exported, tuple(shape), _backend.to_dtype(dtype))
 
 
 def _allocate(shape: tuple[int, ...], dtype: str, alignment: int | None) -> Any:
     """Collective: a new allocation of ``shape`` and heap dtype ``dtype``, registered (see
     :func:`_register`). The caller holds ``_lock``."""
-    if _backend.torch is not None:
-        return _native_registry.allocate(shape, dtype, alignment, _backend.to_dtype(dtype))
-    return _register(_native.allocate(list(shape), dtype, alignment), shape, dtype)
+    return _native_registry.allocate(shape, dtype, alignment, _backend.to_dtype(dtype))
 
 
 #: Marks an allocation freed/released: its tensors become stale (``_live`` forgets it).
@@ -82,10 +73,9 @@ _retire = _native_registry.retire
 def _lookup(x: Any) -> _Allocation | None:
     """The allocation a tensor or array views (live or stale), or None."""
     key = _backend.storage_key(x)
-    if key is not None:
-        return _by_storage.get(key)
-    raw = _backend.heap_bytes_of(x)
-    return getattr(raw, "hm_allocation", None)
+    if key is None:  # NumPy: the memoryview at the root of the array's ``base`` chain
+        key = id(_backend.heap_bytes_of(x))
+    return _by_storage.get(key)
 
 
 def _stale(role: str, allocation: _Allocation) -> StaleTensorError:
