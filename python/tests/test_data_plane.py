@@ -416,6 +416,25 @@ def test_the_heap_stays_mapped_under_a_view_whatever_becomes_of_its_record(xp):
     gc.collect()
 
 
+@pytest.mark.skipif(TORCH, reason="NumPy arrays only")
+def test_an_array_made_from_a_heap_arrays_base_keeps_the_heap_mapped():
+    shmem.acquire(heap_size_bytes=1 << 20)
+    array = shmem.empty(16, dtype="float32")
+    array[:] = 7
+    # The root of a heap array's base chain, and what NumPy makes of it, must keep the memory
+    # mapped like the array itself: a memoryview there would share a buffer that outlived it.
+    derived = np.asarray(array.base)
+    shmem.free(array)
+    shmem.release()
+    del array
+    gc.collect()
+    assert derived.view(np.float32)[:2].tolist() == [7.0, 7.0]
+    with pytest.raises(TypeError):
+        memoryview(derived.base)
+    del derived
+    gc.collect()
+
+
 @pytest.mark.skipif(WORLD < 2, reason="needs 2 ranks")
 def test_freeing_different_tensors_fails_on_every_rank(runtime):
     a = shmem.empty(4)

@@ -8,16 +8,18 @@ use std::sync::Arc;
 use hyper_multicore::shmem::{AllocationId, AllocationRecord, Element, Region, Shmem, Symmetric};
 use hyper_multicore::Result;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 /// The memory of one symmetric allocation in this process: its address and length, and a
 /// handle that keeps the runtime's shared mapping alive as long as this object lives.
 ///
-/// It becomes a zero-copy torch tensor or NumPy array ([`Registry`](crate::registry::Registry):
-/// `frombuffer` over [`HeapBuffer::view`]). The memory stays mapped as long as any tensor or
-/// view of it exists — after `free`, `restart` or `release` too (ARCHITECTURE decision 8): the
-/// callback of a weak reference to what lives as long as those tensors holds this object. A
-/// stale tensor then reads stale bytes; every operation rejects it.
-#[pyclass(frozen, module = "hyper_multicore._native")]
+/// It becomes a zero-copy torch tensor or NumPy array ([`Registry`](crate::registry::Registry)):
+/// `torch.frombuffer` over [`HeapBuffer::view`], or `numpy.asarray` over this object's
+/// `__array_interface__`. The memory stays mapped as long as any tensor or view of it exists —
+/// after `free`, `restart` or `release` too (ARCHITECTURE decision 8): a NumPy array's `base` is
+/// this object; for torch, the callback of a weak reference to the view under the tensor's
+/// storage holds it. A stale tensor then reads stale bytes; every operation rejects it.
+#[pyclass(frozen, weakref, module = "hyper_multicore._native")]
 pub(crate) struct HeapBuffer {
     /// The address of the allocation's first byte in this process.
     pub(crate) address: usize,
@@ -40,6 +42,20 @@ impl HeapBuffer {
         self.nbytes
     }
 
+    /// NumPy's array interface: the allocation's bytes (one byte for an empty allocation),
+    /// writable. An array NumPy makes over it has this object as its `base`, which keeps the
+    /// mapping; so does any array or memoryview derived from the array or from its `base`
+    /// (this object has no buffer protocol whose buffer could outlive it).
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let interface = PyDict::new(py);
+        interface.set_item("data", (self.address, false))?;
+        interface.set_item("shape", (self.nbytes.max(1),))?;
+        interface.set_item("typestr", "|u1")?;
+        interface.set_item("version", 3)?;
+        Ok(interface)
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "HeapBuffer(address={:#x}, nbytes={})",
@@ -50,7 +66,7 @@ impl HeapBuffer {
 
 impl HeapBuffer {
     /// A writable `memoryview` of the allocation's bytes (of one byte for an empty allocation,
-    /// which still owns a granule of the heap), for `frombuffer`. The view does not keep
+    /// which still owns a granule of the heap), for `torch.frombuffer`. The view does not keep
     /// the memory mapped: the caller keeps this object alive for as long as the view lives
     /// ([`Registry`](crate::registry::Registry) does).
     pub(crate) fn view<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

@@ -95,13 +95,14 @@ impl LocalBuffer {
 /// outside the limited API): `PyMemoryView_FromMemory` makes a writable view.
 const PYBUF_WRITE: std::ffi::c_int = 0x200;
 
-/// A writable `memoryview` of the `len` heap bytes at `address`, for `torch.frombuffer` or
-/// `numpy.frombuffer`: one object of one type for any length, where a `ctypes` array needs a
-/// type per length (a new length cost ~20 µs to make its type).
+/// A writable `memoryview` of the `len` heap bytes at `address`, for `torch.frombuffer`: one
+/// object of one type for any length, where a `ctypes` array needs a type per length (a new
+/// length cost ~20 µs to make its type).
 ///
 /// The view does not keep the mapping alive: its caller (`HeapBuffer::view`, for
 /// `Registry::record`) has a weak reference hold the `HeapBuffer`, and so the mapping, until
-/// the last tensor or array over the view dies.
+/// the view dies, which is when the last torch storage over it does (Python code cannot reach
+/// the view: only the storage's deleter holds it).
 pub(crate) fn heap_memoryview(
     py: Python<'_>,
     address: usize,
@@ -111,8 +112,9 @@ pub(crate) fn heap_memoryview(
         .map_err(|_| PyValueError::new_err(format!("a view of {len} bytes is too long")))?;
     // SAFETY: `address..address + len` lies in a heap mapping of this process that the
     // `HeapBuffer` calling this keeps mapped, and a weak reference keeps that `HeapBuffer`
-    // alive for as long as any tensor or array over the view lives (see above). CPython only records the pointer: no Rust reference
-    // to the memory is formed, and the bytes are reached through Python's buffer protocol only.
+    // alive for as long as the view lives (see above). CPython only records the pointer: no
+    // Rust reference to the memory is formed, and the bytes are reached through Python's
+    // buffer protocol only.
     let view = unsafe {
         pyo3::ffi::PyMemoryView_FromMemory(address as *mut std::ffi::c_char, len, PYBUF_WRITE)
     };

@@ -3,19 +3,22 @@
 //!
 //! The registry's records are [`Allocation`]s (`_registry._Allocation`); its maps stay Python
 //! dicts — `_live` (by `(index, generation)`) and `_by_storage` (by torch storage, or by the
-//! memoryview at the root of a NumPy array's `base` chain) — and so do the rules about them:
+//! [`HeapBuffer`] at the root of a NumPy array's `base` chain) — and so do the rules about them:
 //! this module does the steps the Python code did, without the interpreter's cost per step
 //! (`empty` + `free` of a small torch tensor: 5.2 µs with the Python code, 3.2 µs now; see
 //! bench/findings.md, round 22). [`Registry::free`] only takes the plain case (a live, whole,
 //! unowned, non-empty torch tensor) and answers anything else with `NotImplemented`, so the
 //! wrapper's full path raises the precise error as before.
 //!
-//! A tensor views its allocation through a `memoryview` of the heap ([`HeapBuffer::view`]).
-//! The callback of a weak reference to what lives exactly as long as tensors over it do
-//! ([`ForgetStorage`]) holds the [`HeapBuffer`] — so the heap stays mapped until they are all
-//! gone, whatever becomes of the registry's records — and then drops the memory's entry.
+//! A torch tensor views its allocation through a `memoryview` of the heap
+//! ([`HeapBuffer::view`]) that only its storage holds; the callback of a weak reference to that
+//! view ([`ForgetStorage`]) holds the [`HeapBuffer`] — so the heap stays mapped until the last
+//! storage over it is gone, whatever becomes of the registry's records — and then drops the
+//! memory's entry. A NumPy array is made over the [`HeapBuffer`]'s `__array_interface__`, so
+//! the [`HeapBuffer`] is the root of every derived array's `base` chain and keeps the mapping
+//! itself; a weak reference to it drops the entry.
 
-use std::sync::OnceLock;
+use parking_lot::Mutex;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::gc::PyVisit;
@@ -129,10 +132,8 @@ enum Backend {
         uint8: Py<PyAny>,
     },
     NumPy {
-        /// `numpy.frombuffer`.
-        frombuffer: Py<PyAny>,
-        /// `numpy.uint8`.
-        uint8: Py<PyAny>,
+        /// `numpy.asarray`.
+        asarray: Py<PyAny>,
     },
 }
 
@@ -154,8 +155,7 @@ impl Registry {
                 uint8: torch.getattr("uint8")?.unbind(),
             },
             (None, Some(numpy)) => Backend::NumPy {
-                frombuffer: numpy.getattr("frombuffer")?.unbind(),
-                uint8: numpy.getattr("uint8")?.unbind(),
+                asarray: numpy.getattr("asarray")?.unbind(),
             },
             (None, None) => {
                 return Err(PyValueError::new_err(
@@ -285,37 +285,43 @@ impl Registry {
         dtype: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = allocation.py();
-        let view = buffer.get().view(py)?;
-        let (frombuffer, uint8, reshape) = match &self.backend {
+        let nbytes = buffer.get().nbytes;
+        // The tensor over all of the allocation (an empty one still owns a granule: one byte
+        // viewed, then none of it); the object that lives exactly as long as some tensor or
+        // array views the memory (`watched`); and what identifies that memory in `_by_storage`.
+        let (flat, watched, key) = match &self.backend {
             Backend::Torch {
                 frombuffer, uint8, ..
-            } => (frombuffer, uint8, intern!(py, "view")),
-            Backend::NumPy { frombuffer, uint8 } => (frombuffer, uint8, intern!(py, "reshape")),
-        };
-        let frombuffer = frombuffer.bind(py);
-        let kwargs = PyDict::new(py);
-        let empty = buffer.get().nbytes == 0;
-        if empty {
-            // An empty allocation still owns a granule: one byte viewed, then none of it.
-            kwargs.set_item(intern!(py, "dtype"), uint8.bind(py))?;
-            kwargs.set_item(intern!(py, "count"), 1)?;
-        } else {
-            kwargs.set_item(intern!(py, "dtype"), dtype)?;
-        }
-        let flat = frombuffer.call((&view,), Some(&kwargs))?;
-        // What lives exactly as long as some tensor or array views the memory (`watched`), and
-        // what identifies that memory (`key`): a torch tensor's storage references `view`; a
-        // NumPy array's `base` chain ends at a memoryview NumPy made over `view`'s buffer (one
-        // that does not reference `view` itself).
-        let (watched, key) = match self.backend {
-            Backend::Torch { .. } => (view, storage_key(&flat)?),
-            Backend::NumPy { .. } => {
-                let root = flat.getattr(intern!(py, "base"))?;
-                let key = PyInt::new(py, root.as_ptr() as usize).into_any();
-                (root, key)
+            } => {
+                // A torch storage references `view`, which only its deleter holds.
+                let view = buffer.get().view(py)?;
+                let kwargs = PyDict::new(py);
+                if nbytes == 0 {
+                    kwargs.set_item(intern!(py, "dtype"), uint8.bind(py))?;
+                    kwargs.set_item(intern!(py, "count"), 1)?;
+                } else {
+                    kwargs.set_item(intern!(py, "dtype"), dtype)?;
+                }
+                let flat = frombuffer.bind(py).call((&view,), Some(&kwargs))?;
+                let key = storage_key(&flat)?;
+                (flat, view, key)
+            }
+            Backend::NumPy { asarray } => {
+                // The array's `base` is `buffer` itself (its `__array_interface__`).
+                let bytes = asarray.bind(py).call1((&buffer,))?;
+                let flat = match nbytes {
+                    0 => bytes,
+                    _ => bytes.call_method1(intern!(py, "view"), (dtype,))?,
+                };
+                let key = PyInt::new(py, buffer.as_ptr() as usize).into_any();
+                (flat, buffer.clone().into_any(), key)
             }
         };
-        let tensor = if empty {
+        let reshape = match self.backend {
+            Backend::Torch { .. } => intern!(py, "view"),
+            Backend::NumPy { .. } => intern!(py, "reshape"),
+        };
+        let tensor = if nbytes == 0 {
             flat.get_item(PySlice::new(py, 0, 0, 1))?
                 .call_method1(intern!(py, "view"), (dtype,))?
                 .call_method1(reshape, (shape,))?
@@ -327,22 +333,22 @@ impl Registry {
             flat.call_method1(reshape, (shape,))?
         };
         // `watched` dies when the last tensor or array over the memory does -- and only then
-        // may the key be reused, or the mapping `buffer` holds go. The callback of a weak
-        // reference to `watched` holds `buffer`, and holds that weak reference itself (a cycle
-        // the collector does not see, broken when the callback runs): so the mapping stays for
-        // as long as any tensor views it, whatever becomes of the record or the dicts.
+        // may the key be reused, or (torch) the mapping `buffer` holds go. The callback of a
+        // weak reference to `watched` holds `buffer` (torch: NumPy's arrays hold it as their
+        // base) and that weak reference itself, until it runs: so the mapping stays for as long
+        // as any tensor views it, whatever becomes of the record or the dicts.
+        let holds_buffer = matches!(self.backend, Backend::Torch { .. });
         let forget = Bound::new(
             py,
             ForgetStorage {
                 key: key.clone().unbind(),
-                _buffer: buffer.unbind(),
+                _buffer: holds_buffer.then(|| buffer.unbind()),
                 by_storage: self.by_storage.clone_ref(py),
-                own_ref: OnceLock::new(),
+                own_ref: Mutex::new(None),
             },
         )?;
         let weak = PyWeakrefReference::new_with(&watched, &forget)?;
-        // (Just made, so not set yet.)
-        let _ = forget.get().own_ref.set(weak.into_any().unbind());
+        *forget.get().own_ref.lock() = Some(weak.into_any().unbind());
         let id = {
             let mut record = allocation.borrow_mut();
             record.tensor = Some(tensor.clone().unbind());
@@ -364,15 +370,17 @@ fn storage_key<'py>(tensor: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
 
 /// The callback of the weak reference that watches an allocation's tensors (see
 /// [`Registry::record`]): drops their entry from `_by_storage` and, with itself, the last
-/// reference to the allocation's [`HeapBuffer`].
+/// reference to the allocation's [`HeapBuffer`] (torch).
 #[pyclass(frozen, module = "hyper_multicore._native")]
 struct ForgetStorage {
     key: Py<PyAny>,
-    /// Keeps the heap mapped while the view lives (only held).
-    _buffer: Py<HeapBuffer>,
+    /// Keeps the heap mapped while the watched view lives (torch; only held).
+    _buffer: Option<Py<HeapBuffer>>,
     by_storage: Py<PyDict>,
-    /// The weak reference this is the callback of: nothing else holds it (only held).
-    own_ref: OnceLock<Py<PyAny>>,
+    /// The weak reference this is the callback of, until it runs: nothing else holds it. (Let
+    /// go when it runs: the collector, calling it for a watched object in cyclic garbage,
+    /// leaves it attached to the weak reference.)
+    own_ref: Mutex<Option<Py<PyAny>>>,
 }
 
 #[pymethods]
@@ -382,6 +390,8 @@ impl ForgetStorage {
         if by_storage.contains(self.key.bind(py))? {
             by_storage.del_item(self.key.bind(py))?;
         }
+        let own_ref = self.own_ref.lock().take();
+        drop(own_ref);
         Ok(())
     }
 }

@@ -4,11 +4,12 @@ This module reads what the data plane needs from any tensor (address, byte lengt
 contiguity) and names the backend's dtypes.
 
 Zero copy: the native ``HeapBuffer`` of an allocation holds the address of its bytes in this
-process and keeps the runtime's shared mapping alive. ``_native.Registry`` makes the tensor
-(``torch.frombuffer`` / ``numpy.frombuffer``) over a memoryview of those bytes, and a weak
-reference to the view holds the ``HeapBuffer`` until the view dies. So the memory stays mapped
-for as long as any tensor or view of it lives, and a stale tensor can never fault the
-interpreter.
+process and keeps the runtime's shared mapping alive. ``_native.Registry`` makes the tensor:
+``torch.frombuffer`` over a memoryview of those bytes, whose weak reference holds the
+``HeapBuffer`` until the last storage over the view dies; or ``numpy.asarray`` over the
+``HeapBuffer``'s ``__array_interface__``, so that the ``HeapBuffer`` is every array's root
+``base``. So the memory stays mapped for as long as any tensor or view of it lives, and a stale
+tensor can never fault the interpreter.
 """
 
 from __future__ import annotations
@@ -145,8 +146,8 @@ def extent(x: Any) -> tuple[int, int]:
 
 
 def heap_bytes_of(x: Any) -> Any:
-    """For a NumPy array, the object at the root of its ``base`` chain (a heap array's: the
-    memoryview of the heap it was made over)."""
+    """For a NumPy array, the object at the root of its ``base`` chain (a heap array's: its
+    allocation's ``HeapBuffer``)."""
     base = x
     while np is not None and isinstance(base, np.ndarray):
         base = base.base

@@ -2,8 +2,8 @@
 
 Each allocation handed to Python (by :func:`~hyper_multicore.shmem.empty` or
 :func:`~hyper_multicore.shmem.restart`) is recorded here with its identity (index, generation),
-address and size, keyed by its torch storage (or, for NumPy, by the memoryview at the root of
-an array's ``base`` chain). An operation resolves a tensor to a *region*
+address and size, keyed by its torch storage (or, for NumPy, by the ``HeapBuffer`` at the root
+of an array's ``base`` chain). An operation resolves a tensor to a *region*
 ``(index, generation, byte offset, bytes)``; the native runtime then checks that the allocation
 is live. Freed and released allocations stay known (their tensors are *stale*) for as long as
 their memory can still be viewed. A torch tensor is inspected once and remembered per object
@@ -53,9 +53,10 @@ _native_registry = _native.Registry(_live, _by_storage, _backend.torch, _backend
 def _register(exported: tuple, shape: tuple[int, ...], dtype: str) -> Any:
     """Records a new allocation and returns its tensor (or array). The caller holds ``_lock``.
 
-    The tensor views the heap through a memoryview (referenced by a torch tensor's storage, or
-    the root ``base`` of a NumPy array), whose death (and only that) removes its entry from
-    ``_by_storage`` and lets the heap mapping go (``_native.Registry``).
+    What lives exactly as long as tensors over the memory do (the memoryview a torch storage
+    references, or the ``HeapBuffer`` at the root of NumPy arrays' ``base`` chains) removes the
+    allocation's entry from ``_by_storage``, and lets the heap mapping go, when it dies (and
+    only then: ``_native.Registry``).
     """
     return _native_registry.register(exported, tuple(shape), _backend.to_dtype(dtype))
 
@@ -73,7 +74,7 @@ _retire = _native_registry.retire
 def _lookup(x: Any) -> _Allocation | None:
     """The allocation a tensor or array views (live or stale), or None."""
     key = _backend.storage_key(x)
-    if key is None:  # NumPy: the memoryview at the root of the array's ``base`` chain
+    if key is None:  # NumPy: the HeapBuffer at the root of the array's ``base`` chain
         key = id(_backend.heap_bytes_of(x))
     return _by_storage.get(key)
 
