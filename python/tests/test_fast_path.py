@@ -255,3 +255,18 @@ def test_free_of_a_tensor_changed_in_place_is_refused_and_frees_nothing(runtime,
     assert shmem.debug_state()["heap"]["allocation_count"] == 0
     with pytest.raises(shmem.StaleTensorError, match="double free"):
         shmem.free(data)
+
+
+@needs_torch
+def test_a_tensor_that_share_memory_moved_out_of_the_heap_is_refused_yet_freed(runtime, xp):
+    import torch
+
+    data = shmem.empty(16, dtype="float32")
+    data.share_memory_()  # torch copies the storage's bytes into new shared memory
+    # No longer a view of the heap: refused as a target, as any private tensor is ...
+    with pytest.raises(ValueError, match="must be a symmetric tensor"):
+        shmem.put(data, torch.zeros(16), nxt())
+    # ... yet still the tensor empty() returned, so free frees its allocation (and a release
+    # is not refused for an allocation nobody can name any more).
+    shmem.free(data)
+    assert shmem.debug_state()["heap"]["allocation_count"] == 0

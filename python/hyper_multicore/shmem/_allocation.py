@@ -10,7 +10,15 @@ from .. import _native
 from . import _backend
 from ._backend import check_alignment, check_shape
 from ._errors import HyperMulticoreError, InvalidArgumentError, StaleTensorError, native_style
-from ._registry import _NO_ALLOCATION, _allocate, _lock, _lookup, _native_registry, _retire
+from ._registry import (
+    _NO_ALLOCATION,
+    _allocate,
+    _allocation_made_as,
+    _lock,
+    _lookup,
+    _native_registry,
+    _retire,
+)
 
 
 def _size_args(size: tuple[Any, ...]) -> tuple[int, ...]:
@@ -67,6 +75,12 @@ def free(tensor: Any) -> None:
         problem = TypeError(f"free() takes a symmetric tensor, not {type(tensor).__name__}")
     else:
         allocation = _lookup(tensor)
+        left_heap = False
+        if allocation is None:
+            # The tensor empty() returned, whose storage torch moved out of the heap since
+            # (share_memory_() copies it into new shared memory): still its allocation's.
+            allocation = _allocation_made_as(tensor)
+            left_heap = allocation is not None
         if allocation is None:
             problem = native_style(
                 InvalidArgumentError,
@@ -78,7 +92,7 @@ def free(tensor: Any) -> None:
             problem = StaleTensorError(
                 f"allocation {allocation.index} was already freed or released (double free)"
             )
-        else:
+        elif not left_heap:
             address, nbytes = _backend.extent(tensor)
             # (torch reports address 0 for a tensor without elements)
             moved = nbytes > 0 and address != allocation.address

@@ -79,6 +79,16 @@ def _lookup(x: Any) -> _Allocation | None:
     return _by_storage.get(key)
 
 
+def _allocation_made_as(x: Any) -> _Allocation | None:
+    """The live allocation whose tensor ``empty`` or ``restart`` returned is ``x`` itself,
+    wherever ``x``'s storage points now (``share_memory_()`` copies it out of the heap), or
+    None."""
+    for allocation in _live.values():
+        if allocation.tensor is x:
+            return allocation
+    return None
+
+
 def _stale(role: str, allocation: _Allocation) -> StaleTensorError:
     return StaleTensorError(
         f"{role} views allocation {allocation.index}, which was freed or released by a "
