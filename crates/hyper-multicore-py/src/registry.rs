@@ -288,12 +288,14 @@ impl Registry {
         let nbytes = buffer.get().nbytes;
         // The tensor over all of the allocation (an empty one still owns a granule: one byte
         // viewed, then none of it); the object that lives exactly as long as some tensor or
-        // array views the memory (`watched`); and what identifies that memory in `_by_storage`.
-        let (flat, watched, key) = match &self.backend {
+        // array views the memory (`watched`); what identifies that memory in `_by_storage`; the
+        // method that shapes a tensor; and what the watch must keep alive (`keep`).
+        let (flat, watched, key, reshape, keep) = match &self.backend {
             Backend::Torch {
                 frombuffer, uint8, ..
             } => {
-                // A torch storage references `view`, which only its deleter holds.
+                // A torch storage references `view`, which only its deleter holds; the watch
+                // holds `buffer` (the mapping) until the view dies.
                 let view = buffer.get().view(py)?;
                 let kwargs = PyDict::new(py);
                 if nbytes == 0 {
@@ -304,22 +306,19 @@ impl Registry {
                 }
                 let flat = frombuffer.bind(py).call((&view,), Some(&kwargs))?;
                 let key = storage_key(&flat)?;
-                (flat, view, key)
+                (flat, view, key, intern!(py, "view"), Some(buffer.unbind()))
             }
             Backend::NumPy { asarray } => {
-                // The array's `base` is `buffer` itself (its `__array_interface__`).
+                // The array's `base` is `buffer` itself (its `__array_interface__`), which
+                // holds the mapping.
                 let bytes = asarray.bind(py).call1((&buffer,))?;
                 let flat = match nbytes {
                     0 => bytes,
                     _ => bytes.call_method1(intern!(py, "view"), (dtype,))?,
                 };
                 let key = PyInt::new(py, buffer.as_ptr() as usize).into_any();
-                (flat, buffer.clone().into_any(), key)
+                (flat, buffer.into_any(), key, intern!(py, "reshape"), None)
             }
-        };
-        let reshape = match self.backend {
-            Backend::Torch { .. } => intern!(py, "view"),
-            Backend::NumPy { .. } => intern!(py, "reshape"),
         };
         let tensor = if nbytes == 0 {
             flat.get_item(PySlice::new(py, 0, 0, 1))?
@@ -333,16 +332,15 @@ impl Registry {
             flat.call_method1(reshape, (shape,))?
         };
         // `watched` dies when the last tensor or array over the memory does -- and only then
-        // may the key be reused, or (torch) the mapping `buffer` holds go. The callback of a
-        // weak reference to `watched` holds `buffer` (torch: NumPy's arrays hold it as their
-        // base) and that weak reference itself, until it runs: so the mapping stays for as long
-        // as any tensor views it, whatever becomes of the record or the dicts.
-        let holds_buffer = matches!(self.backend, Backend::Torch { .. });
+        // may the key be reused, or (torch) the mapping `keep` holds go. The callback of a weak
+        // reference to `watched` holds `keep` and that weak reference itself, until it runs: so
+        // the mapping stays for as long as any tensor views it, whatever becomes of the record
+        // or the dicts.
         let forget = Bound::new(
             py,
             ForgetStorage {
                 key: key.clone().unbind(),
-                _buffer: holds_buffer.then(|| buffer.unbind()),
+                _buffer: keep,
                 by_storage: self.by_storage.clone_ref(py),
                 own_ref: Mutex::new(None),
             },

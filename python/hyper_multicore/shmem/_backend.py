@@ -145,7 +145,7 @@ def extent(x: Any) -> tuple[int, int]:
     return x.__array_interface__["data"][0], x.nbytes
 
 
-def heap_bytes_of(x: Any) -> Any:
+def root_base(x: Any) -> Any:
     """For a NumPy array, the object at the root of its ``base`` chain (a heap array's: its
     allocation's ``HeapBuffer``)."""
     base = x

@@ -75,7 +75,7 @@ def _lookup(x: Any) -> _Allocation | None:
     """The allocation a tensor or array views (live or stale), or None."""
     key = _backend.storage_key(x)
     if key is None:  # NumPy: the HeapBuffer at the root of the array's ``base`` chain
-        key = id(_backend.heap_bytes_of(x))
+        key = id(_backend.root_base(x))
     return _by_storage.get(key)
 
 
@@ -83,9 +83,10 @@ def _allocation_made_as(x: Any) -> _Allocation | None:
     """The live allocation whose tensor ``empty`` or ``restart`` returned is ``x`` itself,
     wherever ``x``'s storage points now (``share_memory_()`` copies it out of the heap), or
     None."""
-    for allocation in _live.values():
-        if allocation.tensor is x:
-            return allocation
+    with _lock:  # another thread's empty() may add to ``_live`` meanwhile
+        for allocation in _live.values():
+            if allocation.tensor is x:
+                return allocation
     return None
 
 
