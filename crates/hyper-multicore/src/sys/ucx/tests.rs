@@ -120,6 +120,12 @@ fn connect_pair(
     let peer = 1 - world.rank();
     let (address, remote, packed) = decode(&all[peer]);
     let endpoint = worker.connect(&address, peer).expect("connect");
+    // Wire-up finished on both sides before a test may stop a side's progress, as the
+    // transport does at attach: UCX 1.13 asserts (and aborts) when an endpoint is force-closed
+    // with wire-up messages still pending (a test whose target never progresses did, now and
+    // then: about 1 run in 35).
+    endpoint.flush(deadline(10)).expect("wire-up");
+    world.control().barrier().expect("barrier");
     let rkey = endpoint.unpack_rkey(&packed).expect("unpack");
     Pair {
         progress,
