@@ -42,12 +42,29 @@ class Allocation:
     owner: Any
     def __init__(self, exported: Exported) -> None: ...
 
+class RegistryLock:
+    """A reentrant lock (``shmem._registry._lock``) that native code takes too."""
+
+    def acquire(self) -> None: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> None: ...
+    def __exit__(self, *exception: object) -> bool: ...
+
 class Registry:
     """The wrapper's allocation registry, natively (see ``shmem._registry``)."""
 
     def __init__(
-        self, live: dict, by_storage: dict, torch: Any | None, numpy: Any | None
+        self,
+        live: dict,
+        by_storage: dict,
+        lock: RegistryLock,
+        checked_dtypes: dict,
+        torch: Any | None,
+        numpy: Any | None,
     ) -> None: ...
+    def empty(
+        self, size: tuple[Any, ...], dtype: Any, alignment: Any
+    ) -> Any | NotImplementedType: ...
     def allocate(
         self, shape: tuple[int, ...], name: str, alignment: int | None, dtype: Any
     ) -> Any: ...

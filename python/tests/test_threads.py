@@ -130,3 +130,69 @@ def test_a_lifecycle_call_waits_without_holding_the_gil(tmp_path, scenario, call
         )
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"done {call} ->" in run.stdout
+
+
+_REGISTRY_CHILD = """
+import sys, threading
+from hyper_multicore import shmem
+from hyper_multicore.shmem import _registry
+
+WAIT = {wait}
+CALL = sys.argv[1]
+shmem.acquire(heap_size_bytes=8 << 20)
+tensor = shmem.empty(4)  # names the default dtype: the calls below take the native path
+held, calling = threading.Event(), threading.Event()
+seen = {{}}
+
+
+def thread_a():
+    with _registry._lock:
+        held.set()
+        # Waits (GIL released) until B is about to take the lock, then needs the GIL again.
+        assert calling.wait(WAIT), "thread B never called"
+        seen["a"] = sum(range(1000))
+
+
+def thread_b():
+    calling.set()
+    seen["b"] = shmem.empty(4) if CALL == "empty" else shmem.free(tensor)
+
+
+a = threading.Thread(target=thread_a)
+a.start()
+assert held.wait(WAIT), "thread A never took the lock"
+b = threading.Thread(target=thread_b)
+b.start()
+a.join(WAIT)
+b.join(WAIT)
+assert not a.is_alive() and not b.is_alive()
+if CALL == "empty":
+    assert tuple(seen["b"].shape) == (4,)
+    shmem.free(seen["b"])
+assert _registry._native_registry.empty((4,), None, None) is not NotImplemented, "not native"
+print("done", CALL, "registry lock free:", _registry._lock.acquire() is None)
+_registry._lock.release()
+try:
+    _registry._lock.release()
+except RuntimeError as error:
+    print("second release:", error)
+"""
+
+
+@pytest.mark.skipif(not TORCH, reason="the native empty() and free() are torch's")
+@pytest.mark.parametrize("call", ["empty", "free"])
+def test_empty_and_free_wait_for_the_registry_lock_without_holding_the_gil(call):
+    """``empty``/``free`` take the registry's lock natively; while another thread holds it (and
+    needs the GIL to finish), they must wait for it with the GIL released."""
+    child = textwrap.dedent(_REGISTRY_CHILD.format(wait=TIMEOUT))
+    command = [sys.executable, "-c", child, call]
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        pytest.fail(
+            f"deadlock: thread B's {call}() waited for the registry lock while holding the GIL "
+            "that the lock's holder needed"
+        )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"done {call} registry lock free: True" in run.stdout
+    assert "second release: cannot release the registry lock" in run.stdout

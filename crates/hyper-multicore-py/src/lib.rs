@@ -32,6 +32,7 @@ mod channel;
 mod errors;
 mod heap;
 mod hook;
+mod lock;
 mod memory;
 mod registry;
 mod shared_root;
@@ -807,6 +808,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         Dtype::ALL.iter().map(|d| d.name()).collect::<Vec<_>>(),
     )?;
     m.add_class::<HeapBuffer>()?;
+    m.add_class::<lock::RegistryLock>()?;
     m.add_class::<registry::Allocation>()?;
     m.add_class::<registry::Registry>()?;
     m.add_class::<seen::Seen>()?;

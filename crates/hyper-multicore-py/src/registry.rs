@@ -5,10 +5,11 @@
 //! dicts — `_live` (by `(index, generation)`) and `_by_storage` (by torch storage, or by the
 //! [`HeapBuffer`] at the root of a NumPy array's `base` chain) — and so do the rules about them:
 //! this module does the steps the Python code did, without the interpreter's cost per step
-//! (`empty` + `free` of a small torch tensor: 5.2 µs with the Python code, 3.2 µs now; see
-//! bench/findings.md, round 22). [`Registry::free`] only takes the plain case (a live, whole,
-//! unowned, non-empty torch tensor) and answers anything else with `NotImplemented`, so the
-//! wrapper's full path raises the precise error as before.
+//! (`empty` + `free` of a small torch tensor on 1 PE: 5.2 µs with the Python code, 2.35 µs now;
+//! see bench/findings.md, rounds 22-23). [`Registry::empty`] and [`Registry::free`] only take
+//! the plain case (for `free`: a live, whole, unowned, non-empty torch tensor) and answer
+//! anything else with `NotImplemented`, so the wrapper's full path raises the precise error as
+//! before. Every call that changes the registry holds its lock ([`RegistryLock`]).
 //!
 //! A torch tensor views its allocation through a `memoryview` of the heap
 //! ([`HeapBuffer::view`]) that only its storage holds; the callback of a weak reference to that
@@ -20,7 +21,7 @@
 
 use parking_lot::Mutex;
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -28,6 +29,7 @@ use pyo3::types::{PyDict, PyInt, PySlice, PyTuple, PyType, PyWeakrefReference};
 use pyo3::PyTraverseError;
 
 use crate::heap::HeapBuffer;
+use crate::lock::RegistryLock;
 
 /// One allocation handed to Python (`_registry._Allocation`): its identity, where it lives,
 /// and its full tensor.
@@ -118,6 +120,10 @@ pub(crate) struct Registry {
     live: Py<PyDict>,
     /// `_registry._by_storage`.
     by_storage: Py<PyDict>,
+    /// `_registry._lock`, held by every call that changes the registry.
+    lock: Py<RegistryLock>,
+    /// `_backend._CHECKED_DTYPES`: the heap dtype name of each dtype argument seen before.
+    checked_dtypes: Py<PyDict>,
     backend: Backend,
 }
 
@@ -130,6 +136,10 @@ enum Backend {
         tensor_type: Py<PyType>,
         /// `torch.uint8` (an empty allocation's one-byte view).
         uint8: Py<PyAny>,
+        /// `torch.dtype`.
+        dtype_type: Py<PyType>,
+        /// `torch.get_default_dtype`.
+        get_default_dtype: Py<PyAny>,
     },
     NumPy {
         /// `numpy.asarray`.
@@ -139,12 +149,14 @@ enum Backend {
 
 #[pymethods]
 impl Registry {
-    /// A registry over `live` and `by_storage` making torch tensors, or NumPy arrays when
-    /// `torch` is None.
+    /// A registry over `live` and `by_storage`, held by `lock`, naming dtypes by
+    /// `checked_dtypes`, making torch tensors, or NumPy arrays when `torch` is None.
     #[new]
     fn new(
         live: Py<PyDict>,
         by_storage: Py<PyDict>,
+        lock: Py<RegistryLock>,
+        checked_dtypes: Py<PyDict>,
         torch: Option<&Bound<'_, PyAny>>,
         numpy: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
@@ -153,6 +165,8 @@ impl Registry {
                 frombuffer: torch.getattr("frombuffer")?.unbind(),
                 tensor_type: torch.getattr("Tensor")?.cast_into::<PyType>()?.unbind(),
                 uint8: torch.getattr("uint8")?.unbind(),
+                dtype_type: torch.getattr("dtype")?.cast_into::<PyType>()?.unbind(),
+                get_default_dtype: torch.getattr("get_default_dtype")?.unbind(),
             },
             (None, Some(numpy)) => Backend::NumPy {
                 asarray: numpy.getattr("asarray")?.unbind(),
@@ -166,8 +180,59 @@ impl Registry {
         Ok(Registry {
             live,
             by_storage,
+            lock,
+            checked_dtypes,
             backend,
         })
+    }
+
+    /// Collective: `shmem.empty(*size, dtype=dtype, alignment=alignment)` in the plain case
+    /// (torch; `size` plain non-negative ints; `dtype` None, for torch's default, or a torch
+    /// dtype named before; the default alignment), under the registry's lock. Returns
+    /// `NotImplemented` without doing anything otherwise: the wrapper's full path then checks
+    /// the arguments and raises the precise error.
+    fn empty<'py>(
+        &self,
+        size: &Bound<'py, PyTuple>,
+        dtype: &Bound<'py, PyAny>,
+        alignment: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = size.py();
+        let not_implemented = || Ok(py.NotImplemented().into_bound(py));
+        let Backend::Torch {
+            dtype_type,
+            get_default_dtype,
+            ..
+        } = &self.backend
+        else {
+            return not_implemented();
+        };
+        if !alignment.is_none() || size.is_empty() {
+            return not_implemented();
+        }
+        let mut shape = Vec::with_capacity(size.len());
+        for dimension in size.iter() {
+            // (a bool is an int to Python, not here)
+            match dimension.is_exact_instance_of::<PyInt>() {
+                true => match dimension.extract::<usize>() {
+                    Ok(dimension) => shape.push(dimension),
+                    Err(_) => return not_implemented(),
+                },
+                false => return not_implemented(),
+            }
+        }
+        let dtype = match dtype.is_none() {
+            true => get_default_dtype.bind(py).call0()?,
+            false => dtype.clone(),
+        };
+        if !dtype.is_exact_instance(dtype_type.bind(py)) {
+            return not_implemented();
+        }
+        let Some(name) = self.checked_dtypes.bind(py).get_item(&dtype)? else {
+            return not_implemented();
+        };
+        let _held = self.lock.get().hold(py);
+        self.allocate_shape(shape, size, name.extract()?, None, &dtype)
     }
 
     /// Collective: allocates `shape` of heap dtype `name` (the backend's dtype `dtype`) with
@@ -179,17 +244,8 @@ impl Registry {
         alignment: Option<u64>,
         dtype: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let py = shape.py();
-        let exported = crate::allocate_exported(py, shape.extract()?, name, alignment)?;
-        let (index, generation, heap_offset, nbytes, alignment, buffer) = exported.into_tuple();
-        let allocation =
-            Allocation::fresh([index, generation, heap_offset, nbytes, alignment], &buffer);
-        self.record(
-            Bound::new(py, allocation)?,
-            Bound::new(py, buffer)?,
-            shape,
-            dtype,
-        )
+        let _held = self.lock.get().hold(shape.py());
+        self.allocate_shape(shape.extract()?, shape, name, alignment, dtype)
     }
 
     /// Records the allocation `exported` (`(index, generation, heap offset, bytes, alignment,
@@ -203,6 +259,7 @@ impl Registry {
         dtype: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = exported.py();
+        let _held = self.lock.get().hold(py);
         let buffer = exported.get_item(5)?.cast_into::<HeapBuffer>()?;
         let allocation = Allocation::new(exported.extract()?);
         self.record(Bound::new(py, allocation)?, buffer, shape, dtype)
@@ -221,6 +278,7 @@ impl Registry {
         if !tensor.is_instance(tensor_type.bind(py))? {
             return Ok(not_implemented);
         }
+        let _held = self.lock.get().hold(py);
         let found = self.by_storage.bind(py).get_item(storage_key(tensor)?)?;
         let Some(allocation) = found.and_then(|found| found.cast_into::<Allocation>().ok()) else {
             return Ok(not_implemented);
@@ -258,6 +316,7 @@ impl Registry {
     /// Marks `allocation` freed or released: its tensors become stale, and `_live` forgets it.
     fn retire(&self, allocation: &Bound<'_, Allocation>) -> PyResult<()> {
         let py = allocation.py();
+        let _held = self.lock.get().hold(py);
         let (tensor, id) = {
             let mut record = allocation.borrow_mut();
             record.live = false;
@@ -266,15 +325,34 @@ impl Registry {
         // Dropped outside the borrow: the tensor's death may run Python code (weak references'
         // callbacks).
         drop(tensor);
-        let live = self.live.bind(py);
-        if live.contains(id)? {
-            live.del_item(id)?;
-        }
-        Ok(())
+        remove(self.live.bind(py), id)
     }
 }
 
 impl Registry {
+    /// [`Registry::allocate`] of `shape` (as `dims` and as the tuple `shape`); the caller
+    /// holds the lock.
+    fn allocate_shape<'py>(
+        &self,
+        dims: Vec<usize>,
+        shape: &Bound<'py, PyTuple>,
+        name: &str,
+        alignment: Option<u64>,
+        dtype: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = shape.py();
+        let exported = crate::allocate_exported(py, dims, name, alignment)?;
+        let (index, generation, heap_offset, nbytes, alignment, buffer) = exported.into_tuple();
+        let allocation =
+            Allocation::fresh([index, generation, heap_offset, nbytes, alignment], &buffer);
+        self.record(
+            Bound::new(py, allocation)?,
+            Bound::new(py, buffer)?,
+            shape,
+            dtype,
+        )
+    }
+
     /// Gives `allocation` (live, new) its tensor (or array) of `shape` and the backend's `dtype`
     /// over all of `buffer`, records it in `_live` and `_by_storage`, and returns the tensor.
     fn record<'py>(
@@ -328,8 +406,12 @@ impl Registry {
             // The allocation holds exactly the elements of `shape`: one tensor of the dtype
             // over all of it, then the shape (torch's views cost microseconds each).
             flat
-        } else {
+        } else if shape.is_empty() {
             flat.call_method1(reshape, (shape,))?
+        } else {
+            // The dimensions as arguments: torch parses `view(2, 3)` in 0.6 µs, `view((2, 3))`
+            // in 1.0 (it tries its `view(dtype)` form first).
+            flat.call_method1(reshape, shape.clone())?
         };
         // `watched` dies when the last tensor or array over the memory does -- and only then
         // may the key be reused, or (torch) the mapping `keep` holds go. The callback of a weak
@@ -355,6 +437,15 @@ impl Registry {
         self.live.bind(py).set_item(id, &allocation)?;
         self.by_storage.bind(py).set_item(key, &allocation)?;
         Ok(tensor)
+    }
+}
+
+/// Removes `key` from `dict` if it is there (one lookup, where `contains` and `del_item` take
+/// two).
+fn remove<'py>(dict: &Bound<'py, PyDict>, key: impl IntoPyObject<'py>) -> PyResult<()> {
+    match dict.del_item(key) {
+        Err(error) if error.is_instance_of::<PyKeyError>(dict.py()) => Ok(()),
+        done => done,
     }
 }
 
@@ -384,10 +475,7 @@ struct ForgetStorage {
 #[pymethods]
 impl ForgetStorage {
     fn __call__(&self, py: Python<'_>, _dead: &Bound<'_, PyAny>) -> PyResult<()> {
-        let by_storage = self.by_storage.bind(py);
-        if by_storage.contains(self.key.bind(py))? {
-            by_storage.del_item(self.key.bind(py))?;
-        }
+        remove(self.by_storage.bind(py), self.key.bind(py))?;
         let own_ref = self.own_ref.lock().take();
         drop(own_ref);
         Ok(())

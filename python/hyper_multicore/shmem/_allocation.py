@@ -50,6 +50,11 @@ def empty(*size: Any, dtype: Any = None, alignment: int | None = None) -> Any:
     make the same call; arguments that differ across ranks raise :class:`InvalidArgumentError`
     on every rank, and nothing is allocated.
     """
+    # The plain case (torch; int sizes; None or a torch dtype seen before; the default
+    # alignment) natively, under the lock; anything else below.
+    tensor = _native_registry.empty(size, dtype, alignment)
+    if tensor is not NotImplemented:
+        return tensor
     shape = _size_args(size)
     name = _backend.default_dtype_name() if dtype is None else _backend.dtype_name(dtype)
     align = check_alignment(alignment)
@@ -65,10 +70,10 @@ def free(tensor: Any) -> None:
     the collective check, so the other ranks fail at once with :class:`InvalidArgumentError`
     ("arguments differ across ranks") while it raises its own error.
     """
-    with _lock:
-        # The plain case (a live, whole, unowned torch tensor) natively; anything else below.
-        if _native_registry.free(tensor) is not NotImplemented:
-            return
+    # The plain case (a live, whole, unowned torch tensor) natively, under the lock; anything
+    # else below.
+    if _native_registry.free(tensor) is not NotImplemented:
+        return
     problem: Exception | None = None
     allocation = None
     if not _backend.is_tensor(tensor):

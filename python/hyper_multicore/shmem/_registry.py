@@ -12,7 +12,6 @@ their memory can still be viewed. A torch tensor is inspected once and remembere
 
 from __future__ import annotations
 
-import threading
 import weakref
 from typing import Any
 
@@ -36,7 +35,10 @@ _NO_ALLOCATION = 2**64 - 1
 _Allocation = _native.Allocation
 
 
-_lock = threading.RLock()
+#: Held by whatever changes the registry, and around collective allocation calls (one
+#: thread's at a time, so that every PE makes them in the same order). Reentrant; the native
+#: registry takes it without a Python call.
+_lock = _native.RegistryLock()
 #: Live allocations by (index, generation).
 _live: dict[tuple[int, int], _Allocation] = {}
 #: torch storages (``_cdata``) of every allocation whose memory may still be viewed, live or
@@ -47,7 +49,9 @@ _by_storage: dict[int, _Allocation] = {}
 #: The registry's native side (``_native.Registry``): registration and allocation in one
 #: native call each, the plain case of ``free`` (torch), and ``_retire``. It works on the
 #: state above, by the same rules.
-_native_registry = _native.Registry(_live, _by_storage, _backend.torch, _backend.np)
+_native_registry = _native.Registry(
+    _live, _by_storage, _lock, _backend._CHECKED_DTYPES, _backend.torch, _backend.np
+)
 
 
 def _register(exported: tuple, shape: tuple[int, ...], dtype: str) -> Any:
