@@ -120,3 +120,45 @@ def test_mismatched_allocations_fail_alike_on_every_rank(runtime, mismatch):
     assert shmem.debug_state()["heap"]["allocation_count"] == 0
     tensor = shmem.empty(4)
     shmem.free(tensor)
+
+
+@pytest.mark.parametrize(
+    "invalid",
+    [
+        lambda: shmem.empty(-1),
+        lambda: shmem.empty(2**63, 0),
+        lambda: shmem.empty(4, dtype="complex64"),
+        lambda: shmem.empty(4, alignment=-64),
+    ],
+    ids=["negative", "too_large", "dtype", "alignment"],
+)
+@pytest.mark.parametrize("ranks", ["one", "every"])
+def test_invalid_empty_arguments_fail_at_once_on_every_rank(runtime, invalid, ranks):
+    """A rank whose own ``empty`` arguments are invalid raises its own error and still takes
+    part in the cross-rank check: the others fail at once (not at the deadline), and no rank
+    allocates anything."""
+    if ranks == "one" and RANK != 0:
+        with pytest.raises(shmem.InvalidArgumentError, match="arguments differ across ranks"):
+            shmem.empty(4)
+    else:
+        with pytest.raises((TypeError, ValueError, shmem.InvalidArgumentError)) as caught:
+            invalid()
+        if ranks == "one" and WORLD > 1:
+            assert isinstance(caught.value.__cause__, shmem.InvalidArgumentError)
+            assert "differ across ranks" in str(caught.value.__cause__)
+    assert shmem.debug_state()["heap"]["allocation_count"] == 0
+    # The runtime is still in step.
+    tensor = shmem.empty(4)
+    shmem.free(tensor)
+
+
+def test_a_number_is_not_taken_for_a_dtype_named_before(runtime):
+    """NumPy takes some numbers for dtypes (``np.dtype(np.float16(1.0))`` is float16), and
+    numbers equal each other (``np.float16(1.0) == 1 == True``): naming float16 that way must
+    not make ``True`` a dtype."""
+    np = pytest.importorskip("numpy")
+    halves = shmem.empty(4, dtype=np.float16(1.0))
+    assert "float16" in str(halves.dtype)
+    with pytest.raises(TypeError, match="is not a dtype"):
+        shmem.empty(4, dtype=True)
+    shmem.free(halves)

@@ -196,3 +196,89 @@ def test_empty_and_free_wait_for_the_registry_lock_without_holding_the_gil(call)
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"done {call} registry lock free: True" in run.stdout
     assert "second release: cannot release the registry lock" in run.stdout
+
+
+_INTERRUPT_CHILD = """
+import os, signal, sys, threading
+from hyper_multicore import shmem
+from hyper_multicore.shmem import _registry
+
+WAIT = {wait}
+shmem.acquire(heap_size_bytes=8 << 20)
+shmem.free(shmem.empty(4))  # names the default dtype: empty(4) below takes the native path
+calling, interrupted = threading.Event(), threading.Event()
+seen = {{}}
+
+
+def holder():
+    with _registry._lock:
+        assert calling.wait(WAIT), "the main thread never called"
+        os.kill(os.getpid(), signal.SIGINT)
+        # Holds the lock until the main thread was interrupted while waiting for it.
+        seen["interrupted while held"] = interrupted.wait(WAIT)
+
+
+thread = threading.Thread(target=holder)
+thread.start()
+calling.set()
+try:
+    seen["tensor"] = shmem.empty(4)
+except KeyboardInterrupt:
+    interrupted.set()
+thread.join(WAIT)
+assert seen["interrupted while held"], "the wait for the lock ignored Ctrl-C"
+assert "tensor" not in seen and shmem.debug_state()["heap"]["allocation_count"] == 0
+shmem.release()
+print("interrupted, nothing allocated")
+"""
+
+
+@pytest.mark.skipif(not TORCH, reason="the native empty() is torch's")
+def test_ctrl_c_interrupts_a_wait_for_the_registry_lock_before_anything_is_allocated():
+    child = textwrap.dedent(_INTERRUPT_CHILD.format(wait=TIMEOUT))
+    run = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=DEADLINE
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "interrupted, nothing allocated" in run.stdout
+
+
+_FORK_CHILD = """
+import os, signal, threading
+from hyper_multicore.shmem import _registry
+
+WAIT = {wait}
+held, done = threading.Event(), threading.Event()
+
+
+def holder():
+    with _registry._lock:
+        held.set()
+        assert done.wait(WAIT)
+
+
+thread = threading.Thread(target=holder)
+thread.start()
+assert held.wait(WAIT)
+pid = os.fork()
+if pid == 0:  # the child: the holder thread is not here to let the lock go
+    signal.alarm(int(WAIT))  # a lock that stayed held would block for good: die of SIGALRM instead
+    with _registry._lock:
+        pass
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+done.set()
+thread.join(WAIT)
+print("child exit status", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_finds_the_registry_lock_free():
+    """A child forked while another thread holds the registry's lock has no thread that would
+    let it go: it starts free there (``os.register_at_fork``)."""
+    child = textwrap.dedent(_FORK_CHILD.format(wait=TIMEOUT))
+    run = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=DEADLINE
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "child exit status 0" in run.stdout

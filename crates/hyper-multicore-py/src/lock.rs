@@ -6,11 +6,19 @@
 //! It serialises what one process's threads do to the registry, and their collective
 //! allocation calls (every PE must make those in the same order). A thread that has to wait for
 //! it lets the GIL go while it waits: the holder may need the GIL to finish (the native calls
-//! under it let the GIL go and take it back).
+//! under it let the GIL go and take it back). It waits in slices of [`SIGNAL_SLICE`], looking
+//! for signals between them, so Ctrl-C still interrupts it (before the caller did anything),
+//! as it does `threading.RLock`'s wait. A child process starts with it free (unless the thread
+//! that forked held it): no other thread is there to let it go.
+
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
+
+/// The longest a waiting thread goes without looking for signals (Ctrl-C).
+const SIGNAL_SLICE: Duration = Duration::from_millis(10);
 
 thread_local! {
     /// A byte whose address names the thread (unique among the threads alive).
@@ -55,22 +63,19 @@ impl Drop for Held<'_> {
 
 impl RegistryLock {
     /// Takes the lock (again, if this thread holds it), letting the GIL go while another
-    /// thread holds it.
-    pub(crate) fn hold(&self, py: Python<'_>) -> Held<'_> {
+    /// thread holds it; fails without it if a signal handler raises meanwhile (Ctrl-C).
+    pub(crate) fn hold(&self, py: Python<'_>) -> PyResult<Held<'_>> {
         let me = this_thread();
-        if !self.try_take(me) {
+        while !self.try_take(me) {
             py.detach(|| {
                 let mut holder = self.holder.lock();
-                while holder.thread.is_some() {
-                    self.freed.wait(&mut holder);
+                if holder.thread.is_some() {
+                    self.freed.wait_for(&mut holder, SIGNAL_SLICE);
                 }
-                *holder = Holder {
-                    thread: Some(me),
-                    depth: 1,
-                };
             });
+            py.check_signals()?;
         }
-        Held { lock: self }
+        Ok(Held { lock: self })
     }
 
     /// Takes the lock if it is free or `me` holds it.
@@ -110,8 +115,9 @@ impl RegistryLock {
     }
 
     /// Takes the lock, waiting (without the GIL) while another thread holds it.
-    fn acquire(&self, py: Python<'_>) {
-        std::mem::forget(self.hold(py));
+    fn acquire(&self, py: Python<'_>) -> PyResult<()> {
+        std::mem::forget(self.hold(py)?);
+        Ok(())
     }
 
     /// Undoes one `acquire` by this thread.
@@ -125,13 +131,24 @@ impl RegistryLock {
         }
     }
 
-    fn __enter__(&self, py: Python<'_>) {
-        self.acquire(py);
+    /// `with lock:` takes it ([`RegistryLock::acquire`]).
+    fn __enter__(&self, py: Python<'_>) -> PyResult<()> {
+        self.acquire(py)
     }
 
+    /// The end of `with lock:` lets it go ([`RegistryLock::release`]).
     #[pyo3(signature = (*_exception))]
     fn __exit__(&self, _exception: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
         self.release()?;
         Ok(false)
+    }
+
+    /// In a child process just forked (`os.register_at_fork`): frees the lock unless the
+    /// forking thread holds it — the child has no other thread to let it go.
+    fn after_fork_in_child(&self) {
+        let mut holder = self.holder.lock();
+        if holder.thread != Some(this_thread()) {
+            *holder = Holder::default();
+        }
     }
 }

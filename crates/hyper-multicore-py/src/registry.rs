@@ -187,7 +187,7 @@ impl Registry {
     }
 
     /// Collective: `shmem.empty(*size, dtype=dtype, alignment=alignment)` in the plain case
-    /// (torch; `size` plain non-negative ints; `dtype` None, for torch's default, or a torch
+    /// (torch; `size` plain ints from 0 to 2^63 − 1; `dtype` None, for torch's default, or a torch
     /// dtype named before; the default alignment), under the registry's lock. Returns
     /// `NotImplemented` without doing anything otherwise: the wrapper's full path then checks
     /// the arguments and raises the precise error.
@@ -212,11 +212,11 @@ impl Registry {
         }
         let mut shape = Vec::with_capacity(size.len());
         for dimension in size.iter() {
-            // (a bool is an int to Python, not here)
+            // (a bool is an int to Python, not here; a torch dimension is an `int64_t`)
             match dimension.is_exact_instance_of::<PyInt>() {
-                true => match dimension.extract::<usize>() {
-                    Ok(dimension) => shape.push(dimension),
-                    Err(_) => return not_implemented(),
+                true => match dimension.extract::<i64>().map(usize::try_from) {
+                    Ok(Ok(dimension)) => shape.push(dimension),
+                    _ => return not_implemented(),
                 },
                 false => return not_implemented(),
             }
@@ -231,7 +231,7 @@ impl Registry {
         let Some(name) = self.checked_dtypes.bind(py).get_item(&dtype)? else {
             return not_implemented();
         };
-        let _held = self.lock.get().hold(py);
+        let _held = self.lock.get().hold(py)?;
         self.allocate_shape(shape, size, name.extract()?, None, &dtype)
     }
 
@@ -244,7 +244,7 @@ impl Registry {
         alignment: Option<u64>,
         dtype: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let _held = self.lock.get().hold(shape.py());
+        let _held = self.lock.get().hold(shape.py())?;
         self.allocate_shape(shape.extract()?, shape, name, alignment, dtype)
     }
 
@@ -259,7 +259,7 @@ impl Registry {
         dtype: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = exported.py();
-        let _held = self.lock.get().hold(py);
+        let _held = self.lock.get().hold(py)?;
         let buffer = exported.get_item(5)?.cast_into::<HeapBuffer>()?;
         let allocation = Allocation::new(exported.extract()?);
         self.record(Bound::new(py, allocation)?, buffer, shape, dtype)
@@ -278,7 +278,7 @@ impl Registry {
         if !tensor.is_instance(tensor_type.bind(py))? {
             return Ok(not_implemented);
         }
-        let _held = self.lock.get().hold(py);
+        let _held = self.lock.get().hold(py)?;
         let found = self.by_storage.bind(py).get_item(storage_key(tensor)?)?;
         let Some(allocation) = found.and_then(|found| found.cast_into::<Allocation>().ok()) else {
             return Ok(not_implemented);
@@ -316,7 +316,7 @@ impl Registry {
     /// Marks `allocation` freed or released: its tensors become stale, and `_live` forgets it.
     fn retire(&self, allocation: &Bound<'_, Allocation>) -> PyResult<()> {
         let py = allocation.py();
-        let _held = self.lock.get().hold(py);
+        let _held = self.lock.get().hold(py)?;
         let (tensor, id) = {
             let mut record = allocation.borrow_mut();
             record.live = false;

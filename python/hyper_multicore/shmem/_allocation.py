@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import _native
 from . import _backend
-from ._backend import check_alignment, check_shape
+from ._backend import MAX_DIMENSION, check_alignment, check_shape
 from ._errors import HyperMulticoreError, InvalidArgumentError, StaleTensorError, native_style
 from ._registry import (
     _NO_ALLOCATION,
@@ -24,9 +24,9 @@ from ._registry import (
 def _size_args(size: tuple[Any, ...]) -> tuple[int, ...]:
     # Plain dimensions, the common case (a bool is not an int here); one of them, most common,
     # without the generator's cost.
-    if len(size) == 1 and type(size[0]) is int and size[0] >= 0:
+    if len(size) == 1 and type(size[0]) is int and 0 <= size[0] <= MAX_DIMENSION:
         return size
-    if size and all(type(d) is int and d >= 0 for d in size):
+    if size and all(type(d) is int and 0 <= d <= MAX_DIMENSION for d in size):
         return size
     if not size:
         raise TypeError("empty() needs a size: empty(2, 3) or empty((2, 3)); empty(()) is a scalar")
@@ -48,18 +48,42 @@ def empty(*size: Any, dtype: Any = None, alignment: int | None = None) -> Any:
     ``empty([2, 3])``. ``dtype`` defaults to ``torch.get_default_dtype()`` (float32 with NumPy).
     ``alignment`` (bytes) defaults to 64; otherwise a power of two up to 2 MiB. Every PE must
     make the same call; arguments that differ across ranks raise :class:`InvalidArgumentError`
-    on every rank, and nothing is allocated.
+    on every rank, and nothing is allocated. A rank whose own arguments are invalid raises its
+    own error and still takes part in that check, so the other ranks fail at once.
     """
     # The plain case (torch; int sizes; None or a torch dtype seen before; the default
     # alignment) natively, under the lock; anything else below.
     tensor = _native_registry.empty(size, dtype, alignment)
     if tensor is not NotImplemented:
         return tensor
-    shape = _size_args(size)
-    name = _backend.default_dtype_name() if dtype is None else _backend.dtype_name(dtype)
-    align = check_alignment(alignment)
+    try:
+        shape = _size_args(size)
+        name = _backend.default_dtype_name() if dtype is None else _backend.dtype_name(dtype)
+        align = check_alignment(alignment)
+    except Exception as problem:
+        raise problem from _join_refused(lambda: _native.allocate([0], "uint8", _NO_ALIGNMENT))
     with _lock:
         return _allocate(shape, name, align)
+
+
+#: An alignment the runtime refuses on every rank (not a power of two), after its cross-rank
+#: argument check: a rank whose own ``empty`` arguments are invalid allocates with it.
+_NO_ALIGNMENT = 3
+
+
+def _join_refused(call: Callable[[], object]) -> HyperMulticoreError | None:
+    """Takes this rank's part in a collective whose own arguments are invalid: ``call`` makes
+    it with arguments the runtime refuses on every rank after its cross-rank check, so the other
+    ranks fail at once ("arguments differ across ranks") instead of waiting, and nothing
+    changes. Returns that mismatch, if the other ranks' arguments differed, as the cause of
+    this rank's own error."""
+    with _lock:
+        try:
+            call()
+        except HyperMulticoreError as refused:
+            if "differ across ranks" in str(refused):
+                return refused
+    return None
 
 
 def free(tensor: Any) -> None:
@@ -110,13 +134,7 @@ def free(tensor: Any) -> None:
                     "its own",
                 )
     if problem is not None:
-        cause = None
-        try:
-            _native.free(_NO_ALLOCATION, 0)
-        except HyperMulticoreError as mismatch:
-            if "differ across ranks" in str(mismatch):
-                cause = mismatch
-        raise problem from cause
+        raise problem from _join_refused(lambda: _native.free(_NO_ALLOCATION, 0))
     assert allocation is not None
     with _lock:
         _native.free(allocation.index, allocation.generation)

@@ -64,22 +64,34 @@ def _numpy_dtype(name: str) -> Any:
     return np.dtype(name)
 
 
-#: Heap dtype names of the dtype arguments already checked (torch dtypes, NumPy dtypes, names):
-#: :func:`dtype_name` answers a repeated argument with one lookup.
+#: Heap dtype names of the dtype arguments already checked (torch dtypes, NumPy dtypes, names,
+#: types: see :func:`_cacheable`): :func:`dtype_name` answers a repeated argument with one
+#: lookup, and the native ``empty`` looks torch dtypes up here.
 _CHECKED_DTYPES: dict[Any, str] = {}
+
+
+def _cacheable(dtype: Any) -> bool:
+    """Whether ``dtype`` may be a key of :data:`_CHECKED_DTYPES`: a torch or NumPy dtype, a
+    name or a type, which only equal arguments naming the same dtype. Not a number, which NumPy
+    may take for a dtype-like, but which equals others that name other dtypes or none
+    (``np.float16(1.0) == 1 == True``)."""
+    kind = type(dtype)
+    return (
+        kind is str
+        or kind is type
+        or (torch is not None and kind is torch.dtype)
+        or (np is not None and isinstance(dtype, np.dtype))
+    )
 
 
 def dtype_name(dtype: Any) -> str:
     """The heap dtype name of a torch dtype, NumPy dtype-like, or name string."""
-    try:
+    cacheable = _cacheable(dtype)
+    if cacheable and dtype in _CHECKED_DTYPES:
         return _CHECKED_DTYPES[dtype]
-    except (KeyError, TypeError):  # not seen yet, or not hashable
-        pass
     name = _checked_dtype_name(dtype)
-    try:
+    if cacheable:
         _CHECKED_DTYPES[dtype] = name
-    except TypeError:  # an unhashable dtype-like (NumPy accepts some)
-        pass
     return name
 
 
@@ -202,6 +214,10 @@ def check_word(value: Any, dtype: str, what: str) -> int:
     return number
 
 
+#: The largest dimension a tensor can have (torch's are ``int64_t``).
+MAX_DIMENSION = 2**63 - 1
+
+
 def check_shape(shape: Any, what: str) -> tuple[int, ...]:
     """``shape`` as a tuple of non-negative ints (a sequence; a bool is not an integer)."""
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
@@ -209,6 +225,8 @@ def check_shape(shape: Any, what: str) -> tuple[int, ...]:
     dims = tuple(check_int(d, f"{what} entry") for d in shape)
     if any(d < 0 for d in dims):
         raise ValueError(f"{what} has a negative dimension: {dims}")
+    if any(d > MAX_DIMENSION for d in dims):
+        raise ValueError(f"{what} has a dimension above 2**63 - 1, a tensor's limit: {dims}")
     return dims
 
 

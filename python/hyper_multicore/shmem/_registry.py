@@ -12,6 +12,7 @@ their memory can still be viewed. A torch tensor is inspected once and remembere
 
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Any
 
@@ -39,6 +40,8 @@ _Allocation = _native.Allocation
 #: thread's at a time, so that every PE makes them in the same order). Reentrant; the native
 #: registry takes it without a Python call.
 _lock = _native.RegistryLock()
+# A forked child has only the forking thread: a lock another thread held would stay held.
+os.register_at_fork(after_in_child=_lock.after_fork_in_child)
 #: Live allocations by (index, generation).
 _live: dict[tuple[int, int], _Allocation] = {}
 #: torch storages (``_cdata``) of every allocation whose memory may still be viewed, live or
