@@ -9,7 +9,7 @@ heap offset, bytes, alignment, HeapBuffer)``.
 
 import weakref
 from collections.abc import Callable
-from types import NotImplementedType
+from types import ModuleType, NotImplementedType
 from typing import Any, Final, TypeAlias
 
 Region = tuple[int, int, int, int]
@@ -55,13 +55,7 @@ class Registry:
     """The wrapper's allocation registry, natively (see ``shmem._registry``)."""
 
     def __init__(
-        self,
-        live: dict,
-        by_storage: dict,
-        lock: RegistryLock,
-        checked_dtypes: dict,
-        torch: Any | None,
-        numpy: Any | None,
+        self, live: dict, by_storage: dict, lock: RegistryLock, backend: ModuleType
     ) -> None: ...
     def empty(
         self, size: tuple[Any, ...], dtype: Any, alignment: Any

@@ -5,11 +5,12 @@
 //! dicts — `_live` (by `(index, generation)`) and `_by_storage` (by torch storage, or by the
 //! [`HeapBuffer`] at the root of a NumPy array's `base` chain) — and so do the rules about them:
 //! this module does the steps the Python code did, without the interpreter's cost per step
-//! (`empty` + `free` of a small torch tensor on 1 PE: 5.2 µs with the Python code, 2.35 µs now;
-//! see bench/findings.md, rounds 22-23). [`Registry::empty`] and [`Registry::free`] only take
-//! the plain case (for `free`: a live, whole, unowned, non-empty torch tensor) and answer
-//! anything else with `NotImplemented`, so the wrapper's full path raises the precise error as
-//! before. Every call that changes the registry holds its lock ([`RegistryLock`]).
+//! (`empty` + `free` of a small torch tensor on 1 PE: 5.2 µs with the Python code, 2.5 µs now;
+//! of a NumPy array 5.0 → 2.5 µs; see bench/findings.md, rounds 22-23). [`Registry::empty`]
+//! and [`Registry::free`] only take the plain case (for `free`: a live, whole, unowned,
+//! non-empty tensor or array) and answer anything else with `NotImplemented`, so the wrapper's
+//! full path raises the precise error as before. Every call that changes the registry holds its
+//! lock ([`RegistryLock`]).
 //!
 //! A torch tensor views its allocation through a `memoryview` of the heap
 //! ([`HeapBuffer::view`]) that only its storage holds; the callback of a weak reference to that
@@ -25,7 +26,7 @@ use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyInt, PySlice, PyTuple, PyType, PyWeakrefReference};
+use pyo3::types::{PyDict, PyInt, PySlice, PyString, PyTuple, PyType, PyWeakrefReference};
 use pyo3::PyTraverseError;
 
 use crate::heap::HeapBuffer;
@@ -124,6 +125,12 @@ pub(crate) struct Registry {
     lock: Py<RegistryLock>,
     /// `_backend._CHECKED_DTYPES`: the heap dtype name of each dtype argument seen before.
     checked_dtypes: Py<PyDict>,
+    /// `_backend.to_dtype`: the backend's dtype of a heap dtype name.
+    to_dtype: Py<PyAny>,
+    /// `_backend.default_dtype_name`.
+    default_dtype_name: Py<PyAny>,
+    /// `numpy.dtype`, if NumPy is installed.
+    numpy_dtype: Option<Py<PyType>>,
     backend: Backend,
 }
 
@@ -144,22 +151,32 @@ enum Backend {
     NumPy {
         /// `numpy.asarray`.
         asarray: Py<PyAny>,
+        /// `numpy.ndarray`.
+        ndarray: Py<PyType>,
     },
 }
 
 #[pymethods]
 impl Registry {
-    /// A registry over `live` and `by_storage`, held by `lock`, naming dtypes by
-    /// `checked_dtypes`, making torch tensors, or NumPy arrays when `torch` is None.
+    /// A registry over `live` and `by_storage`, held by `lock`, with the tensor library and
+    /// dtype names of the module `backend` (`shmem._backend`): torch tensors, or NumPy arrays
+    /// when its `torch` is None.
     #[new]
     fn new(
         live: Py<PyDict>,
         by_storage: Py<PyDict>,
         lock: Py<RegistryLock>,
-        checked_dtypes: Py<PyDict>,
-        torch: Option<&Bound<'_, PyAny>>,
-        numpy: Option<&Bound<'_, PyAny>>,
+        backend: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
+        let torch = Some(backend.getattr("torch")?).filter(|torch| !torch.is_none());
+        let numpy = Some(backend.getattr("np")?).filter(|numpy| !numpy.is_none());
+        let numpy_dtype = match &numpy {
+            Some(numpy) => Some(numpy.getattr("dtype")?.cast_into::<PyType>()?.unbind()),
+            None => None,
+        };
+        let checked_dtypes = backend.getattr("_CHECKED_DTYPES")?.cast_into::<PyDict>()?;
+        let to_dtype = backend.getattr("to_dtype")?.unbind();
+        let default_dtype_name = backend.getattr("default_dtype_name")?.unbind();
         let backend = match (torch, numpy) {
             (Some(torch), _) => Backend::Torch {
                 frombuffer: torch.getattr("frombuffer")?.unbind(),
@@ -170,6 +187,7 @@ impl Registry {
             },
             (None, Some(numpy)) => Backend::NumPy {
                 asarray: numpy.getattr("asarray")?.unbind(),
+                ndarray: numpy.getattr("ndarray")?.cast_into::<PyType>()?.unbind(),
             },
             (None, None) => {
                 return Err(PyValueError::new_err(
@@ -181,16 +199,19 @@ impl Registry {
             live,
             by_storage,
             lock,
-            checked_dtypes,
+            checked_dtypes: checked_dtypes.unbind(),
+            to_dtype,
+            default_dtype_name,
+            numpy_dtype,
             backend,
         })
     }
 
     /// Collective: `shmem.empty(*size, dtype=dtype, alignment=alignment)` in the plain case
-    /// (torch; `size` plain ints from 0 to 2^63 − 1; `dtype` None, for torch's default, or a torch
-    /// dtype named before; the default alignment), under the registry's lock. Returns
-    /// `NotImplemented` without doing anything otherwise: the wrapper's full path then checks
-    /// the arguments and raises the precise error.
+    /// (`size` plain ints from 0 to 2^63 − 1; `dtype` None, for the default, or a dtype named
+    /// before, see [`Registry::named_dtype`]; the default alignment), under the registry's
+    /// lock. Returns `NotImplemented` without doing anything otherwise: the wrapper's full path
+    /// then checks the arguments and raises the precise error.
     fn empty<'py>(
         &self,
         size: &Bound<'py, PyTuple>,
@@ -199,14 +220,6 @@ impl Registry {
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = size.py();
         let not_implemented = || Ok(py.NotImplemented().into_bound(py));
-        let Backend::Torch {
-            dtype_type,
-            get_default_dtype,
-            ..
-        } = &self.backend
-        else {
-            return not_implemented();
-        };
         if !alignment.is_none() || size.is_empty() {
             return not_implemented();
         }
@@ -221,18 +234,11 @@ impl Registry {
                 false => return not_implemented(),
             }
         }
-        let dtype = match dtype.is_none() {
-            true => get_default_dtype.bind(py).call0()?,
-            false => dtype.clone(),
-        };
-        if !dtype.is_exact_instance(dtype_type.bind(py)) {
-            return not_implemented();
-        }
-        let Some(name) = self.checked_dtypes.bind(py).get_item(&dtype)? else {
+        let Some((name, dtype)) = self.named_dtype(dtype)? else {
             return not_implemented();
         };
         let _held = self.lock.get().hold(py)?;
-        self.allocate_shape(shape, size, name.extract()?, None, &dtype)
+        self.allocate_shape(shape, size, &name, None, &dtype)
     }
 
     /// Collective: allocates `shape` of heap dtype `name` (the backend's dtype `dtype`) with
@@ -267,27 +273,34 @@ impl Registry {
 
     /// Collective: frees the allocation of `tensor` if it is the plain case — a torch tensor
     /// whose storage is a live allocation's that no shared-root consumer owns, spanning all of
-    /// its (non-zero) bytes — and retires it; returns `NotImplemented` without doing anything
-    /// otherwise (the wrapper's full path then raises the precise error).
+    /// its (non-zero) bytes, or the NumPy array `empty` made for such an allocation — and
+    /// retires it; returns `NotImplemented` without doing anything otherwise (the wrapper's
+    /// full path then raises the precise error).
     fn free(&self, tensor: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let py = tensor.py();
         let not_implemented = py.NotImplemented();
-        let Backend::Torch { tensor_type, .. } = &self.backend else {
-            return Ok(not_implemented);
+        let is_tensor = match &self.backend {
+            Backend::Torch { tensor_type, .. } => tensor.is_instance(tensor_type.bind(py))?,
+            // (the arrays `empty` makes are plain `ndarray`s, so their `base` is no subclass's)
+            Backend::NumPy { ndarray, .. } => tensor.is_exact_instance(ndarray.bind(py)),
         };
-        if !tensor.is_instance(tensor_type.bind(py))? {
+        if !is_tensor {
             return Ok(not_implemented);
         }
         let _held = self.lock.get().hold(py)?;
-        let found = self.by_storage.bind(py).get_item(storage_key(tensor)?)?;
+        let Some(key) = self.key_of(tensor)? else {
+            return Ok(not_implemented);
+        };
+        let found = self.by_storage.bind(py).get_item(key)?;
         let Some(allocation) = found.and_then(|found| found.cast_into::<Allocation>().ok()) else {
             return Ok(not_implemented);
         };
         // Copied out first: the tensor's `nbytes` and `data_ptr` may run Python code (a
         // subclass's `__torch_function__`), which must not find the record borrowed.
-        let (live, owned, nbytes, address, index, generation) = {
+        let (live, owned, nbytes, address, index, generation, made) = {
             let record = allocation.borrow();
             let owned = record.owner.is_some();
+            let made = record.tensor.as_ref().is_some_and(|made| made.is(tensor));
             (
                 record.live,
                 owned,
@@ -295,16 +308,24 @@ impl Registry {
                 record.address,
                 record.index,
                 record.generation,
+                made,
             )
         };
-        let plain = live
-            && !owned
-            && nbytes > 0
-            && tensor.getattr(intern!(py, "nbytes"))?.extract::<u64>()? == nbytes
-            && tensor
-                .call_method0(intern!(py, "data_ptr"))?
-                .extract::<usize>()?
-                == address;
+        let whole = || -> PyResult<bool> {
+            if tensor.getattr(intern!(py, "nbytes"))?.extract::<u64>()? != nbytes {
+                return Ok(false);
+            }
+            match &self.backend {
+                Backend::Torch { .. } => Ok(tensor
+                    .call_method0(intern!(py, "data_ptr"))?
+                    .extract::<usize>()?
+                    == address),
+                // An array cannot move to other memory in place: the one `empty` made is
+                // still over all of it.
+                Backend::NumPy { .. } => Ok(made),
+            }
+        };
+        let plain = live && !owned && nbytes > 0 && whole()?;
         if !plain {
             return Ok(not_implemented);
         }
@@ -330,6 +351,76 @@ impl Registry {
 }
 
 impl Registry {
+    /// The heap dtype name and the backend's dtype of `dtype`, if it is None (the default) or
+    /// was named before — a key of `_backend._CHECKED_DTYPES`, which only takes dtypes, names
+    /// and types (`_backend._cacheable`: a number may equal a key naming another dtype).
+    fn named_dtype<'py>(
+        &self,
+        dtype: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<(String, Bound<'py, PyAny>)>> {
+        let py = dtype.py();
+        let (dtype, name) = match (&self.backend, dtype.is_none()) {
+            (
+                Backend::Torch {
+                    get_default_dtype, ..
+                },
+                true,
+            ) => (get_default_dtype.bind(py).call0()?, None),
+            (Backend::NumPy { .. }, true) => {
+                let name: String = self.default_dtype_name.bind(py).call0()?.extract()?;
+                (self.to_dtype.bind(py).call1((name.as_str(),))?, Some(name))
+            }
+            (_, false) => (dtype.clone(), None),
+        };
+        if let Some(name) = name {
+            return Ok(Some((name, dtype)));
+        }
+        let torch_dtype = match &self.backend {
+            Backend::Torch { dtype_type, .. } => dtype.is_exact_instance(dtype_type.bind(py)),
+            Backend::NumPy { .. } => false,
+        };
+        let cacheable = torch_dtype
+            || dtype.is_exact_instance_of::<PyString>()
+            || dtype.is_exact_instance_of::<PyType>()
+            || match &self.numpy_dtype {
+                Some(numpy_dtype) => dtype.is_instance(numpy_dtype.bind(py))?,
+                None => false,
+            };
+        if !cacheable {
+            return Ok(None);
+        }
+        let Some(name) = self.checked_dtypes.bind(py).get_item(&dtype)? else {
+            return Ok(None);
+        };
+        let name: String = name.extract()?;
+        let dtype = match torch_dtype {
+            true => dtype,
+            false => self.to_dtype.bind(py).call1((name.as_str(),))?,
+        };
+        Ok(Some((name, dtype)))
+    }
+
+    /// What identifies the memory `tensor` views in `_by_storage`: its storage's `_cdata`
+    /// (torch), or the address of the [`HeapBuffer`] at the root of its `base` chain (NumPy;
+    /// None if the root is something else).
+    fn key_of<'py>(&self, tensor: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let py = tensor.py();
+        let Backend::NumPy { ndarray, .. } = &self.backend else {
+            return storage_key(tensor).map(Some);
+        };
+        let mut root = tensor.clone();
+        while root.is_instance(ndarray.bind(py))? {
+            let base = root.getattr(intern!(py, "base"))?;
+            if base.is_none() {
+                return Ok(None);
+            }
+            root = base;
+        }
+        Ok(root
+            .is_instance_of::<HeapBuffer>()
+            .then(|| PyInt::new(py, root.as_ptr() as usize).into_any()))
+    }
+
     /// [`Registry::allocate`] of `shape` (as `dims` and as the tuple `shape`); the caller
     /// holds the lock.
     fn allocate_shape<'py>(
@@ -367,7 +458,9 @@ impl Registry {
         // The tensor over all of the allocation (an empty one still owns a granule: one byte
         // viewed, then none of it); the object that lives exactly as long as some tensor or
         // array views the memory (`watched`); what identifies that memory in `_by_storage`; the
-        // method that shapes a tensor; and what the watch must keep alive (`keep`).
+        // method that shapes it; and what the watch must keep alive (`keep`). torch shapes the
+        // new tensor itself in place (`resize_` to as many elements as it has: 0.37 µs, where a
+        // view costs 0.6-0.7 and a new tensor object); NumPy makes a reshaped view.
         let (flat, watched, key, reshape, keep) = match &self.backend {
             Backend::Torch {
                 frombuffer, uint8, ..
@@ -384,9 +477,15 @@ impl Registry {
                 }
                 let flat = frombuffer.bind(py).call((&view,), Some(&kwargs))?;
                 let key = storage_key(&flat)?;
-                (flat, view, key, intern!(py, "view"), Some(buffer.unbind()))
+                (
+                    flat,
+                    view,
+                    key,
+                    intern!(py, "resize_"),
+                    Some(buffer.unbind()),
+                )
             }
-            Backend::NumPy { asarray } => {
+            Backend::NumPy { asarray, .. } => {
                 // The array's `base` is `buffer` itself (its `__array_interface__`), which
                 // holds the mapping.
                 let bytes = asarray.bind(py).call1((&buffer,))?;
@@ -409,8 +508,8 @@ impl Registry {
         } else if shape.is_empty() {
             flat.call_method1(reshape, (shape,))?
         } else {
-            // The dimensions as arguments: torch parses `view(2, 3)` in 0.6 µs, `view((2, 3))`
-            // in 1.0 (it tries its `view(dtype)` form first).
+            // The dimensions as arguments: torch parses `resize_(2, 3)` or `view(2, 3)` in
+            // 0.3-0.4 µs less than the same with one tuple.
             flat.call_method1(reshape, shape.clone())?
         };
         // `watched` dies when the last tensor or array over the memory does -- and only then

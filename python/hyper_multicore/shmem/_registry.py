@@ -52,9 +52,7 @@ _by_storage: dict[int, _Allocation] = {}
 #: The registry's native side (``_native.Registry``): registration and allocation in one
 #: native call each, the plain case of ``free`` (torch), and ``_retire``. It works on the
 #: state above, by the same rules.
-_native_registry = _native.Registry(
-    _live, _by_storage, _lock, _backend._CHECKED_DTYPES, _backend.torch, _backend.np
-)
+_native_registry = _native.Registry(_live, _by_storage, _lock, _backend)
 
 
 def _register(exported: tuple, shape: tuple[int, ...], dtype: str) -> Any:
