@@ -23,6 +23,20 @@ pytestmark = pytest.mark.skipif(LAUNCHED, reason="starts its own interpreters")
 #: How long a child may take before it counts as deadlocked (it needs about a second).
 DEADLINE = 4 * TIMEOUT
 
+#: Runs ``thread_a`` until ``a_ready`` is set, then ``thread_b``, and waits for both (each
+#: child below defines them).
+_A_THEN_B = """
+def run_a_then_b(a_ready, why):
+    a = threading.Thread(target=thread_a)
+    a.start()
+    assert a_ready.wait(WAIT), why
+    b = threading.Thread(target=thread_b)
+    b.start()
+    a.join(WAIT)
+    b.join(WAIT)
+    assert not a.is_alive() and not b.is_alive()
+"""
+
 _CHILD = """
 import os, sys, threading
 from hyper_multicore import shmem
@@ -99,14 +113,8 @@ def thread_b():
         seen["b"] = type(error).__name__
 
 
-a = threading.Thread(target=thread_a)
-a.start()
-assert entered.wait(WAIT), "thread A never reached its hook"
-b = threading.Thread(target=thread_b)
-b.start()
-a.join(WAIT)
-b.join(WAIT)
-assert not a.is_alive() and not b.is_alive()
+{a_then_b}
+run_a_then_b(entered, "thread A never reached its hook")
 print("done", CALL, "->", seen["b"])
 if SCENARIO != "restart":
     dist.destroy_process_group()  # gloo's threads must not outlive the interpreter
@@ -119,7 +127,7 @@ SCENARIOS = ["restart"] + (["first_acquire_over_torch"] if TORCH else [])
 @pytest.mark.parametrize("call", CALLS)
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_a_lifecycle_call_waits_without_holding_the_gil(tmp_path, scenario, call):
-    child = textwrap.dedent(_CHILD.format(wait=TIMEOUT))
+    child = textwrap.dedent(_CHILD.format(wait=TIMEOUT, a_then_b=_A_THEN_B))
     command = [sys.executable, "-c", child, scenario, call, str(tmp_path / "store")]
     try:
         run = subprocess.run(command, capture_output=True, text=True, timeout=DEADLINE)
@@ -158,14 +166,8 @@ def thread_b():
     seen["b"] = shmem.empty(4) if CALL == "empty" else shmem.free(tensor)
 
 
-a = threading.Thread(target=thread_a)
-a.start()
-assert held.wait(WAIT), "thread A never took the lock"
-b = threading.Thread(target=thread_b)
-b.start()
-a.join(WAIT)
-b.join(WAIT)
-assert not a.is_alive() and not b.is_alive()
+{a_then_b}
+run_a_then_b(held, "thread A never took the lock")
 if CALL == "empty":
     assert tuple(seen["b"].shape) == (4,)
     shmem.free(seen["b"])
@@ -184,7 +186,7 @@ except RuntimeError as error:
 def test_empty_and_free_wait_for_the_registry_lock_without_holding_the_gil(call):
     """``empty``/``free`` take the registry's lock natively; while another thread holds it (and
     needs the GIL to finish), they must wait for it with the GIL released."""
-    child = textwrap.dedent(_REGISTRY_CHILD.format(wait=TIMEOUT))
+    child = textwrap.dedent(_REGISTRY_CHILD.format(wait=TIMEOUT, a_then_b=_A_THEN_B))
     command = [sys.executable, "-c", child, call]
     try:
         run = subprocess.run(command, capture_output=True, text=True, timeout=DEADLINE)
