@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
-from conftest import RANK, WORLD, gather_text, normalized
+from conftest import RANK, TORCH, WORLD, gather_text, normalized
 from hyper_multicore import shmem
 
 
@@ -125,12 +127,20 @@ def test_mismatched_allocations_fail_alike_on_every_rank(runtime, mismatch):
 @pytest.mark.parametrize(
     "invalid",
     [
-        lambda: shmem.empty(-1),
-        lambda: shmem.empty(2**63, 0),
-        lambda: shmem.empty(4, dtype="complex64"),
-        lambda: shmem.empty(4, alignment=-64),
+        pytest.param(lambda: shmem.empty(-1), id="negative"),
+        pytest.param(lambda: shmem.empty(2**63, 0), id="too_large"),
+        pytest.param(lambda: shmem.empty(0, 2**62, 4), id="strides_too_large"),
+        pytest.param(lambda: shmem.empty(4, dtype="complex64"), id="dtype"),
+        pytest.param(
+            lambda: shmem.empty(4, dtype="bfloat16"),
+            id="bfloat16_without_ml_dtypes",
+            marks=pytest.mark.skipif(
+                TORCH or importlib.util.find_spec("ml_dtypes") is not None,
+                reason="bfloat16 is a dtype here",
+            ),
+        ),
+        pytest.param(lambda: shmem.empty(4, alignment=-64), id="alignment"),
     ],
-    ids=["negative", "too_large", "dtype", "alignment"],
 )
 @pytest.mark.parametrize("ranks", ["one", "every"])
 def test_invalid_empty_arguments_fail_at_once_on_every_rank(runtime, invalid, ranks):
@@ -162,3 +172,13 @@ def test_a_number_is_not_taken_for_a_dtype_named_before(runtime):
     with pytest.raises(TypeError, match="is not a dtype"):
         shmem.empty(4, dtype=True)
     shmem.free(halves)
+
+
+def test_a_dtype_in_the_other_byte_order_is_refused(runtime):
+    """The heap holds native values: a NumPy dtype of the other byte order is refused, not
+    taken for its native twin."""
+    np = pytest.importorskip("numpy")
+    foreign = np.dtype("float32").newbyteorder("S")
+    with pytest.raises(TypeError, match="byte order"):
+        shmem.empty(4, dtype=foreign)
+    assert shmem.debug_state()["heap"]["allocation_count"] == 0

@@ -807,6 +807,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "DTYPES",
         Dtype::ALL.iter().map(|d| d.name()).collect::<Vec<_>>(),
     )?;
+    m.add(
+        "DTYPE_SIZES",
+        Dtype::ALL
+            .iter()
+            .map(|d| (d.name(), d.size()))
+            .collect::<HashMap<_, _>>(),
+    )?;
     m.add_class::<HeapBuffer>()?;
     m.add_class::<lock::RegistryLock>()?;
     m.add_class::<registry::Allocation>()?;

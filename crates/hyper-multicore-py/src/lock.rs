@@ -8,20 +8,31 @@
 //! it lets the GIL go while it waits: the holder may need the GIL to finish (the native calls
 //! under it let the GIL go and take it back). It waits in slices of [`SIGNAL_SLICE`], looking
 //! for signals between them, so Ctrl-C still interrupts it (before the caller did anything),
-//! as it does `threading.RLock`'s wait. A child process starts with it free (unless the thread
-//! that forked held it): no other thread is there to let it go.
+//! as it does `threading.RLock`'s wait.
+//!
+//! Its state is three atomic words and waiters sleep on a futex: no mutex, so a child process
+//! forked at any moment can reset it with plain stores (the child has only the forking thread;
+//! a lock another thread held there would stay held for good).
 
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
+use rustix::thread::futex;
 
 /// The longest a waiting thread goes without looking for signals (Ctrl-C).
 const SIGNAL_SLICE: Duration = Duration::from_millis(10);
 
+/// [`RegistryLock::state`]: free.
+const FREE: u32 = 0;
+/// [`RegistryLock::state`]: held, nobody waiting.
+const HELD: u32 = 1;
+/// [`RegistryLock::state`]: held, and a thread may be waiting (its release wakes one).
+const CONTENDED: u32 = 2;
+
 thread_local! {
-    /// A byte whose address names the thread (unique among the threads alive).
+    /// A byte whose address names the thread (unique among the threads alive, never 0).
     static THREAD_MARK: u8 = const { 0 };
 }
 
@@ -30,23 +41,17 @@ fn this_thread() -> usize {
     THREAD_MARK.with(|mark| mark as *const u8 as usize)
 }
 
-/// Who holds the lock, and how many times over.
-#[derive(Default)]
-struct Holder {
-    /// The holding thread ([`this_thread`]), if any.
-    thread: Option<usize>,
-    /// How many times it took the lock without releasing it.
-    depth: usize,
-}
-
 /// A reentrant lock, usable as `with lock:` from Python and by native code through
 /// [`RegistryLock::hold`].
 #[pyclass(frozen, module = "hyper_multicore._native")]
 #[derive(Default)]
 pub(crate) struct RegistryLock {
-    holder: Mutex<Holder>,
-    /// Notified when the lock becomes free.
-    freed: Condvar,
+    /// [`FREE`], [`HELD`] or [`CONTENDED`]; the futex word waiters sleep on.
+    state: AtomicU32,
+    /// The holding thread ([`this_thread`]), 0 if none; written by the holder only.
+    owner: AtomicUsize,
+    /// How many times the holder took it without releasing it; the holder's alone.
+    depth: AtomicUsize,
 }
 
 /// The lock held by this thread until dropped.
@@ -66,41 +71,62 @@ impl RegistryLock {
     /// thread holds it; fails without it if a signal handler raises meanwhile (Ctrl-C).
     pub(crate) fn hold(&self, py: Python<'_>) -> PyResult<Held<'_>> {
         let me = this_thread();
-        while !self.try_take(me) {
-            py.detach(|| {
-                let mut holder = self.holder.lock();
-                if holder.thread.is_some() {
-                    self.freed.wait_for(&mut holder, SIGNAL_SLICE);
-                }
-            });
-            py.check_signals()?;
+        if !self.try_take(me) {
+            while !py.detach(|| self.wait_then_take(me)) {
+                py.check_signals()?;
+            }
         }
         Ok(Held { lock: self })
     }
 
-    /// Takes the lock if it is free or `me` holds it.
+    /// Takes the lock if `me` holds it or it is free.
     fn try_take(&self, me: usize) -> bool {
-        let mut holder = self.holder.lock();
-        match holder.thread {
-            Some(thread) if thread != me => false,
-            _ => {
-                holder.thread = Some(me);
-                holder.depth += 1;
-                true
-            }
+        if self.owner.load(Ordering::Relaxed) == me {
+            // Only this thread stores its own name: it holds the lock.
+            self.depth.fetch_add(1, Ordering::Relaxed);
+            return true;
         }
+        let took = self
+            .state
+            .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok();
+        if took {
+            self.became_owner(me);
+        }
+        took
+    }
+
+    /// Marks the lock contended, taking it if it was free meanwhile; else sleeps until a
+    /// release wakes this thread or [`SIGNAL_SLICE`] passes (false).
+    fn wait_then_take(&self, me: usize) -> bool {
+        if self.state.swap(CONTENDED, Ordering::Acquire) == FREE {
+            self.became_owner(me);
+            return true;
+        }
+        let slice = futex::Timespec {
+            tv_sec: i64::try_from(SIGNAL_SLICE.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: SIGNAL_SLICE.subsec_nanos().into(),
+        };
+        // Returns at once if the state changed since (a release in between).
+        let _ = futex::wait(&self.state, futex::Flags::PRIVATE, CONTENDED, Some(&slice));
+        false
+    }
+
+    fn became_owner(&self, me: usize) {
+        self.owner.store(me, Ordering::Relaxed);
+        self.depth.store(1, Ordering::Relaxed);
     }
 
     /// Undoes one take by `me`; false if `me` does not hold the lock.
     fn release_by(&self, me: usize) -> bool {
-        let mut holder = self.holder.lock();
-        if holder.thread != Some(me) {
+        if self.owner.load(Ordering::Relaxed) != me {
             return false;
         }
-        holder.depth -= 1;
-        if holder.depth == 0 {
-            holder.thread = None;
-            self.freed.notify_one();
+        if self.depth.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.owner.store(0, Ordering::Relaxed);
+            if self.state.swap(FREE, Ordering::Release) == CONTENDED {
+                let _ = futex::wake(&self.state, futex::Flags::PRIVATE, 1);
+            }
         }
         true
     }
@@ -144,11 +170,13 @@ impl RegistryLock {
     }
 
     /// In a child process just forked (`os.register_at_fork`): frees the lock unless the
-    /// forking thread holds it — the child has no other thread to let it go.
+    /// forking thread holds it — the child has no other thread to let it go. Plain stores: a
+    /// parent thread may have been anywhere in the lock's code at the fork.
     fn after_fork_in_child(&self) {
-        let mut holder = self.holder.lock();
-        if holder.thread != Some(this_thread()) {
-            *holder = Holder::default();
+        if self.owner.load(Ordering::Relaxed) != this_thread() {
+            self.owner.store(0, Ordering::Relaxed);
+            self.depth.store(0, Ordering::Relaxed);
+            self.state.store(FREE, Ordering::Release);
         }
     }
 }

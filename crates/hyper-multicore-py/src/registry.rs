@@ -237,6 +237,9 @@ impl Registry {
         let Some((name, dtype)) = self.named_dtype(dtype)? else {
             return not_implemented();
         };
+        if !describable(&shape, &name) {
+            return not_implemented();
+        }
         let _held = self.lock.get().hold(py)?;
         self.allocate_shape(shape, size, &name, None, &dtype)
     }
@@ -436,12 +439,14 @@ impl Registry {
         let (index, generation, heap_offset, nbytes, alignment, buffer) = exported.into_tuple();
         let allocation =
             Allocation::fresh([index, generation, heap_offset, nbytes, alignment], &buffer);
-        self.record(
-            Bound::new(py, allocation)?,
-            Bound::new(py, buffer)?,
-            shape,
-            dtype,
-        )
+        let recorded = Bound::new(py, allocation)
+            .and_then(|allocation| self.record(allocation, Bound::new(py, buffer)?, shape, dtype));
+        if recorded.is_err() {
+            // No tensor, no record: the allocation goes again (every rank failed alike, its
+            // shape and dtype being the same), else nothing could ever free it.
+            let _ = crate::free(py, index, generation);
+        }
+        recorded
     }
 
     /// Gives `allocation` (live, new) its tensor (or array) of `shape` and the backend's `dtype`
@@ -537,6 +542,19 @@ impl Registry {
         self.by_storage.bind(py).set_item(key, &allocation)?;
         Ok(tensor)
     }
+}
+
+/// Whether a tensor of `shape` and heap dtype `name` can be described: its contiguous strides
+/// in bytes (the product of its dimensions, a 0 counted as 1, times the element size) fit an
+/// int64 (`_backend.check_extent`, which raises where this answers false).
+fn describable(shape: &[usize], name: &str) -> bool {
+    let size = crate::parse_dtype(name).map_or(1, |dtype| dtype.size());
+    shape
+        .iter()
+        .try_fold(size, |extent, dimension| {
+            extent.checked_mul((*dimension).max(1))
+        })
+        .is_some_and(|extent| i64::try_from(extent).is_ok())
 }
 
 /// Removes `key` from `dict` if it is there (one lookup, where `contains` and `del_item` take

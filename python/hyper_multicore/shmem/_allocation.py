@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import _native
 from . import _backend
-from ._backend import MAX_DIMENSION, check_alignment, check_shape
+from ._backend import MAX_DIMENSION, check_alignment, check_extent, check_shape
 from ._errors import HyperMulticoreError, InvalidArgumentError, StaleTensorError, native_style
 from ._registry import (
     _NO_ALLOCATION,
@@ -59,6 +59,7 @@ def empty(*size: Any, dtype: Any = None, alignment: int | None = None) -> Any:
     try:
         shape = _size_args(size)
         name = _backend.default_dtype_name() if dtype is None else _backend.dtype_name(dtype)
+        check_extent(shape, name)
         align = check_alignment(alignment)
     except Exception as problem:
         raise problem from _join_refused(lambda: _native.allocate([0], "uint8", _NO_ALIGNMENT))

@@ -109,15 +109,25 @@ def _checked_dtype_name(dtype: Any) -> str:
         name = "float64"
     elif np is not None:
         try:
-            name = np.dtype(dtype).name
+            numpy_dtype = np.dtype(dtype)
         except TypeError:
             raise TypeError(f"{dtype!r} is not a dtype") from None
+        if not numpy_dtype.isnative:
+            raise TypeError(
+                f"dtype {dtype!r} is not in this machine's byte order; the heap holds native "
+                "values (use its native form, e.g. dtype.newbyteorder('='))"
+            )
+        name = numpy_dtype.name
     else:  # pragma: no cover
         raise TypeError(f"{dtype!r} is not a dtype")
     if name not in DTYPE_NAMES:
         raise TypeError(
             f"dtype {dtype!r} cannot live in the symmetric heap; use one of {list(DTYPE_NAMES)}"
         )
+    try:
+        to_dtype(name)  # the tensor library has it too (NumPy's bfloat16 needs ml_dtypes)
+    except AttributeError:  # pragma: no cover (torch < 2.3 lacks the unsigned 16-64 bit ones)
+        raise TypeError(f"this torch has no {name}; torch 2.3 or later does") from None
     return name
 
 
@@ -228,6 +238,23 @@ def check_shape(shape: Any, what: str) -> tuple[int, ...]:
     if any(d > MAX_DIMENSION for d in dims):
         raise ValueError(f"{what} has a dimension above 2**63 - 1, a tensor's limit: {dims}")
     return dims
+
+
+#: Bytes per element of each heap dtype.
+DTYPE_SIZES: dict[str, int] = dict(_native.DTYPE_SIZES)
+
+
+def check_extent(shape: tuple[int, ...], name: str) -> None:
+    """Refuses a shape no tensor of heap dtype ``name`` can have: its contiguous strides in
+    bytes (the product of its dimensions, a 0 counted as 1, times the element size) must fit
+    an int64, even where it has no elements (torch and NumPy refuse it then too)."""
+    extent = DTYPE_SIZES[name]
+    for dimension in shape:
+        extent *= max(dimension, 1)
+    if extent > MAX_DIMENSION:
+        raise ValueError(
+            f"a {name} tensor of shape {shape} has strides beyond 2**63 - 1 bytes, a tensor's limit"
+        )
 
 
 def check_alignment(alignment: Any) -> int | None:
