@@ -101,6 +101,20 @@ pub fn thread_count() -> usize {
         .unwrap_or(0)
 }
 
+/// [`thread_count`] once it is down to `expected`, or after 5 s: a joined thread stays listed
+/// for a moment after `join` returned (the kernel wakes the joiner before it releases the
+/// task), longer on a busy machine — a leak check that counts at once sees it now and then.
+pub fn thread_count_settled(expected: usize) -> usize {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let count = thread_count();
+        if count <= expected || std::time::Instant::now() >= deadline {
+            return count;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// This process's resident memory (`VmRSS`), KiB.
 pub fn resident_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")

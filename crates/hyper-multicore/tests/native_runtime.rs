@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hm_testkit::{
     heap_mappings, initialize_over, is_pe, open_fds, resident_kib, start_runtime, thread_count,
-    Job, Options,
+    thread_count_settled, Job, Options,
 };
 use hyper_multicore::config::{HEAP_SIZE, TRANSPORT};
 use hyper_multicore::shmem::{
@@ -129,7 +129,7 @@ fn failed_initialize_then_retry(
     assert!(error.to_string().contains(needle), "{error}");
     assert_eq!(runtime_state(), RuntimeState::Uninitialized);
     assert_eq!(
-        (open_fds(), thread_count(), heap_mappings()),
+        (open_fds(), thread_count_settled(threads), heap_mappings()),
         (fds, threads, maps),
         "a failed initialize leaked"
     );
@@ -582,10 +582,10 @@ fn wait_while_a_peer_dies() {
         "descriptors leaked after a peer loss: {fds} -> {}",
         open_fds()
     );
+    let settled = thread_count_settled(threads);
     assert!(
-        thread_count() <= threads,
-        "threads leaked after a peer loss: {threads} -> {}",
-        thread_count()
+        settled <= threads,
+        "threads leaked after a peer loss: {threads} -> {settled}"
     );
 }
 
