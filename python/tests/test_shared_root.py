@@ -254,6 +254,17 @@ def test_growth_that_cannot_fit_is_retryable_and_changes_nothing(three, xp):
     assert state["epoch"] == 0 and state["config"]["heap_size_bytes"] == 10 * MIB
 
 
+def test_a_consumers_empty_refuses_a_shape_no_tensor_can_have_and_bills_nothing(three):
+    """A zero-element shape whose strides pass 2**63 - 1 bytes costs no budget, but no tensor
+    can describe it: refused before the call (it used to allocate, fail, and stay live)."""
+    root, (moe0, _, _) = three
+    with moe0.lease():
+        with pytest.raises(ValueError, match="strides beyond"):
+            moe0.empty(0, 2**62, 4)
+    assert root.debug_state()["consumers"][0]["used_bytes"] == 0
+    assert root.debug_state()["active_allocations"] == []
+
+
 @pytest.mark.skipif(not TORCH, reason="the dtype check needs torch's bfloat16")
 def test_allocation_budget_includes_alignment_padding():
     plain = shmem.allocation_budget((1024,), "bfloat16")

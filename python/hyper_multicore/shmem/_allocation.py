@@ -57,14 +57,21 @@ def empty(*size: Any, dtype: Any = None, alignment: int | None = None) -> Any:
     if tensor is not NotImplemented:
         return tensor
     try:
-        shape = _size_args(size)
-        name = _backend.default_dtype_name() if dtype is None else _backend.dtype_name(dtype)
-        check_extent(shape, name)
-        align = check_alignment(alignment)
+        shape, name, align = _allocation_args(size, dtype, alignment)
     except Exception as problem:
         raise problem from _join_refused(lambda: _native.allocate([0], "uint8", _NO_ALIGNMENT))
-    with _lock:
-        return _allocate(shape, name, align)
+    return _allocate(shape, name, align)
+
+
+def _allocation_args(
+    size: tuple[Any, ...], dtype: Any, alignment: Any
+) -> tuple[tuple[int, ...], str, int | None]:
+    """``empty``'s arguments (also a consumer's) checked, as the shape, the heap dtype name and
+    the alignment the runtime takes."""
+    shape = _size_args(size)
+    name = _backend.default_dtype_name() if dtype is None else _backend.dtype_name(dtype)
+    check_extent(shape, name)
+    return shape, name, check_alignment(alignment)
 
 
 #: An alignment the runtime refuses on every rank (not a power of two), after its cross-rank

@@ -34,8 +34,7 @@ from typing import Any
 
 from .. import _native
 from . import _backend
-from ._allocation import _size_args
-from ._backend import check_alignment
+from ._allocation import _allocation_args, _size_args
 from ._errors import HyperMulticoreError, ShmemError, native_style
 from ._lifecycle import _heap_size, _note, over_root_group
 from ._registry import _NO_ALLOCATION, _live, _lock, _lookup, _register, _retire
@@ -213,9 +212,7 @@ class Consumer:
     def _allocate(
         self, size: tuple[Any, ...], dtype: Any, alignment: int | None, *, growable: bool
     ) -> tuple[Any, Any]:
-        shape = _size_args(size)
-        name = _backend.default_dtype_name() if dtype is None else _backend.dtype_name(dtype)
-        align = check_alignment(alignment)
+        shape, name, align = _allocation_args(size, dtype, alignment)
         lease = self._lease_for("allocate")
         site = _caller_site()
         with _lock:
