@@ -362,21 +362,17 @@ impl Registry {
         dtype: &Bound<'py, PyAny>,
     ) -> PyResult<Option<(String, Bound<'py, PyAny>)>> {
         let py = dtype.py();
-        let (dtype, name) = match (&self.backend, dtype.is_none()) {
-            (
+        if dtype.is_none() {
+            return match &self.backend {
                 Backend::Torch {
                     get_default_dtype, ..
-                },
-                true,
-            ) => (get_default_dtype.bind(py).call0()?, None),
-            (Backend::NumPy { .. }, true) => {
-                let name: String = self.default_dtype_name.bind(py).call0()?.extract()?;
-                (self.to_dtype.bind(py).call1((name.as_str(),))?, Some(name))
-            }
-            (_, false) => (dtype.clone(), None),
-        };
-        if let Some(name) = name {
-            return Ok(Some((name, dtype)));
+                } => self.named_dtype(&get_default_dtype.bind(py).call0()?),
+                Backend::NumPy { .. } => {
+                    let name: String = self.default_dtype_name.bind(py).call0()?.extract()?;
+                    let dtype = self.to_dtype.bind(py).call1((name.as_str(),))?;
+                    Ok(Some((name, dtype)))
+                }
+            };
         }
         let torch_dtype = match &self.backend {
             Backend::Torch { dtype_type, .. } => dtype.is_exact_instance(dtype_type.bind(py)),
@@ -392,12 +388,12 @@ impl Registry {
         if !cacheable {
             return Ok(None);
         }
-        let Some(name) = self.checked_dtypes.bind(py).get_item(&dtype)? else {
+        let Some(name) = self.checked_dtypes.bind(py).get_item(dtype)? else {
             return Ok(None);
         };
         let name: String = name.extract()?;
         let dtype = match torch_dtype {
-            true => dtype,
+            true => dtype.clone(),
             false => self.to_dtype.bind(py).call1((name.as_str(),))?,
         };
         Ok(Some((name, dtype)))

@@ -50,13 +50,14 @@ _by_storage: dict[int, _Allocation] = {}
 
 
 #: The registry's native side (``_native.Registry``): registration and allocation in one
-#: native call each, the plain case of ``free`` (torch), and ``_retire``. It works on the
-#: state above, by the same rules.
+#: native call each, the plain cases of ``empty`` and ``free``, and ``_retire``, each under
+#: ``_lock``. It works on the state above, by the same rules.
 _native_registry = _native.Registry(_live, _by_storage, _lock, _backend)
 
 
 def _register(exported: tuple, shape: tuple[int, ...], dtype: str) -> Any:
-    """Records a new allocation and returns its tensor (or array). The caller holds ``_lock``.
+    """Records a new allocation and returns its tensor (or array), under ``_lock`` (a caller
+    holds it around the call too when the registry must not change between its steps).
 
     What lives exactly as long as tensors over the memory do (the memoryview a torch storage
     references, or the ``HeapBuffer`` at the root of NumPy arrays' ``base`` chains) removes the
@@ -68,7 +69,7 @@ def _register(exported: tuple, shape: tuple[int, ...], dtype: str) -> Any:
 
 def _allocate(shape: tuple[int, ...], dtype: str, alignment: int | None) -> Any:
     """Collective: a new allocation of ``shape`` and heap dtype ``dtype``, registered (see
-    :func:`_register`). The caller holds ``_lock``."""
+    :func:`_register`), under ``_lock``."""
     return _native_registry.allocate(shape, dtype, alignment, _backend.to_dtype(dtype))
 
 
