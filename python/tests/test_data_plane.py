@@ -378,6 +378,26 @@ def test_a_freed_tensor_is_known_as_stale_until_its_last_view_dies(runtime):
     assert key not in _registry._by_storage
 
 
+@needs_torch
+def test_a_heap_storage_released_inside_autograd_drops_its_entry(runtime):
+    from hyper_multicore.shmem import _registry
+
+    tensor = shmem.empty(4, dtype=torch.float32)
+    tensor.fill_(2.0)
+    key = tensor.untyped_storage()._cdata
+    weights = torch.ones(4, requires_grad=True)
+    total = (weights * tensor).sum()  # the graph saves the heap tensor for backward
+    shmem.free(tensor)
+    del tensor
+    gc.collect()
+    assert key in _registry._by_storage
+    # The engine releases saved tensors as it goes, in torch's C++ code: the storage dies there,
+    # and its entry must go with it.
+    total.backward()
+    assert weights.grad.tolist() == [2.0] * 4
+    assert key not in _registry._by_storage
+
+
 def test_stale_tensors_survive_release(xp):
     shmem.acquire(heap_size_bytes=1 << 20)
     tensor = shmem.empty(1024, dtype="uint8")

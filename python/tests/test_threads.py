@@ -171,7 +171,13 @@ run_a_then_b(held, "thread A never took the lock")
 if CALL == "empty":
     assert tuple(seen["b"].shape) == (4,)
     shmem.free(seen["b"])
-assert _registry._native_registry.empty((4,), None, None) is not NotImplemented, "not native"
+# The calls above took the native path: with the full paths refused, the same calls still work.
+def refused(*args):
+    raise AssertionError("not native")
+
+
+_registry._native_registry.set_full_paths(refused, refused)
+shmem.free(shmem.empty(4))
 print("done", CALL, "registry lock free:", _registry._lock.acquire() is None)
 _registry._lock.release()
 try:

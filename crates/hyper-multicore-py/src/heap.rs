@@ -14,12 +14,15 @@ use pyo3::types::PyDict;
 /// handle that keeps the runtime's shared mapping alive as long as this object lives.
 ///
 /// It becomes a zero-copy torch tensor or NumPy array ([`Registry`](crate::registry::Registry)):
-/// `torch.frombuffer` over [`HeapBuffer::view`], or `numpy.asarray` over this object's
-/// `__array_interface__`. The memory stays mapped as long as any tensor or view of it exists —
-/// after `free`, `restart` or `release` too (ARCHITECTURE decision 8): a NumPy array's `base` is
-/// this object; for torch, the callback of a weak reference to the view under the tensor's
-/// storage holds it. A stale tensor then reads stale bytes; every operation rejects it.
+/// `torch._C._from_dlpack` over a capsule of its bytes ([`heap_capsule`]), or `numpy.asarray`
+/// over this object's `__array_interface__`. The memory stays mapped as long as any tensor or
+/// view of it exists — after `free`, `restart` or `release` too (ARCHITECTURE decision 8): a
+/// NumPy array's `base` is this object; a torch storage owns a copy of it (its mapping handle)
+/// until the storage dies. A stale tensor then reads stale bytes; every operation rejects it.
+///
+/// [`heap_capsule`]: crate::memory::heap_capsule
 #[pyclass(frozen, weakref, module = "hyper_multicore._native")]
+#[derive(Clone)]
 pub(crate) struct HeapBuffer {
     /// The address of the allocation's first byte in this process.
     pub(crate) address: usize,
@@ -61,16 +64,6 @@ impl HeapBuffer {
             "HeapBuffer(address={:#x}, nbytes={})",
             self.address, self.nbytes
         )
-    }
-}
-
-impl HeapBuffer {
-    /// A writable `memoryview` of the allocation's bytes (of one byte for an empty allocation,
-    /// which still owns a granule of the heap), for `torch.frombuffer`. The view does not keep
-    /// the memory mapped: the caller keeps this object alive for as long as the view lives
-    /// ([`Registry`](crate::registry::Registry) does).
-    pub(crate) fn view<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        crate::memory::heap_memoryview(py, self.address, self.nbytes.max(1))
     }
 }
 

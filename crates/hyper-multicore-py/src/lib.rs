@@ -9,8 +9,8 @@
 //!
 //! - a symmetric tensor is a region `(allocation index, generation, byte offset, bytes)`;
 //! - a local buffer is either such a region or `(address, nbytes)` of a contiguous CPU tensor
-//!   ([`memory`] holds the crate's only `unsafe` code: for the latter, and for the heap's
-//!   `memoryview` under a torch tensor);
+//!   ([`memory`] holds the crate's only `unsafe` code: for the latter, and for the DLPack
+//!   capsule a torch tensor of the heap is made from);
 //! - an allocation comes back as `(index, generation, heap offset, bytes, alignment,
 //!   HeapBuffer)`, the [`heap::HeapBuffer`] keeping the heap mapped for zero-copy tensors; with
 //!   torch, [`registry::Registry`] allocates, makes and records the tensor in one call.

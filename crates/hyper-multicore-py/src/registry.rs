@@ -5,24 +5,27 @@
 //! dicts — `_live` (by `(index, generation)`) and `_by_storage` (by torch storage, or by the
 //! [`HeapBuffer`] at the root of a NumPy array's `base` chain) — and so do the rules about them:
 //! this module does the steps the Python code did, without the interpreter's cost per step
-//! (`empty` + `free` of a small torch tensor on 1 PE: 5.2 µs with the Python code, 2.5 µs now;
-//! of a NumPy array 5.0 → 2.5 µs; see bench/findings.md, rounds 22-23). [`Registry::empty`]
-//! and [`Registry::free`] only take the plain case (for `free`: a live, whole, unowned,
-//! non-empty tensor or array) and answer anything else with `NotImplemented`, so the wrapper's
-//! full path raises the precise error as before. Every call that changes the registry holds its
+//! (`empty` + `free` of a small torch tensor on 1 PE: 5.2 µs with the Python code, 1.9 µs now;
+//! of a NumPy array 5.0 → 2.2 µs; see bench/findings.md, rounds 22-24). [`Registry::empty`]
+//! and [`Registry::free`] are `shmem.empty` and `shmem.free` themselves; they do the plain case
+//! (for `free`: a live, whole, unowned, non-empty tensor or array) and hand anything else to the
+//! wrapper's full path, which raises the precise error as before. Every call that changes the registry holds its
 //! lock ([`RegistryLock`]).
 //!
-//! A torch tensor views its allocation through a `memoryview` of the heap
-//! ([`HeapBuffer::view`]) that only its storage holds; the callback of a weak reference to that
-//! view ([`ForgetStorage`]) holds the [`HeapBuffer`] — so the heap stays mapped until the last
-//! storage over it is gone, whatever becomes of the registry's records — and then drops the
-//! memory's entry. A NumPy array is made over the [`HeapBuffer`]'s `__array_interface__`, so
-//! the [`HeapBuffer`] is the root of every derived array's `base` chain and keeps the mapping
-//! itself; a weak reference to it drops the entry.
+//! A torch tensor is made from a DLPack capsule of its allocation's bytes
+//! ([`heap_capsule`](crate::memory::heap_capsule)), whose owner ([`StorageWatch`]) holds the
+//! heap mapping — so the heap stays mapped until the last storage over it is gone, whatever
+//! becomes of the registry's records — and drops the memory's entry when torch drops it with
+//! the storage. A NumPy array is made over the [`HeapBuffer`]'s `__array_interface__`, so the
+//! [`HeapBuffer`] is the root of every derived array's `base` chain and keeps the mapping
+//! itself; a weak reference to it drops the entry ([`ForgetStorage`]).
 
+use std::sync::{Arc, OnceLock};
+
+use hyper_multicore::shmem::Dtype;
 use parking_lot::Mutex;
 
-use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -132,17 +135,17 @@ pub(crate) struct Registry {
     /// `numpy.dtype`, if NumPy is installed.
     numpy_dtype: Option<Py<PyType>>,
     backend: Backend,
+    /// The wrapper's `empty` and `free` past the plain case ([`Registry::set_full_paths`]).
+    full_paths: Mutex<Option<[Py<PyAny>; 2]>>,
 }
 
 /// The tensor library: torch, or NumPy where torch is not installed.
 enum Backend {
     Torch {
-        /// `torch.frombuffer`.
-        frombuffer: Py<PyAny>,
+        /// `torch._C._from_dlpack`.
+        from_dlpack: Py<PyAny>,
         /// `torch.Tensor`.
         tensor_type: Py<PyType>,
-        /// `torch.uint8` (an empty allocation's one-byte view).
-        uint8: Py<PyAny>,
         /// `torch.dtype`.
         dtype_type: Py<PyType>,
         /// `torch.get_default_dtype`.
@@ -179,9 +182,8 @@ impl Registry {
         let default_dtype_name = backend.getattr("default_dtype_name")?.unbind();
         let backend = match (torch, numpy) {
             (Some(torch), _) => Backend::Torch {
-                frombuffer: torch.getattr("frombuffer")?.unbind(),
+                from_dlpack: torch.getattr("_C")?.getattr("_from_dlpack")?.unbind(),
                 tensor_type: torch.getattr("Tensor")?.cast_into::<PyType>()?.unbind(),
-                uint8: torch.getattr("uint8")?.unbind(),
                 dtype_type: torch.getattr("dtype")?.cast_into::<PyType>()?.unbind(),
                 get_default_dtype: torch.getattr("get_default_dtype")?.unbind(),
             },
@@ -204,22 +206,138 @@ impl Registry {
             default_dtype_name,
             numpy_dtype,
             backend,
+            full_paths: Mutex::new(None),
         })
     }
 
-    /// Collective: `shmem.empty(*size, dtype=dtype, alignment=alignment)` in the plain case
-    /// (`size` plain ints from 0 to 2^63 − 1; `dtype` None, for the default, or a dtype named
-    /// before, see [`Registry::named_dtype`]; the default alignment), under the registry's
-    /// lock. Returns `NotImplemented` without doing anything otherwise: the wrapper's full path
-    /// then checks the arguments and raises the precise error.
+    /// Collective: a new symmetric tensor of ``size``, uninitialised, viewing the heap
+    /// (``shmem.empty``).
+    ///
+    /// Follows ``torch.empty``'s size conventions: ``empty(2, 3)``, ``empty((2, 3))`` or
+    /// ``empty([2, 3])``. ``dtype`` defaults to ``torch.get_default_dtype()`` (float32 with
+    /// NumPy). ``alignment`` (bytes) defaults to 64; otherwise a power of two up to 2 MiB. Every
+    /// PE must make the same call; arguments that differ across ranks raise
+    /// ``InvalidArgumentError`` on every rank, and nothing is allocated. A rank whose own
+    /// arguments are invalid raises its own error and still takes part in that check, so the
+    /// other ranks fail at once.
+    //
+    // (Native, as ``shmem.empty`` itself: a Python wrapper's frame cost 0.12 µs of a 1.4 µs
+    // call. The plain case is done here, anything else by the wrapper's full path, see
+    // [`Registry::set_full_paths`].)
+    #[pyo3(signature = (*size, dtype=None, alignment=None))]
     fn empty<'py>(
+        &self,
+        size: &Bound<'py, PyTuple>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        alignment: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = size.py();
+        let none = py.None().into_bound(py);
+        let (dtype, alignment) = (dtype.unwrap_or(&none), alignment.unwrap_or(&none));
+        match self.plain_empty(size, dtype, alignment)? {
+            Some(tensor) => Ok(tensor),
+            None => self.full_path(py, 0)?.call1((size, dtype, alignment)),
+        }
+    }
+
+    /// Collective: frees the allocation of ``tensor`` (the whole tensor ``empty`` or
+    /// ``restart`` returned, not a view); the tensor and its views become stale
+    /// (``shmem.free``).
+    ///
+    /// A rank whose argument is invalid (a view, a freed or a foreign tensor) still takes part
+    /// in the collective check, so the other ranks fail at once with ``InvalidArgumentError``
+    /// ("arguments differ across ranks") while it raises its own error.
+    //
+    // (Native as [`Registry::empty`] is.)
+    fn free(&self, tensor: &Bound<'_, PyAny>) -> PyResult<()> {
+        if !self.plain_free(tensor)? {
+            self.full_path(tensor.py(), 1)?.call1((tensor,))?;
+        }
+        Ok(())
+    }
+
+    /// Sets what [`Registry::empty`] and [`Registry::free`] call past their plain case:
+    /// ``empty(size, dtype, alignment)`` and ``free(tensor)``, the wrapper's full paths (which
+    /// check every argument and raise the precise error).
+    fn set_full_paths(&self, empty: Py<PyAny>, free: Py<PyAny>) {
+        *self.full_paths.lock() = Some([empty, free]);
+    }
+
+    /// Collective: allocates `shape` of heap dtype `name` (the backend's dtype `dtype`) with
+    /// `alignment`, and returns its registered tensor or array (see [`Registry::register`]).
+    fn allocate<'py>(
+        &self,
+        shape: &Bound<'py, PyTuple>,
+        name: &str,
+        alignment: Option<u64>,
+        dtype: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _held = self.lock.get().hold(shape.py())?;
+        self.allocate_shape(
+            &shape.extract::<Vec<usize>>()?,
+            shape,
+            name,
+            alignment,
+            dtype,
+        )
+    }
+
+    /// Records the allocation `exported` (`(index, generation, heap offset, bytes, alignment,
+    /// HeapBuffer)`) as live and returns a tensor (or array) of `shape` and heap dtype `name`
+    /// (the backend's `dtype`) over all of it: the [`Allocation`] holds the tensor, `_live` and
+    /// `_by_storage` the [`Allocation`].
+    fn register<'py>(
+        &self,
+        exported: &Bound<'py, PyTuple>,
+        shape: &Bound<'py, PyTuple>,
+        name: &str,
+        dtype: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = exported.py();
+        let _held = self.lock.get().hold(py)?;
+        let buffer = exported
+            .get_item(5)?
+            .cast_into::<HeapBuffer>()?
+            .get()
+            .clone();
+        let allocation = Allocation::new(exported.extract()?);
+        let layout = Layout {
+            dims: &shape.extract::<Vec<usize>>()?,
+            shape,
+            heap: crate::parse_dtype(name)?,
+            dtype,
+        };
+        self.record(Bound::new(py, allocation)?, buffer, layout)
+    }
+
+    /// Marks `allocation` freed or released: its tensors become stale, and `_live` forgets it.
+    fn retire(&self, allocation: &Bound<'_, Allocation>) -> PyResult<()> {
+        let py = allocation.py();
+        let _held = self.lock.get().hold(py)?;
+        let (tensor, id) = {
+            let mut record = allocation.borrow_mut();
+            record.live = false;
+            (record.tensor.take(), (record.index, record.generation))
+        };
+        // Dropped outside the borrow: the tensor's death may run Python code (weak references'
+        // callbacks).
+        drop(tensor);
+        remove(self.live.bind(py), id)
+    }
+}
+
+impl Registry {
+    /// [`Registry::empty`] in the plain case (`size` plain ints from 0 to 2^63 − 1; `dtype`
+    /// None, for the default, or a dtype named before, see [`Registry::named_dtype`]; the
+    /// default alignment), under the registry's lock; None, without doing anything, otherwise.
+    fn plain_empty<'py>(
         &self,
         size: &Bound<'py, PyTuple>,
         dtype: &Bound<'py, PyAny>,
         alignment: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let py = size.py();
-        let not_implemented = || Ok(py.NotImplemented().into_bound(py));
+        let not_implemented = || Ok(None);
         if !alignment.is_none() || size.is_empty() {
             return not_implemented();
         }
@@ -241,47 +359,17 @@ impl Registry {
             return not_implemented();
         }
         let _held = self.lock.get().hold(py)?;
-        self.allocate_shape(shape, size, &name, None, &dtype)
+        self.allocate_shape(&shape, size, &name, None, &dtype)
+            .map(Some)
     }
 
-    /// Collective: allocates `shape` of heap dtype `name` (the backend's dtype `dtype`) with
-    /// `alignment`, and returns its registered tensor or array (see [`Registry::register`]).
-    fn allocate<'py>(
-        &self,
-        shape: &Bound<'py, PyTuple>,
-        name: &str,
-        alignment: Option<u64>,
-        dtype: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let _held = self.lock.get().hold(shape.py())?;
-        self.allocate_shape(shape.extract()?, shape, name, alignment, dtype)
-    }
-
-    /// Records the allocation `exported` (`(index, generation, heap offset, bytes, alignment,
-    /// HeapBuffer)`) as live and returns a tensor (or array) of `shape` and the backend's
-    /// `dtype` over all of it: the [`Allocation`] holds the tensor, `_live` and `_by_storage`
-    /// the [`Allocation`].
-    fn register<'py>(
-        &self,
-        exported: &Bound<'py, PyTuple>,
-        shape: &Bound<'py, PyTuple>,
-        dtype: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = exported.py();
-        let _held = self.lock.get().hold(py)?;
-        let buffer = exported.get_item(5)?.cast_into::<HeapBuffer>()?;
-        let allocation = Allocation::new(exported.extract()?);
-        self.record(Bound::new(py, allocation)?, buffer, shape, dtype)
-    }
-
-    /// Collective: frees the allocation of `tensor` if it is the plain case — a torch tensor
-    /// whose storage is a live allocation's that no shared-root consumer owns, spanning all of
-    /// its (non-zero) bytes, or the NumPy array `empty` made for such an allocation — and
-    /// retires it; returns `NotImplemented` without doing anything otherwise (the wrapper's
-    /// full path then raises the precise error).
-    fn free(&self, tensor: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    /// [`Registry::free`] in the plain case — a torch tensor whose storage is a live
+    /// allocation's that no shared-root consumer owns, spanning all of its (non-zero) bytes, or
+    /// the NumPy array `empty` made for such an allocation: frees and retires it and answers
+    /// true; false, without doing anything, otherwise.
+    fn plain_free(&self, tensor: &Bound<'_, PyAny>) -> PyResult<bool> {
         let py = tensor.py();
-        let not_implemented = py.NotImplemented();
+        let not_implemented = false;
         let is_tensor = match &self.backend {
             Backend::Torch { tensor_type, .. } => tensor.is_instance(tensor_type.bind(py))?,
             // (the arrays `empty` makes are plain `ndarray`s, so their `base` is no subclass's)
@@ -334,26 +422,20 @@ impl Registry {
         }
         crate::free(py, index, generation)?;
         self.retire(&allocation)?;
-        Ok(py.None())
+        Ok(true)
     }
 
-    /// Marks `allocation` freed or released: its tensors become stale, and `_live` forgets it.
-    fn retire(&self, allocation: &Bound<'_, Allocation>) -> PyResult<()> {
-        let py = allocation.py();
-        let _held = self.lock.get().hold(py)?;
-        let (tensor, id) = {
-            let mut record = allocation.borrow_mut();
-            record.live = false;
-            (record.tensor.take(), (record.index, record.generation))
-        };
-        // Dropped outside the borrow: the tensor's death may run Python code (weak references'
-        // callbacks).
-        drop(tensor);
-        remove(self.live.bind(py), id)
+    /// The wrapper's full path `which` (0: `empty`, 1: `free`, see
+    /// [`Registry::set_full_paths`]).
+    fn full_path<'py>(&self, py: Python<'py>, which: usize) -> PyResult<Bound<'py, PyAny>> {
+        match &*self.full_paths.lock() {
+            Some(paths) => Ok(paths[which].bind(py).clone()),
+            None => Err(PyRuntimeError::new_err(
+                "the registry has no full paths: hyper_multicore.shmem._allocation sets them",
+            )),
+        }
     }
-}
 
-impl Registry {
     /// The heap dtype name and the backend's dtype of `dtype`, if it is None (the default) or
     /// was named before — a key of `_backend._CHECKED_DTYPES`, which only takes dtypes, names
     /// and types (`_backend._cacheable`: a number may equal a key naming another dtype).
@@ -424,19 +506,25 @@ impl Registry {
     /// holds the lock.
     fn allocate_shape<'py>(
         &self,
-        dims: Vec<usize>,
+        dims: &[usize],
         shape: &Bound<'py, PyTuple>,
         name: &str,
         alignment: Option<u64>,
         dtype: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = shape.py();
-        let exported = crate::allocate_exported(py, dims, name, alignment)?;
+        let layout = Layout {
+            dims,
+            shape,
+            heap: crate::parse_dtype(name)?,
+            dtype,
+        };
+        let exported = crate::allocate_exported(py, dims.to_vec(), name, alignment)?;
         let (index, generation, heap_offset, nbytes, alignment, buffer) = exported.into_tuple();
         let allocation =
             Allocation::fresh([index, generation, heap_offset, nbytes, alignment], &buffer);
         let recorded = Bound::new(py, allocation)
-            .and_then(|allocation| self.record(allocation, Bound::new(py, buffer)?, shape, dtype));
+            .and_then(|allocation| self.record(allocation, buffer, layout));
         if recorded.is_err() {
             // No tensor, no record: the allocation goes again (every rank failed alike, its
             // shape and dtype being the same), else nothing could ever free it.
@@ -445,90 +533,83 @@ impl Registry {
         recorded
     }
 
-    /// Gives `allocation` (live, new) its tensor (or array) of `shape` and the backend's `dtype`
-    /// over all of `buffer`, records it in `_live` and `_by_storage`, and returns the tensor.
+    /// Gives `allocation` (live, new) its tensor (or array) of `layout` over all of `buffer`,
+    /// records it in `_live` and `_by_storage`, and returns the tensor.
     fn record<'py>(
         &self,
         allocation: Bound<'py, Allocation>,
-        buffer: Bound<'py, HeapBuffer>,
-        shape: &Bound<'py, PyTuple>,
-        dtype: &Bound<'py, PyAny>,
+        buffer: HeapBuffer,
+        layout: Layout<'_, 'py>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = allocation.py();
-        let nbytes = buffer.get().nbytes;
-        // The tensor over all of the allocation (an empty one still owns a granule: one byte
-        // viewed, then none of it); the object that lives exactly as long as some tensor or
-        // array views the memory (`watched`); what identifies that memory in `_by_storage`; the
-        // method that shapes it; and what the watch must keep alive (`keep`). torch shapes the
-        // new tensor itself in place (`resize_` to as many elements as it has: 0.37 µs, where a
-        // view costs 0.6-0.7 and a new tensor object); NumPy makes a reshaped view.
-        let (flat, watched, key, reshape, keep) = match &self.backend {
-            Backend::Torch {
-                frombuffer, uint8, ..
-            } => {
-                // A torch storage references `view`, which only its deleter holds; the watch
-                // holds `buffer` (the mapping) until the view dies.
-                let view = buffer.get().view(py)?;
-                let kwargs = PyDict::new(py);
-                if nbytes == 0 {
-                    kwargs.set_item(intern!(py, "dtype"), uint8.bind(py))?;
-                    kwargs.set_item(intern!(py, "count"), 1)?;
-                } else {
-                    kwargs.set_item(intern!(py, "dtype"), dtype)?;
-                }
-                let flat = frombuffer.bind(py).call((&view,), Some(&kwargs))?;
-                let key = storage_key(&flat)?;
-                (
-                    flat,
-                    view,
-                    key,
-                    intern!(py, "resize_"),
-                    Some(buffer.unbind()),
-                )
-            }
-            Backend::NumPy { asarray, .. } => {
-                // The array's `base` is `buffer` itself (its `__array_interface__`), which
-                // holds the mapping.
-                let bytes = asarray.bind(py).call1((&buffer,))?;
-                let flat = match nbytes {
-                    0 => bytes,
-                    _ => bytes.call_method1(intern!(py, "view"), (dtype,))?,
-                };
-                let key = PyInt::new(py, buffer.as_ptr() as usize).into_any();
-                (flat, buffer.into_any(), key, intern!(py, "reshape"), None)
-            }
-        };
-        let tensor = if nbytes == 0 {
+        let Layout {
+            dims,
+            shape,
+            heap,
+            dtype,
+        } = layout;
+        let nbytes = buffer.nbytes;
+        // An empty allocation still owns a granule: its tensor or array is made over one byte,
+        // then viewed as none of it, in the dtype and shape.
+        let empty = |flat: Bound<'py, PyAny>, reshape| {
             flat.get_item(PySlice::new(py, 0, 0, 1))?
                 .call_method1(intern!(py, "view"), (dtype,))?
-                .call_method1(reshape, (shape,))?
-        } else if shape.len() == 1 {
-            // The allocation holds exactly the elements of `shape`: one tensor of the dtype
-            // over all of it, then the shape (torch's views cost microseconds each).
-            flat
-        } else if shape.is_empty() {
-            flat.call_method1(reshape, (shape,))?
-        } else {
-            // The dimensions as arguments: torch parses `resize_(2, 3)` or `view(2, 3)` in
-            // 0.3-0.4 µs less than the same with one tuple.
-            flat.call_method1(reshape, shape.clone())?
+                .call_method1(reshape, (shape,))
         };
-        // `watched` dies when the last tensor or array over the memory does -- and only then
-        // may the key be reused, or (torch) the mapping `keep` holds go. The callback of a weak
-        // reference to `watched` holds `keep` and that weak reference itself, until it runs: so
-        // the mapping stays for as long as any tensor views it, whatever becomes of the record
-        // or the dicts.
-        let forget = Bound::new(
-            py,
-            ForgetStorage {
-                key: key.clone().unbind(),
-                _buffer: keep,
-                by_storage: self.by_storage.clone_ref(py),
-                own_ref: Mutex::new(None),
-            },
-        )?;
-        let weak = PyWeakrefReference::new_with(&watched, &forget)?;
-        *forget.get().own_ref.lock() = Some(weak.into_any().unbind());
+        let (tensor, key) = match &self.backend {
+            Backend::Torch { from_dlpack, .. } => {
+                // torch makes the tensor of the shape and dtype at once; the capsule's owner
+                // keeps the mapping until the storage dies and then drops the storage's entry.
+                let (address, by_storage) = (buffer.address, self.by_storage.clone_ref(py));
+                let watch = Arc::new(StorageWatch {
+                    _mapping: buffer,
+                    key: OnceLock::new(),
+                    by_storage: Some(by_storage),
+                });
+                let (dims, heap) = match nbytes {
+                    0 => (&[1][..], Dtype::U8),
+                    _ => (dims, heap),
+                };
+                let owner = Box::new(Arc::clone(&watch));
+                let capsule = crate::memory::heap_capsule(py, address, dims, heap, owner)?;
+                let flat = from_dlpack.bind(py).call1((capsule,))?;
+                let key = storage_key(&flat)?;
+                let _ = watch.key.set(key.clone().unbind());
+                let tensor = match nbytes {
+                    0 => empty(flat, intern!(py, "reshape"))?,
+                    _ => flat,
+                };
+                (tensor, key)
+            }
+            Backend::NumPy { asarray, .. } => {
+                // The array's `base` is the `HeapBuffer` itself (its `__array_interface__`),
+                // which holds the mapping; a weak reference to it drops the entry.
+                let buffer = Bound::new(py, buffer)?;
+                let bytes = asarray.bind(py).call1((&buffer,))?;
+                let key = PyInt::new(py, buffer.as_ptr() as usize).into_any();
+                let reshape = intern!(py, "reshape");
+                let tensor = if nbytes == 0 {
+                    empty(bytes, reshape)?
+                } else {
+                    let flat = bytes.call_method1(intern!(py, "view"), (dtype,))?;
+                    match shape.len() {
+                        1 => flat,
+                        _ => flat.call_method1(reshape, (shape,))?,
+                    }
+                };
+                let forget = Bound::new(
+                    py,
+                    ForgetStorage {
+                        key: key.clone().unbind(),
+                        by_storage: self.by_storage.clone_ref(py),
+                        own_ref: Mutex::new(None),
+                    },
+                )?;
+                let weak = PyWeakrefReference::new_with(&buffer, &forget)?;
+                *forget.get().own_ref.lock() = Some(weak.into_any().unbind());
+                (tensor, key)
+            }
+        };
         let id = {
             let mut record = allocation.borrow_mut();
             record.tensor = Some(tensor.clone().unbind());
@@ -537,6 +618,41 @@ impl Registry {
         self.live.bind(py).set_item(id, &allocation)?;
         self.by_storage.bind(py).set_item(key, &allocation)?;
         Ok(tensor)
+    }
+}
+
+/// The shape and dtype of a new allocation's tensor: `dims` (as the tuple `shape` too) of heap
+/// dtype `heap`, the backend's `dtype`.
+struct Layout<'a, 'py> {
+    dims: &'a [usize],
+    shape: &'a Bound<'py, PyTuple>,
+    heap: Dtype,
+    dtype: &'a Bound<'py, PyAny>,
+}
+
+/// What a torch storage over an allocation owns besides its bytes (through the DLPack
+/// capsule's deleter, see [`Registry::record`]): the heap mapping, kept until the storage dies,
+/// and the storage's entry in `_by_storage` (its `key`), dropped then.
+struct StorageWatch {
+    _mapping: HeapBuffer,
+    key: OnceLock<Py<PyAny>>,
+    /// (Taken when dropped, attached to the interpreter: a reference dropped unattached waits
+    /// in PyO3's pool, behind a lock, for the next call into the extension.)
+    by_storage: Option<Py<PyDict>>,
+}
+
+impl Drop for StorageWatch {
+    fn drop(&mut self) {
+        let (key, by_storage) = (self.key.take(), self.by_storage.take());
+        // torch drops a storage on the thread that let go of it last, with the GIL or without
+        // (an autograd thread); at the interpreter's exit the entry stays.
+        Python::try_attach(|py| {
+            if let (Some(key), Some(by_storage)) = (key, by_storage) {
+                if let Err(error) = remove(by_storage.bind(py), key.bind(py)) {
+                    error.write_unraisable(py, None);
+                }
+            }
+        });
     }
 }
 
@@ -570,14 +686,12 @@ fn storage_key<'py>(tensor: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         .getattr(intern!(py, "_cdata"))
 }
 
-/// The callback of the weak reference that watches an allocation's tensors (see
-/// [`Registry::record`]): drops their entry from `_by_storage` and, with itself, the last
-/// reference to the allocation's [`HeapBuffer`] (torch).
+/// The callback of the weak reference that watches an allocation's NumPy arrays (the
+/// [`HeapBuffer`] at the root of their `base` chains, see [`Registry::record`]): drops their
+/// entry from `_by_storage`.
 #[pyclass(frozen, module = "hyper_multicore._native")]
 struct ForgetStorage {
     key: Py<PyAny>,
-    /// Keeps the heap mapped while the watched view lives (torch; only held).
-    _buffer: Option<Py<HeapBuffer>>,
     by_storage: Py<PyDict>,
     /// The weak reference this is the callback of, until it runs: nothing else holds it. (Let
     /// go when it runs: the collector, calling it for a watched object in cyclic garbage,

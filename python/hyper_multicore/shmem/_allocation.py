@@ -41,21 +41,9 @@ def _size_args(size: tuple[Any, ...]) -> tuple[int, ...]:
     return check_shape(size, "size")
 
 
-def empty(*size: Any, dtype: Any = None, alignment: int | None = None) -> Any:
-    """Collective: a new symmetric tensor of ``size``, uninitialised, viewing the heap.
-
-    Follows ``torch.empty``'s size conventions: ``empty(2, 3)``, ``empty((2, 3))`` or
-    ``empty([2, 3])``. ``dtype`` defaults to ``torch.get_default_dtype()`` (float32 with NumPy).
-    ``alignment`` (bytes) defaults to 64; otherwise a power of two up to 2 MiB. Every PE must
-    make the same call; arguments that differ across ranks raise :class:`InvalidArgumentError`
-    on every rank, and nothing is allocated. A rank whose own arguments are invalid raises its
-    own error and still takes part in that check, so the other ranks fail at once.
-    """
-    # The plain case (torch; int sizes; None or a torch dtype seen before; the default
-    # alignment) natively, under the lock; anything else below.
-    tensor = _native_registry.empty(size, dtype, alignment)
-    if tensor is not NotImplemented:
-        return tensor
+def _empty_full(size: tuple[Any, ...], dtype: Any, alignment: Any) -> Any:
+    """:func:`empty` past its native plain case (torch or NumPy; int sizes; None or a dtype
+    seen before; the default alignment): checks every argument, then allocates."""
     try:
         shape, name, align = _allocation_args(size, dtype, alignment)
     except Exception as problem:
@@ -94,18 +82,9 @@ def _join_refused(call: Callable[[], object]) -> HyperMulticoreError | None:
     return None
 
 
-def free(tensor: Any) -> None:
-    """Collective: frees the allocation of ``tensor`` (the whole tensor :func:`empty` or
-    :func:`restart` returned, not a view). The tensor and its views become stale.
-
-    A rank whose argument is invalid (a view, a freed or a foreign tensor) still takes part in
-    the collective check, so the other ranks fail at once with :class:`InvalidArgumentError`
-    ("arguments differ across ranks") while it raises its own error.
-    """
-    # The plain case (a live, whole, unowned torch tensor) natively, under the lock; anything
-    # else below.
-    if _native_registry.free(tensor) is not NotImplemented:
-        return
+def _free_full(tensor: Any) -> None:
+    """:func:`free` past its native plain case (a live, whole, unowned tensor or the array
+    :func:`empty` made): finds the allocation, or the precise error."""
     problem: Exception | None = None
     allocation = None
     if not _backend.is_tensor(tensor):
@@ -147,3 +126,13 @@ def free(tensor: Any) -> None:
     with _lock:
         _native.free(allocation.index, allocation.generation)
         _retire(allocation)
+
+
+_native_registry.set_full_paths(_empty_full, _free_full)
+
+#: ``shmem.empty(*size, dtype=None, alignment=None)``, natively: a Python wrapper's frame cost
+#: a tenth of the call. Its docstring is the native method's.
+empty = _native_registry.empty
+
+#: ``shmem.free(tensor)``, natively (as :data:`empty`).
+free = _native_registry.free

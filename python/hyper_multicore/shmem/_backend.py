@@ -5,8 +5,8 @@ contiguity) and names the backend's dtypes.
 
 Zero copy: the native ``HeapBuffer`` of an allocation holds the address of its bytes in this
 process and keeps the runtime's shared mapping alive. ``_native.Registry`` makes the tensor:
-``torch.frombuffer`` over a memoryview of those bytes, whose weak reference holds the
-``HeapBuffer`` until the last storage over the view dies; or ``numpy.asarray`` over the
+``torch._C._from_dlpack`` over a DLPack capsule of those bytes, whose owner (dropped with the
+last storage over them) holds the mapping; or ``numpy.asarray`` over the
 ``HeapBuffer``'s ``__array_interface__``, so that the ``HeapBuffer`` is every array's root
 ``base``. So the memory stays mapped for as long as any tensor or view of it lives, and a stale
 tensor can never fault the interpreter.

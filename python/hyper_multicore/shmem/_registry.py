@@ -59,12 +59,13 @@ def _register(exported: tuple, shape: tuple[int, ...], dtype: str) -> Any:
     """Records a new allocation and returns its tensor (or array), under ``_lock`` (a caller
     holds it around the call too when the registry must not change between its steps).
 
-    What lives exactly as long as tensors over the memory do (the memoryview a torch storage
-    references, or the ``HeapBuffer`` at the root of NumPy arrays' ``base`` chains) removes the
+    What lives exactly as long as tensors over the memory do (the owner of the DLPack capsule a
+    torch storage was made from, or the ``HeapBuffer`` at the root of NumPy arrays' ``base``
+    chains) removes the
     allocation's entry from ``_by_storage``, and lets the heap mapping go, when it dies (and
     only then: ``_native.Registry``).
     """
-    return _native_registry.register(exported, tuple(shape), _backend.to_dtype(dtype))
+    return _native_registry.register(exported, tuple(shape), dtype, _backend.to_dtype(dtype))
 
 
 def _allocate(shape: tuple[int, ...], dtype: str, alignment: int | None) -> Any:
