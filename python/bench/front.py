@@ -8,7 +8,8 @@ of the rounds' medians over trials of a batch's time per call, and the least tim
 matching Rust row's median of medians, and the median of the rounds' Python / Rust ratios.
 Rows: ``put``/``get`` of 8 B and 1 MiB (put with ``quiet``, as the Rust ``put_quiet``),
 ``signal``, the ``put_signal``/``wait_signal`` round trip, ``barrier``, ``all_to_all`` of 1 MiB
-per pair and ``empty``+``free``.
+per pair, and ``empty`` and ``free``: each alone (a batch of ``empty`` calls, then a batch freeing
+what they made) and as a pair.
 
 Environment: ``HMRUN`` and ``HM_BENCH`` (default ``target/release/{hmrun,hm-bench}``, built with
 ``cargo build --release -p hmrun -p hm-bench``). The machine should be otherwise idle; the load
@@ -39,6 +40,8 @@ RUST_ROWS = {
     "barrier 0": ("barrier", 0),
     "all_to_all 1048576": ("all_to_all", MIB),
     "empty_free 8": ("malloc_free", None),
+    "empty 8": None,
+    "free 8": None,
 }
 
 
@@ -73,6 +76,25 @@ def timed(call, calls: int, trials: int) -> tuple[float, float]:
             call()
         per_call.append((time.perf_counter_ns() - start) / calls)
     return min(per_call), statistics.median(per_call)
+
+
+def timed_apart(make, undo, calls: int, trials: int) -> tuple[tuple[float, float], ...]:
+    """(min, median) over ``trials`` of the time per call of a batch of ``calls`` of ``make``,
+    and of the batch of ``undo`` calls that then undoes each result, in ns: two calls timed
+    apart (e.g. ``empty`` and ``free``). The results die in the second batch (a tensor's end
+    is counted with ``free``)."""
+    made_ns, undone_ns = [], []
+    for _ in range(trials):
+        start = time.perf_counter_ns()
+        results = [make() for _ in range(calls)]
+        middle = time.perf_counter_ns()
+        for result in results:
+            undo(result)
+        del result, results
+        made_ns.append((middle - start) / calls)
+        undone_ns.append((time.perf_counter_ns() - middle) / calls)
+    made = (min(made_ns), statistics.median(made_ns))
+    return made, (min(undone_ns), statistics.median(undone_ns))
 
 
 def worker(out: str, trials: int) -> None:
@@ -134,6 +156,9 @@ def worker(out: str, trials: int) -> None:
     source = torch.zeros(2 * MIB, dtype=torch.uint8)
     rows["all_to_all 1048576"] = timed(lambda: shmem.all_to_all(output, source), 200, trials)
     rows["empty_free 8"] = timed(lambda: shmem.free(shmem.empty(8, dtype=torch.uint8)), 200, trials)
+    rows["empty 8"], rows["free 8"] = timed_apart(
+        lambda: shmem.empty(8, dtype=torch.uint8), shmem.free, 200, trials
+    )
     for tensor in (output, flag, data, word):
         shmem.free(tensor)
     shmem.release()
