@@ -142,7 +142,7 @@ pub(crate) struct Registry {
 /// The tensor library: torch, or NumPy where torch is not installed.
 enum Backend {
     Torch {
-        /// `torch._C._from_dlpack`.
+        /// `torch._C._from_dlpack` (or `torch.from_dlpack`).
         from_dlpack: Py<PyAny>,
         /// `torch.Tensor`.
         tensor_type: Py<PyType>,
@@ -182,7 +182,13 @@ impl Registry {
         let default_dtype_name = backend.getattr("default_dtype_name")?.unbind();
         let backend = match (torch, numpy) {
             (Some(torch), _) => Backend::Torch {
-                from_dlpack: torch.getattr("_C")?.getattr("_from_dlpack")?.unbind(),
+                // (what the public `torch.from_dlpack` calls for a capsule, without its
+                // Python-level checks; the public one if a torch lacks it)
+                from_dlpack: match torch.getattr("_C").and_then(|c| c.getattr("_from_dlpack")) {
+                    Ok(private) => private,
+                    Err(_) => torch.getattr("from_dlpack")?,
+                }
+                .unbind(),
                 tensor_type: torch.getattr("Tensor")?.cast_into::<PyType>()?.unbind(),
                 dtype_type: torch.getattr("dtype")?.cast_into::<PyType>()?.unbind(),
                 get_default_dtype: torch.getattr("get_default_dtype")?.unbind(),
@@ -549,10 +555,14 @@ impl Registry {
             dtype,
         } = layout;
         let nbytes = buffer.nbytes;
-        // An empty allocation still owns a granule: its tensor or array is made over one byte,
-        // then viewed as none of it, in the dtype and shape.
-        let empty = |flat: Bound<'py, PyAny>, reshape| {
-            flat.get_item(PySlice::new(py, 0, 0, 1))?
+        // A tensor or array of the allocation's bytes (one byte for an empty allocation, which
+        // still owns a granule of the heap) in the dtype and shape (none of that byte).
+        let viewed = |bytes: Bound<'py, PyAny>, reshape| {
+            let bytes = match nbytes {
+                0 => bytes.get_item(PySlice::new(py, 0, 0, 1))?,
+                _ => bytes,
+            };
+            bytes
                 .call_method1(intern!(py, "view"), (dtype,))?
                 .call_method1(reshape, (shape,))
         };
@@ -566,19 +576,23 @@ impl Registry {
                     key: OnceLock::new(),
                     by_storage: Some(by_storage),
                 });
-                let (dims, heap) = match nbytes {
-                    0 => (&[1][..], Dtype::U8),
-                    _ => (dims, heap),
+                let made = |dims: &[usize], heap| {
+                    let owner = Box::new(Arc::clone(&watch));
+                    let capsule = crate::memory::heap_capsule(py, address, dims, heap, owner)?;
+                    from_dlpack.bind(py).call1((capsule,))
                 };
-                let owner = Box::new(Arc::clone(&watch));
-                let capsule = crate::memory::heap_capsule(py, address, dims, heap, owner)?;
-                let flat = from_dlpack.bind(py).call1((capsule,))?;
-                let key = storage_key(&flat)?;
+                // An empty allocation, or one of a dtype this torch's DLPack does not take
+                // (uint16-64 in older versions), is made as bytes and viewed.
+                let typed = match nbytes {
+                    0 => None,
+                    _ => made(dims, heap).ok(),
+                };
+                let tensor = match typed {
+                    Some(tensor) => tensor,
+                    None => viewed(made(&[nbytes.max(1)], Dtype::U8)?, intern!(py, "reshape"))?,
+                };
+                let key = storage_key(&tensor)?;
                 let _ = watch.key.set(key.clone().unbind());
-                let tensor = match nbytes {
-                    0 => empty(flat, intern!(py, "reshape"))?,
-                    _ => flat,
-                };
                 (tensor, key)
             }
             Backend::NumPy { asarray, .. } => {
@@ -589,7 +603,7 @@ impl Registry {
                 let key = PyInt::new(py, buffer.as_ptr() as usize).into_any();
                 let reshape = intern!(py, "reshape");
                 let tensor = if nbytes == 0 {
-                    empty(bytes, reshape)?
+                    viewed(bytes, reshape)?
                 } else {
                     let flat = bytes.call_method1(intern!(py, "view"), (dtype,))?;
                     match shape.len() {
