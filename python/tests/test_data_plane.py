@@ -398,6 +398,32 @@ def test_a_heap_storage_released_inside_autograd_drops_its_entry(runtime):
     assert key not in _registry._by_storage
 
 
+@needs_torch
+def test_a_registered_shape_must_fit_its_allocation(runtime):
+    from hyper_multicore import _native
+    from hyper_multicore.shmem import _registry
+
+    exported = _native.allocate([4], "uint8")
+    neighbour = shmem.empty(1024, dtype=torch.uint8)
+    neighbour.zero_()
+    # A tensor wider than its allocation would let torch write over the neighbour.
+    with pytest.raises(ValueError, match="does not fit in the 4 bytes of its allocation"):
+        _registry._register(exported, (4096,), "uint8")
+    assert int(neighbour.sum()) == 0
+    _native.free_allocation(exported[0], exported[1])
+    shmem.free(neighbour)
+
+
+def test_shmem_empty_and_free_pickle_by_reference():
+    # (spawn-mode multiprocessing sends functions, and partials of them, by reference)
+    import functools
+    import pickle
+
+    for function in (shmem.empty, shmem.free):
+        assert pickle.loads(pickle.dumps(function)) is function
+    assert pickle.loads(pickle.dumps(functools.partial(shmem.empty, 4))).func is shmem.empty
+
+
 def test_stale_tensors_survive_release(xp):
     shmem.acquire(heap_size_bytes=1 << 20)
     tensor = shmem.empty(1024, dtype="uint8")

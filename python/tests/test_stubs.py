@@ -48,10 +48,10 @@ def runtime_params(function) -> list[tuple[str, str, bool]]:
 def _defined_in(value, module) -> bool:
     """Defined by ``module`` or one of its submodules (``shmem`` re-exports ``shmem._lifecycle``
     and its siblings), or a builtin of the extension: a function, or a method bound to one of
-    its objects (``shmem.empty`` and ``shmem.free`` are the native registry's)."""
+    its objects (``shmem.empty`` and ``shmem.free`` are the extension's)."""
     defined = getattr(value, "__module__", module.__name__)
-    if defined is None:
-        return type(value.__self__).__module__ == _native.__name__
+    if defined == _native.__name__:
+        return True
     return defined in (module.__name__, "builtins") or defined.startswith(module.__name__ + ".")
 
 

@@ -426,8 +426,10 @@ pub(crate) fn allocate_exported(
     py_result(py, exported)
 }
 
-/// Collective: frees allocation `(index, generation)`.
+/// Collective: frees allocation `(index, generation)` (`_native.free_allocation`; `_native.free`
+/// is `shmem.free`, [`registry::free`]).
 #[pyfunction]
+#[pyo3(name = "free_allocation")]
 pub(crate) fn free(py: Python<'_>, index: u64, generation: u64) -> PyResult<()> {
     let id = AllocationId { index, generation };
     py_result(
@@ -818,6 +820,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lock::RegistryLock>()?;
     m.add_class::<registry::Allocation>()?;
     m.add_class::<registry::Registry>()?;
+    m.add_function(wrap_pyfunction!(registry::empty, m)?)?;
+    m.add_function(wrap_pyfunction!(registry::free, m)?)?;
     m.add_class::<seen::Seen>()?;
     m.add_function(wrap_pyfunction!(seen::remember, m)?)?;
     m.add_function(wrap_pyfunction!(seen::forget, m)?)?;

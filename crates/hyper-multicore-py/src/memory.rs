@@ -100,18 +100,30 @@ impl LocalBuffer {
 /// owner that torch drops — through the capsule's deleter — when the last storage over the
 /// bytes dies.
 ///
-/// The owner must keep the heap mapped (`Registry::record` gives it the [`HeapBuffer`]'s
-/// mapping); a capsule torch did not take drops it when the capsule dies. `dims` are the
-/// tensor's dimensions (none: a scalar), each below 2^63, as is their product in bytes.
+/// The tensor views the `span` bytes at `address`, of a heap mapping the owner keeps
+/// (`Registry::record` gives it the [`HeapBuffer`]'s mapping); a capsule torch did not take
+/// drops the owner when the capsule dies. `dims` are the tensor's dimensions (none: a scalar);
+/// their elements must fit in `span` (checked: a larger shape would let torch write past it).
 ///
 /// [`HeapBuffer`]: crate::heap::HeapBuffer
 pub(crate) fn heap_capsule<'py>(
     py: Python<'py>,
-    address: usize,
+    [address, span]: [usize; 2],
     dims: &[usize],
     dtype: Dtype,
     owner: Box<dyn Send>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let elements = dims
+        .iter()
+        .try_fold(1usize, |elements, &dim| elements.checked_mul(dim));
+    let bytes = elements.and_then(|elements| elements.checked_mul(dtype.size()));
+    if bytes.is_none_or(|bytes| bytes > span) {
+        return Err(PyValueError::new_err(format!(
+            "a tensor of shape {dims:?} and dtype {} does not fit in the {span} bytes of its \
+             allocation",
+            dtype.name()
+        )));
+    }
     let too_large = || PyValueError::new_err(format!("a tensor of shape {dims:?} is too large"));
     let ndim = i32::try_from(dims.len()).map_err(|_| too_large())?;
     // The shape, then the strides in elements (row-major; a dimension of 0 counts as 1).
@@ -127,9 +139,20 @@ pub(crate) fn heap_capsule<'py>(
             .checked_mul(shape_and_strides[axis].max(1))
             .ok_or_else(too_large)?;
     }
-    let mut shape_and_strides = shape_and_strides.into_boxed_slice();
-    let (shape, strides) = shape_and_strides.split_at_mut(dims.len());
-    let (code, bits) = dlpack_type(dtype)?;
+    // A raw pointer from here on (freed with the `Managed`): torch reads through the pointers
+    // into it, which moving a `Box` would invalidate.
+    let len = shape_and_strides.len();
+    let shape = Box::into_raw(shape_and_strides.into_boxed_slice()).cast::<i64>();
+    // SAFETY: `dims.len() <= len`, so the offset stays inside the allocation.
+    let strides = unsafe { shape.add(dims.len()) };
+    let (code, bits) = match dlpack_type(dtype) {
+        Ok(type_) => type_,
+        Err(error) => {
+            // SAFETY: `shape` came from `Box::into_raw` of a slice of `len` elements just above.
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(shape, len)) });
+            return Err(error);
+        }
+    };
     let managed = Box::new(Managed {
         tensor: DlManagedTensor {
             dl_tensor: DlTensor {
@@ -144,14 +167,14 @@ pub(crate) fn heap_capsule<'py>(
                     bits,
                     lanes: 1,
                 },
-                shape: shape.as_mut_ptr(),
-                strides: strides.as_mut_ptr(),
+                shape,
+                strides,
                 byte_offset: 0,
             },
             manager_ctx: std::ptr::null_mut(),
             deleter: Some(delete_managed),
         },
-        _shape_and_strides: shape_and_strides,
+        shape_and_strides_len: len,
         _owner: owner,
     });
     let tensor = Box::into_raw(managed).cast::<DlManagedTensor>();
@@ -228,13 +251,26 @@ struct DlManagedTensor {
     deleter: Option<unsafe extern "C" fn(*mut DlManagedTensor)>,
 }
 
-/// A [`DlManagedTensor`] (first, so that a pointer to it is one to this) with the memory its
-/// shape and strides point into and the owner dropped with it.
+/// A [`DlManagedTensor`] (first, so that a pointer to it is one to this), owning the memory its
+/// shape and strides point into, and the owner dropped with it.
 #[repr(C)]
 struct Managed {
     tensor: DlManagedTensor,
-    _shape_and_strides: Box<[i64]>,
+    /// The length of the slice `tensor.dl_tensor.shape` starts (strides follow the shape).
+    shape_and_strides_len: usize,
     _owner: Box<dyn Send>,
+}
+
+impl Drop for Managed {
+    fn drop(&mut self) {
+        let slice = std::ptr::slice_from_raw_parts_mut(
+            self.tensor.dl_tensor.shape,
+            self.shape_and_strides_len,
+        );
+        // SAFETY: `heap_capsule` made `shape` with `Box::into_raw` of a slice of that length,
+        // and only this drop frees it.
+        drop(unsafe { Box::from_raw(slice) });
+    }
 }
 
 /// The deleter of every tensor [`heap_capsule`] makes: drops its [`Managed`].

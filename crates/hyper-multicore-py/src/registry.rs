@@ -6,8 +6,8 @@
 //! [`HeapBuffer`] at the root of a NumPy array's `base` chain) — and so do the rules about them:
 //! this module does the steps the Python code did, without the interpreter's cost per step
 //! (`empty` + `free` of a small torch tensor on 1 PE: 5.2 µs with the Python code, 1.9 µs now;
-//! of a NumPy array 5.0 → 2.2 µs; see bench/findings.md, rounds 22-24). [`Registry::empty`]
-//! and [`Registry::free`] are `shmem.empty` and `shmem.free` themselves; they do the plain case
+//! of a NumPy array 5.0 → 2.2 µs; see bench/findings.md, rounds 22-24). [`empty`] and [`free`]
+//! are `shmem.empty` and `shmem.free` themselves; they do the plain case
 //! (for `free`: a live, whole, unowned, non-empty tensor or array) and hand anything else to the
 //! wrapper's full path, which raises the precise error as before. Every call that changes the registry holds its
 //! lock ([`RegistryLock`]).
@@ -29,6 +29,7 @@ use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyInt, PySlice, PyString, PyTuple, PyType, PyWeakrefReference};
 use pyo3::PyTraverseError;
 
@@ -135,7 +136,7 @@ pub(crate) struct Registry {
     /// `numpy.dtype`, if NumPy is installed.
     numpy_dtype: Option<Py<PyType>>,
     backend: Backend,
-    /// The wrapper's `empty` and `free` past the plain case ([`Registry::set_full_paths`]).
+    /// The wrapper's [`empty`] and [`free`] past the plain case ([`Registry::set_full_paths`]).
     full_paths: Mutex<Option<[Py<PyAny>; 2]>>,
 }
 
@@ -216,90 +217,58 @@ impl Registry {
         })
     }
 
-    /// Collective: a new symmetric tensor of ``size``, uninitialised, viewing the heap
-    /// (``shmem.empty``).
-    ///
-    /// Follows ``torch.empty``'s size conventions: ``empty(2, 3)``, ``empty((2, 3))`` or
-    /// ``empty([2, 3])``. ``dtype`` defaults to ``torch.get_default_dtype()`` (float32 with
-    /// NumPy). ``alignment`` (bytes) defaults to 64; otherwise a power of two up to 2 MiB. Every
-    /// PE must make the same call; arguments that differ across ranks raise
-    /// ``InvalidArgumentError`` on every rank, and nothing is allocated. A rank whose own
-    /// arguments are invalid raises its own error and still takes part in that check, so the
-    /// other ranks fail at once.
-    //
-    // (Native, as ``shmem.empty`` itself: a Python wrapper's frame cost 0.12 µs of a 1.4 µs
-    // call. The plain case is done here, anything else by the wrapper's full path, see
-    // [`Registry::set_full_paths`].)
-    #[pyo3(signature = (*size, dtype=None, alignment=None))]
-    fn empty<'py>(
-        &self,
-        size: &Bound<'py, PyTuple>,
-        dtype: Option<&Bound<'py, PyAny>>,
-        alignment: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = size.py();
-        let none = py.None().into_bound(py);
-        let (dtype, alignment) = (dtype.unwrap_or(&none), alignment.unwrap_or(&none));
-        match self.plain_empty(size, dtype, alignment)? {
-            Some(tensor) => Ok(tensor),
-            None => self.full_path(py, 0)?.call1((size, dtype, alignment)),
-        }
-    }
-
-    /// Collective: frees the allocation of ``tensor`` (the whole tensor ``empty`` or
-    /// ``restart`` returned, not a view); the tensor and its views become stale
-    /// (``shmem.free``).
-    ///
-    /// A rank whose argument is invalid (a view, a freed or a foreign tensor) still takes part
-    /// in the collective check, so the other ranks fail at once with ``InvalidArgumentError``
-    /// ("arguments differ across ranks") while it raises its own error.
-    //
-    // (Native as [`Registry::empty`] is.)
-    fn free(&self, tensor: &Bound<'_, PyAny>) -> PyResult<()> {
-        if !self.plain_free(tensor)? {
-            self.full_path(tensor.py(), 1)?.call1((tensor,))?;
-        }
-        Ok(())
-    }
-
-    /// Sets what [`Registry::empty`] and [`Registry::free`] call past their plain case:
-    /// ``empty(size, dtype, alignment)`` and ``free(tensor)``, the wrapper's full paths (which
-    /// check every argument and raise the precise error).
+    /// Sets what [`empty`] and [`free`] call past their plain case: ``empty(size, dtype,
+    /// alignment)`` and ``free(tensor)``, the wrapper's full paths (which check every argument
+    /// and raise the precise error).
     fn set_full_paths(&self, empty: Py<PyAny>, free: Py<PyAny>) {
-        *self.full_paths.lock() = Some([empty, free]);
+        let old = self.full_paths.lock().replace([empty, free]);
+        // (dropped past the lock: a finalizer may call back in)
+        drop(old);
     }
 
-    /// Collective: allocates `shape` of heap dtype `name` (the backend's dtype `dtype`) with
-    /// `alignment`, and returns its registered tensor or array (see [`Registry::register`]).
+    /// Makes this registry the one [`empty`] and [`free`] work on (once per process).
+    fn install(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let installed = INSTALLED.get_or_init(py, || slf.clone().unbind());
+        match installed.is(slf) {
+            true => Ok(()),
+            false => Err(PyRuntimeError::new_err(
+                "another registry is installed: hyper_multicore.shmem._allocation installs one",
+            )),
+        }
+    }
+
+    /// Collective: allocates `shape` of heap dtype `name` with `alignment`, and returns its
+    /// registered tensor or array (see [`Registry::register`]).
     fn allocate<'py>(
         &self,
         shape: &Bound<'py, PyTuple>,
         name: &str,
         alignment: Option<u64>,
-        dtype: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let dtype = self.to_dtype.bind(shape.py()).call1((name,))?;
         let _held = self.lock.get().hold(shape.py())?;
         self.allocate_shape(
             &shape.extract::<Vec<usize>>()?,
             shape,
             name,
             alignment,
-            dtype,
+            &dtype,
         )
     }
 
     /// Records the allocation `exported` (`(index, generation, heap offset, bytes, alignment,
     /// HeapBuffer)`) as live and returns a tensor (or array) of `shape` and heap dtype `name`
-    /// (the backend's `dtype`) over all of it: the [`Allocation`] holds the tensor, `_live` and
-    /// `_by_storage` the [`Allocation`].
+    /// over all of it (a shape whose bytes do not fit the allocation is refused): the
+    /// [`Allocation`] holds the tensor, `_live` and `_by_storage` the [`Allocation`].
     fn register<'py>(
         &self,
         exported: &Bound<'py, PyTuple>,
         shape: &Bound<'py, PyTuple>,
         name: &str,
-        dtype: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = exported.py();
+        let dtype = &self.to_dtype.bind(py).call1((name,))?;
         let _held = self.lock.get().hold(py)?;
         let buffer = exported
             .get_item(5)?
@@ -333,7 +302,7 @@ impl Registry {
 }
 
 impl Registry {
-    /// [`Registry::empty`] in the plain case (`size` plain ints from 0 to 2^63 − 1; `dtype`
+    /// [`empty`] in the plain case (`size` plain ints from 0 to 2^63 − 1; `dtype`
     /// None, for the default, or a dtype named before, see [`Registry::named_dtype`]; the
     /// default alignment), under the registry's lock; None, without doing anything, otherwise.
     fn plain_empty<'py>(
@@ -369,7 +338,7 @@ impl Registry {
             .map(Some)
     }
 
-    /// [`Registry::free`] in the plain case — a torch tensor whose storage is a live
+    /// [`free`] in the plain case — a torch tensor whose storage is a live
     /// allocation's that no shared-root consumer owns, spanning all of its (non-zero) bytes, or
     /// the NumPy array `empty` made for such an allocation: frees and retires it and answers
     /// true; false, without doing anything, otherwise.
@@ -578,14 +547,24 @@ impl Registry {
                 });
                 let made = |dims: &[usize], heap| {
                     let owner = Box::new(Arc::clone(&watch));
-                    let capsule = crate::memory::heap_capsule(py, address, dims, heap, owner)?;
+                    let span = nbytes.max(1);
+                    let capsule =
+                        crate::memory::heap_capsule(py, [address, span], dims, heap, owner)?;
                     from_dlpack.bind(py).call1((capsule,))
                 };
                 // An empty allocation, or one of a dtype this torch's DLPack does not take
-                // (uint16-64 in older versions), is made as bytes and viewed.
+                // (uint16-64 in older versions: a `RuntimeError`), is made as bytes and viewed.
+                let wide_unsigned = matches!(heap, Dtype::U16 | Dtype::U32 | Dtype::U64);
                 let typed = match nbytes {
                     0 => None,
-                    _ => made(dims, heap).ok(),
+                    _ => match made(dims, heap) {
+                        Err(error)
+                            if wide_unsigned && error.is_instance_of::<PyRuntimeError>(py) =>
+                        {
+                            None
+                        }
+                        made => Some(made?),
+                    },
                 };
                 let tensor = match typed {
                     Some(tensor) => tensor,
@@ -633,6 +612,65 @@ impl Registry {
         self.by_storage.bind(py).set_item(key, &allocation)?;
         Ok(tensor)
     }
+}
+
+/// The registry [`empty`] and [`free`] work on ([`Registry::install`]).
+static INSTALLED: PyOnceLock<Py<Registry>> = PyOnceLock::new();
+
+/// The installed registry.
+fn installed(py: Python<'_>) -> PyResult<&Py<Registry>> {
+    INSTALLED.get(py).ok_or_else(|| {
+        PyRuntimeError::new_err(
+            "no registry is installed: import hyper_multicore.shmem, which installs one",
+        )
+    })
+}
+
+/// Collective: a new symmetric tensor of ``size``, uninitialised, viewing the heap
+/// (``shmem.empty``).
+///
+/// Follows ``torch.empty``'s size conventions: ``empty(2, 3)``, ``empty((2, 3))`` or
+/// ``empty([2, 3])``. ``dtype`` defaults to ``torch.get_default_dtype()`` (float32 with NumPy).
+/// ``alignment`` (bytes) defaults to 64; otherwise a power of two up to 2 MiB. Every PE must
+/// make the same call; arguments that differ across ranks raise ``InvalidArgumentError`` on
+/// every rank, and nothing is allocated. A rank whose own arguments are invalid raises its own
+/// error and still takes part in that check, so the other ranks fail at once.
+//
+// (Native, as ``shmem.empty`` itself: a Python wrapper's frame cost 0.12 µs of a 1.4 µs call.
+// The plain case is done here, anything else by the wrapper's full path, see
+// [`Registry::set_full_paths`].)
+#[pyfunction]
+#[pyo3(signature = (*size, dtype=None, alignment=None))]
+pub(crate) fn empty<'py>(
+    size: &Bound<'py, PyTuple>,
+    dtype: Option<&Bound<'py, PyAny>>,
+    alignment: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = size.py();
+    let registry = installed(py)?.get();
+    let none = py.None().into_bound(py);
+    let (dtype, alignment) = (dtype.unwrap_or(&none), alignment.unwrap_or(&none));
+    match registry.plain_empty(size, dtype, alignment)? {
+        Some(tensor) => Ok(tensor),
+        None => registry.full_path(py, 0)?.call1((size, dtype, alignment)),
+    }
+}
+
+/// Collective: frees the allocation of ``tensor`` (the whole tensor ``empty`` or ``restart``
+/// returned, not a view); the tensor and its views become stale (``shmem.free``).
+///
+/// A rank whose argument is invalid (a view, a freed or a foreign tensor) still takes part in
+/// the collective check, so the other ranks fail at once with ``InvalidArgumentError``
+/// ("arguments differ across ranks") while it raises its own error.
+//
+// (Native as [`empty`] is.)
+#[pyfunction]
+pub(crate) fn free(tensor: &Bound<'_, PyAny>) -> PyResult<()> {
+    let registry = installed(tensor.py())?.get();
+    if !registry.plain_free(tensor)? {
+        registry.full_path(tensor.py(), 1)?.call1((tensor,))?;
+    }
+    Ok(())
 }
 
 /// The shape and dtype of a new allocation's tensor: `dims` (as the tuple `shape` too) of heap

@@ -121,18 +121,19 @@ def _free_full(tensor: Any) -> None:
                     "its own",
                 )
     if problem is not None:
-        raise problem from _join_refused(lambda: _native.free(_NO_ALLOCATION, 0))
+        raise problem from _join_refused(lambda: _native.free_allocation(_NO_ALLOCATION, 0))
     assert allocation is not None
     with _lock:
-        _native.free(allocation.index, allocation.generation)
+        _native.free_allocation(allocation.index, allocation.generation)
         _retire(allocation)
 
 
 _native_registry.set_full_paths(_empty_full, _free_full)
+_native_registry.install()
 
 #: ``shmem.empty(*size, dtype=None, alignment=None)``, natively: a Python wrapper's frame cost
-#: a tenth of the call. Its docstring is the native method's.
-empty = _native_registry.empty
+#: a tenth of the call. Its docstring is the native function's.
+empty = _native.empty
 
 #: ``shmem.free(tensor)``, natively (as :data:`empty`).
-free = _native_registry.free
+free = _native.free

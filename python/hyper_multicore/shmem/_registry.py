@@ -65,13 +65,13 @@ def _register(exported: tuple, shape: tuple[int, ...], dtype: str) -> Any:
     allocation's entry from ``_by_storage``, and lets the heap mapping go, when it dies (and
     only then: ``_native.Registry``).
     """
-    return _native_registry.register(exported, tuple(shape), dtype, _backend.to_dtype(dtype))
+    return _native_registry.register(exported, tuple(shape), dtype)
 
 
 def _allocate(shape: tuple[int, ...], dtype: str, alignment: int | None) -> Any:
     """Collective: a new allocation of ``shape`` and heap dtype ``dtype``, registered (see
     :func:`_register`), under ``_lock``."""
-    return _native_registry.allocate(shape, dtype, alignment, _backend.to_dtype(dtype))
+    return _native_registry.allocate(shape, dtype, alignment)
 
 
 #: Marks an allocation freed/released: its tensors become stale (``_live`` forgets it).
