@@ -393,7 +393,7 @@ fn allocate(
     dtype: &str,
     alignment: Option<u64>,
 ) -> PyResult<ExportedTuple> {
-    allocate_exported(py, shape, dtype, alignment).map(Exported::into_tuple)
+    allocate_exported(py, &allocation_spec(shape, dtype, alignment)?).map(Exported::into_tuple)
 }
 
 /// The library's allocation spec of `shape`, heap dtype name `dtype` and `alignment`.
@@ -409,17 +409,11 @@ pub(crate) fn allocation_spec(
     })
 }
 
-/// [`allocate`] as the library's record and this process's view of it.
-pub(crate) fn allocate_exported(
-    py: Python<'_>,
-    shape: Vec<usize>,
-    dtype: &str,
-    alignment: Option<u64>,
-) -> PyResult<Exported> {
-    let spec = allocation_spec(shape, dtype, alignment)?;
+/// [`allocate`] of `spec` as the library's record and this process's view of it.
+pub(crate) fn allocate_exported(py: Python<'_>, spec: &AllocationSpec) -> PyResult<Exported> {
     let exported = py.detach(|| {
         lifecycle::guarded("allocate", |shmem| {
-            let record = shmem.allocate_spec(&spec)?;
+            let record = shmem.allocate_spec(spec)?;
             Exported::new(shmem, record)
         })
     });

@@ -24,6 +24,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{c_void, CStr};
+use std::sync::Arc;
 
 use hyper_multicore::shmem::{overlaps_shared_memory, Dtype};
 use pyo3::exceptions::PyValueError;
@@ -111,7 +112,7 @@ pub(crate) fn heap_capsule<'py>(
     [address, span]: [usize; 2],
     dims: &[usize],
     dtype: Dtype,
-    owner: Box<dyn Send>,
+    owner: Arc<dyn Send + Sync>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let elements = dims
         .iter()
@@ -258,7 +259,7 @@ struct Managed {
     tensor: DlManagedTensor,
     /// The length of the slice `tensor.dl_tensor.shape` starts (strides follow the shape).
     shape_and_strides_len: usize,
-    _owner: Box<dyn Send>,
+    _owner: Arc<dyn Send + Sync>,
 }
 
 impl Drop for Managed {

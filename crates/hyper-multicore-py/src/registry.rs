@@ -22,7 +22,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use hyper_multicore::shmem::Dtype;
+use hyper_multicore::shmem::{AllocationSpec, Dtype};
 use parking_lot::Mutex;
 
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
@@ -247,14 +247,9 @@ impl Registry {
         alignment: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let dtype = self.to_dtype.bind(shape.py()).call1((name,))?;
+        let spec = crate::allocation_spec(shape.extract()?, name, alignment)?;
         let _held = self.lock.get().hold(shape.py())?;
-        self.allocate_shape(
-            &shape.extract::<Vec<usize>>()?,
-            shape,
-            name,
-            alignment,
-            &dtype,
-        )
+        self.allocate_shape(spec, shape, &dtype)
     }
 
     /// Records the allocation `exported` (`(index, generation, heap offset, bytes, alignment,
@@ -327,15 +322,19 @@ impl Registry {
                 false => return not_implemented(),
             }
         }
-        let Some((name, dtype)) = self.named_dtype(dtype)? else {
+        let Some((heap, dtype)) = self.named_dtype(dtype)? else {
             return not_implemented();
         };
-        if !describable(&shape, &name) {
+        if !describable(&shape, heap) {
             return not_implemented();
         }
+        let spec = AllocationSpec {
+            shape,
+            dtype: heap,
+            alignment: None,
+        };
         let _held = self.lock.get().hold(py)?;
-        self.allocate_shape(&shape, size, &name, None, &dtype)
-            .map(Some)
+        self.allocate_shape(spec, size, &dtype).map(Some)
     }
 
     /// [`free`] in the plain case — a torch tensor whose storage is a live
@@ -411,13 +410,13 @@ impl Registry {
         }
     }
 
-    /// The heap dtype name and the backend's dtype of `dtype`, if it is None (the default) or
+    /// The heap dtype and the backend's dtype of `dtype`, if it is None (the default) or
     /// was named before — a key of `_backend._CHECKED_DTYPES`, which only takes dtypes, names
     /// and types (`_backend._cacheable`: a number may equal a key naming another dtype).
     fn named_dtype<'py>(
         &self,
         dtype: &Bound<'py, PyAny>,
-    ) -> PyResult<Option<(String, Bound<'py, PyAny>)>> {
+    ) -> PyResult<Option<(Dtype, Bound<'py, PyAny>)>> {
         let py = dtype.py();
         if dtype.is_none() {
             return match &self.backend {
@@ -425,9 +424,9 @@ impl Registry {
                     get_default_dtype, ..
                 } => self.named_dtype(&get_default_dtype.bind(py).call0()?),
                 Backend::NumPy { .. } => {
-                    let name: String = self.default_dtype_name.bind(py).call0()?.extract()?;
-                    let dtype = self.to_dtype.bind(py).call1((name.as_str(),))?;
-                    Ok(Some((name, dtype)))
+                    let name = self.default_dtype_name.bind(py).call0()?;
+                    let dtype = self.to_dtype.bind(py).call1((&name,))?;
+                    Ok(Some((crate::parse_dtype(name.extract()?)?, dtype)))
                 }
             };
         }
@@ -448,12 +447,12 @@ impl Registry {
         let Some(name) = self.checked_dtypes.bind(py).get_item(dtype)? else {
             return Ok(None);
         };
-        let name: String = name.extract()?;
+        let heap = crate::parse_dtype(name.extract()?)?;
         let dtype = match torch_dtype {
             true => dtype.clone(),
-            false => self.to_dtype.bind(py).call1((name.as_str(),))?,
+            false => self.to_dtype.bind(py).call1((name,))?,
         };
-        Ok(Some((name, dtype)))
+        Ok(Some((heap, dtype)))
     }
 
     /// What identifies the memory `tensor` views in `_by_storage`: its storage's `_cdata`
@@ -481,20 +480,18 @@ impl Registry {
     /// holds the lock.
     fn allocate_shape<'py>(
         &self,
-        dims: &[usize],
+        spec: AllocationSpec,
         shape: &Bound<'py, PyTuple>,
-        name: &str,
-        alignment: Option<u64>,
         dtype: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = shape.py();
+        let exported = crate::allocate_exported(py, &spec)?;
         let layout = Layout {
-            dims,
+            dims: &spec.shape,
             shape,
-            heap: crate::parse_dtype(name)?,
+            heap: spec.dtype,
             dtype,
         };
-        let exported = crate::allocate_exported(py, dims.to_vec(), name, alignment)?;
         let (index, generation, heap_offset, nbytes, alignment, buffer) = exported.into_tuple();
         let allocation =
             Allocation::fresh([index, generation, heap_offset, nbytes, alignment], &buffer);
@@ -546,7 +543,7 @@ impl Registry {
                     by_storage: Some(by_storage),
                 });
                 let made = |dims: &[usize], heap| {
-                    let owner = Box::new(Arc::clone(&watch));
+                    let owner = Arc::clone(&watch);
                     let span = nbytes.max(1);
                     let capsule =
                         crate::memory::heap_capsule(py, [address, span], dims, heap, owner)?;
@@ -711,8 +708,8 @@ impl Drop for StorageWatch {
 /// Whether a tensor of `shape` and heap dtype `name` can be described: its contiguous strides
 /// in bytes (the product of its dimensions, a 0 counted as 1, times the element size) fit an
 /// int64 (`_backend.check_extent`, which raises where this answers false).
-fn describable(shape: &[usize], name: &str) -> bool {
-    let size = crate::parse_dtype(name).map_or(1, |dtype| dtype.size());
+fn describable(shape: &[usize], dtype: Dtype) -> bool {
+    let size = dtype.size();
     shape
         .iter()
         .try_fold(size, |extent, dimension| {
