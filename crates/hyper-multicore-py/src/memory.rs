@@ -125,6 +125,7 @@ pub(crate) fn heap_capsule<'py>(
             dtype.name()
         )));
     }
+    let (code, bits) = dlpack_type(dtype)?;
     let too_large = || PyValueError::new_err(format!("a tensor of shape {dims:?} is too large"));
     let ndim = i32::try_from(dims.len()).map_err(|_| too_large())?;
     // The shape, then the strides in elements (row-major; a dimension of 0 counts as 1).
@@ -146,14 +147,6 @@ pub(crate) fn heap_capsule<'py>(
     let shape = Box::into_raw(shape_and_strides.into_boxed_slice()).cast::<i64>();
     // SAFETY: `dims.len() <= len`, so the offset stays inside the allocation.
     let strides = unsafe { shape.add(dims.len()) };
-    let (code, bits) = match dlpack_type(dtype) {
-        Ok(type_) => type_,
-        Err(error) => {
-            // SAFETY: `shape` came from `Box::into_raw` of a slice of `len` elements just above.
-            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(shape, len)) });
-            return Err(error);
-        }
-    };
     let managed = Box::new(Managed {
         tensor: DlManagedTensor {
             dl_tensor: DlTensor {

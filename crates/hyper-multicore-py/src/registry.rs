@@ -307,9 +307,9 @@ impl Registry {
         alignment: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let py = size.py();
-        let not_implemented = || Ok(None);
+        let not_plain = || Ok(None);
         if !alignment.is_none() || size.is_empty() {
-            return not_implemented();
+            return not_plain();
         }
         let mut shape = Vec::with_capacity(size.len());
         for dimension in size.iter() {
@@ -317,16 +317,16 @@ impl Registry {
             match dimension.is_exact_instance_of::<PyInt>() {
                 true => match dimension.extract::<i64>().map(usize::try_from) {
                     Ok(Ok(dimension)) => shape.push(dimension),
-                    _ => return not_implemented(),
+                    _ => return not_plain(),
                 },
-                false => return not_implemented(),
+                false => return not_plain(),
             }
         }
         let Some((heap, dtype)) = self.named_dtype(dtype)? else {
-            return not_implemented();
+            return not_plain();
         };
         if !describable(&shape, heap) {
-            return not_implemented();
+            return not_plain();
         }
         let spec = AllocationSpec {
             shape,
@@ -343,22 +343,22 @@ impl Registry {
     /// true; false, without doing anything, otherwise.
     fn plain_free(&self, tensor: &Bound<'_, PyAny>) -> PyResult<bool> {
         let py = tensor.py();
-        let not_implemented = false;
+        let not_plain = false;
         let is_tensor = match &self.backend {
             Backend::Torch { tensor_type, .. } => tensor.is_instance(tensor_type.bind(py))?,
             // (the arrays `empty` makes are plain `ndarray`s, so their `base` is no subclass's)
             Backend::NumPy { ndarray, .. } => tensor.is_exact_instance(ndarray.bind(py)),
         };
         if !is_tensor {
-            return Ok(not_implemented);
+            return Ok(not_plain);
         }
         let _held = self.lock.get().hold(py)?;
         let Some(key) = self.key_of(tensor)? else {
-            return Ok(not_implemented);
+            return Ok(not_plain);
         };
         let found = self.by_storage.bind(py).get_item(key)?;
         let Some(allocation) = found.and_then(|found| found.cast_into::<Allocation>().ok()) else {
-            return Ok(not_implemented);
+            return Ok(not_plain);
         };
         // Copied out first: the tensor's `nbytes` and `data_ptr` may run Python code (a
         // subclass's `__torch_function__`), which must not find the record borrowed.
@@ -392,7 +392,7 @@ impl Registry {
         };
         let plain = live && !owned && nbytes > 0 && whole()?;
         if !plain {
-            return Ok(not_implemented);
+            return Ok(not_plain);
         }
         crate::free(py, index, generation)?;
         self.retire(&allocation)?;
