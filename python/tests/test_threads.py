@@ -176,7 +176,7 @@ def refused(*args):
     raise AssertionError("not native")
 
 
-_registry._native_registry.set_full_paths(refused, refused)
+_registry._native_registry.install(refused, refused)
 shmem.free(shmem.empty(4))
 print("done", CALL, "registry lock free:", _registry._lock.acquire() is None)
 _registry._lock.release()

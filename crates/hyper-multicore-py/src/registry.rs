@@ -136,8 +136,15 @@ pub(crate) struct Registry {
     /// `numpy.dtype`, if NumPy is installed.
     numpy_dtype: Option<Py<PyType>>,
     backend: Backend,
-    /// The wrapper's [`empty`] and [`free`] past the plain case ([`Registry::set_full_paths`]).
-    full_paths: Mutex<Option<[Py<PyAny>; 2]>>,
+    /// The wrapper's [`empty`] and [`free`] past the plain case ([`Registry::install`]).
+    full_paths: Mutex<Option<FullPaths>>,
+}
+
+/// The wrapper's functions [`empty`] and [`free`] call past their plain case, which check every
+/// argument and raise the precise error: `empty(size, dtype, alignment)` and `free(tensor)`.
+struct FullPaths {
+    empty: Py<PyAny>,
+    free: Py<PyAny>,
 }
 
 /// The tensor library: torch, or NumPy where torch is not installed.
@@ -217,25 +224,24 @@ impl Registry {
         })
     }
 
-    /// Sets what [`empty`] and [`free`] call past their plain case: ``empty(size, dtype,
-    /// alignment)`` and ``free(tensor)``, the wrapper's full paths (which check every argument
-    /// and raise the precise error).
-    fn set_full_paths(&self, empty: Py<PyAny>, free: Py<PyAny>) {
-        let old = self.full_paths.lock().replace([empty, free]);
+    /// Makes this registry the one [`empty`] and [`free`] work on (one per process), with
+    /// the wrapper's full paths `empty(size, dtype, alignment)` and `free(tensor)` for what is
+    /// not their plain case. Installing it again replaces the full paths.
+    fn install(slf: &Bound<'_, Self>, empty: Py<PyAny>, free: Py<PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        if !INSTALLED.get_or_init(py, || slf.clone().unbind()).is(slf) {
+            return Err(PyRuntimeError::new_err(
+                "another registry is installed: hyper_multicore.shmem._allocation installs one",
+            ));
+        }
+        let old = slf
+            .get()
+            .full_paths
+            .lock()
+            .replace(FullPaths { empty, free });
         // (dropped past the lock: a finalizer may call back in)
         drop(old);
-    }
-
-    /// Makes this registry the one [`empty`] and [`free`] work on (once per process).
-    fn install(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let py = slf.py();
-        let installed = INSTALLED.get_or_init(py, || slf.clone().unbind());
-        match installed.is(slf) {
-            true => Ok(()),
-            false => Err(PyRuntimeError::new_err(
-                "another registry is installed: hyper_multicore.shmem._allocation installs one",
-            )),
-        }
+        Ok(())
     }
 
     /// Collective: allocates `shape` of heap dtype `name` with `alignment`, and returns its
@@ -399,15 +405,17 @@ impl Registry {
         Ok(true)
     }
 
-    /// The wrapper's full path `which` (0: `empty`, 1: `free`, see
-    /// [`Registry::set_full_paths`]).
-    fn full_path<'py>(&self, py: Python<'py>, which: usize) -> PyResult<Bound<'py, PyAny>> {
-        match &*self.full_paths.lock() {
-            Some(paths) => Ok(paths[which].bind(py).clone()),
-            None => Err(PyRuntimeError::new_err(
-                "the registry has no full paths: hyper_multicore.shmem._allocation sets them",
-            )),
-        }
+    /// The wrapper's full path `which` picks ([`Registry::install`]).
+    fn full_path<'py>(
+        &self,
+        py: Python<'py>,
+        which: fn(&FullPaths) -> &Py<PyAny>,
+    ) -> Bound<'py, PyAny> {
+        let paths = self.full_paths.lock();
+        // (the registry [`installed`] finds got its full paths in the same call)
+        which(paths.as_ref().expect("installed with its full paths"))
+            .bind(py)
+            .clone()
     }
 
     /// The heap dtype and the backend's dtype of `dtype`, if it is None (the default) or
@@ -635,7 +643,7 @@ fn installed(py: Python<'_>) -> PyResult<&Py<Registry>> {
 //
 // (Native, as ``shmem.empty`` itself: a Python wrapper's frame cost 0.12 µs of a 1.4 µs call.
 // The plain case is done here, anything else by the wrapper's full path, see
-// [`Registry::set_full_paths`].)
+// [`Registry::install`].)
 #[pyfunction]
 #[pyo3(signature = (*size, dtype=None, alignment=None))]
 pub(crate) fn empty<'py>(
@@ -649,7 +657,9 @@ pub(crate) fn empty<'py>(
     let (dtype, alignment) = (dtype.unwrap_or(&none), alignment.unwrap_or(&none));
     match registry.plain_empty(size, dtype, alignment)? {
         Some(tensor) => Ok(tensor),
-        None => registry.full_path(py, 0)?.call1((size, dtype, alignment)),
+        None => registry
+            .full_path(py, |paths| &paths.empty)
+            .call1((size, dtype, alignment)),
     }
 }
 
@@ -665,7 +675,9 @@ pub(crate) fn empty<'py>(
 pub(crate) fn free(tensor: &Bound<'_, PyAny>) -> PyResult<()> {
     let registry = installed(tensor.py())?.get();
     if !registry.plain_free(tensor)? {
-        registry.full_path(tensor.py(), 1)?.call1((tensor,))?;
+        registry
+            .full_path(tensor.py(), |paths| &paths.free)
+            .call1((tensor,))?;
     }
     Ok(())
 }
@@ -705,7 +717,7 @@ impl Drop for StorageWatch {
     }
 }
 
-/// Whether a tensor of `shape` and heap dtype `name` can be described: its contiguous strides
+/// Whether a tensor of `shape` and heap dtype `dtype` can be described: its contiguous strides
 /// in bytes (the product of its dimensions, a 0 counted as 1, times the element size) fit an
 /// int64 (`_backend.check_extent`, which raises where this answers false).
 fn describable(shape: &[usize], dtype: Dtype) -> bool {

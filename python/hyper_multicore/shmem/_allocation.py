@@ -128,8 +128,7 @@ def _free_full(tensor: Any) -> None:
         _retire(allocation)
 
 
-_native_registry.set_full_paths(_empty_full, _free_full)
-_native_registry.install()
+_native_registry.install(_empty_full, _free_full)
 
 #: ``shmem.empty(*size, dtype=None, alignment=None)``, natively: a Python wrapper's frame cost
 #: a tenth of the call. Its docstring is the native function's.
