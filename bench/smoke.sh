@@ -95,7 +95,8 @@ check(sys.argv[1], "control",
       {(op, pes) for op in ("rendezvous", "barrier", "allgather", "broadcast") for pes in (2, 4)})
 shmem_ops = ("init", "init_call", "shutdown", "barrier", "put_quiet", "get", "put_bandwidth",
              "get_bandwidth", "pingpong_signal", "pingpong_put_signal", "fetch_add",
-             "malloc_free", "all_to_all", "put_quiet_guarded", "get_guarded", "fetch_add_guarded")
+             "malloc_free", "all_to_all", "put_quiet_guarded", "get_guarded", "fetch_add_guarded",
+             "put_quiet_guarded_call", "get_guarded_call", "fetch_add_guarded_call")
 check(sys.argv[2], "shmem", {(op, 2) for op in shmem_ops},
       with_reference=[(op, 2) for op in ("barrier", "put_bandwidth", "get_bandwidth",
                                          "pingpong_signal", "all_to_all")],

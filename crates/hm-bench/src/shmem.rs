@@ -139,7 +139,9 @@ pub enum Group {
     Sleeper,
     /// `put_quiet_guarded`, `get_guarded`, `fetch_add_guarded`: the word operations through
     /// `lifecycle::guarded`, in a job of their own whose runtime comes from
-    /// `lifecycle::acquire` (2 PEs only).
+    /// `lifecycle::acquire` (2 PEs only); and the same calls out of line
+    /// (`put_quiet_guarded_call`, `get_guarded_call`, `fetch_add_guarded_call`: a front's entry
+    /// points, the floor of a C API call).
     Guarded,
 }
 
@@ -547,11 +549,38 @@ fn guarded_word_ops(method: &Method, rank: usize) -> Result<()> {
             }
             Ok(start.elapsed())
         }),
+        // The same guarded calls as a front's entry points make them: each an out-of-line
+        // function whose handle and PE arrive as arguments, so nothing of the call can be
+        // hoisted out of the loop (what a C API call, behind its library boundary, pays).
+        guarded_on_root(root, |ops| {
+            let start = Instant::now();
+            for i in 0..ops {
+                put_call(black_box(&word), black_box(i), black_box(PEER))?;
+                quiet_call()?;
+            }
+            Ok(start.elapsed())
+        }),
+        guarded_on_root(root, |ops| {
+            let start = Instant::now();
+            for _ in 0..ops {
+                black_box(get_call(black_box(&word), black_box(PEER))?);
+            }
+            Ok(start.elapsed())
+        }),
+        guarded_on_root(root, |ops| {
+            let start = Instant::now();
+            for _ in 0..ops {
+                black_box(fetch_add_call(black_box(&counter), black_box(PEER))?);
+            }
+            Ok(start.elapsed())
+        }),
     ];
     let timings = time_interleaved(method, &mut batches)?;
     drop(batches);
-    let [put, put_guarded, get, get_guarded, fetch_add, fetch_add_guarded] = timings[..] else {
-        unreachable!("six batches were timed")
+    let [put, put_guarded, get, get_guarded, fetch_add, fetch_add_guarded, put_call, get_call, fetch_add_call] =
+        timings[..]
+    else {
+        unreachable!("nine batches were timed")
     };
     if root {
         let rows = [
@@ -567,6 +596,24 @@ fn guarded_word_ops(method: &Method, rank: usize) -> Result<()> {
                 fetch_add_guarded,
                 "fetch_add without the guard",
                 fetch_add,
+            ),
+            (
+                "put_quiet_guarded_call",
+                put_call,
+                "put_quiet_guarded, inlined",
+                put_guarded,
+            ),
+            (
+                "get_guarded_call",
+                get_call,
+                "get_guarded, inlined",
+                get_guarded,
+            ),
+            (
+                "fetch_add_guarded_call",
+                fetch_add_call,
+                "fetch_add_guarded, inlined",
+                fetch_add_guarded,
             ),
         ];
         for (op, timing, reference, direct) in rows {
@@ -584,6 +631,34 @@ fn guarded_word_ops(method: &Method, rank: usize) -> Result<()> {
         s.free(counter)?;
         s.free(word)
     })?)
+}
+
+/// A guarded put of `value` into the peer's `word`, out of line (see [`guarded_word_ops`]).
+#[inline(never)]
+fn put_call(word: &Allocation<u64>, value: u64, pe: usize) -> hyper_multicore::Result<()> {
+    lifecycle::guarded("put", |s| s.put(word, &[value], pe))
+}
+
+/// [`lifecycle::quiet`], out of line (see [`guarded_word_ops`]).
+#[inline(never)]
+fn quiet_call() -> hyper_multicore::Result<()> {
+    lifecycle::quiet()
+}
+
+/// A guarded get of PE `pe`'s `word`, out of line (see [`guarded_word_ops`]).
+#[inline(never)]
+fn get_call(word: &Allocation<u64>, pe: usize) -> hyper_multicore::Result<u64> {
+    let mut value = [0u64];
+    lifecycle::guarded("get", |s| s.get(&mut value, word, pe))?;
+    Ok(value[0])
+}
+
+/// A guarded fetch-add of 1 on PE `pe`'s `counter`, out of line (see [`guarded_word_ops`]).
+#[inline(never)]
+fn fetch_add_call(counter: &Allocation<u64>, pe: usize) -> hyper_multicore::Result<u64> {
+    lifecycle::guarded("atomic_fetch_add", |s| {
+        s.atomic_fetch_add(counter, 1u64, pe)
+    })
 }
 
 /// A batch of direct calls (`batch(shmem, ops)`) inside one guarded call, as
