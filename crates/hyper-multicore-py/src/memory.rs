@@ -129,17 +129,13 @@ pub(crate) fn heap_capsule<'py>(
     let too_large = || PyValueError::new_err(format!("a tensor of shape {dims:?} is too large"));
     let ndim = i32::try_from(dims.len()).map_err(|_| too_large())?;
     // The shape, then the strides in elements (row-major; a dimension of 0 counts as 1).
-    let mut shape_and_strides = Vec::with_capacity(2 * dims.len());
-    for &dim in dims {
-        shape_and_strides.push(i64::try_from(dim).map_err(|_| too_large())?);
-    }
+    let mut shape_and_strides = vec![0i64; 2 * dims.len()];
     let mut stride: i64 = 1;
-    shape_and_strides.resize(2 * dims.len(), 0);
-    for axis in (0..dims.len()).rev() {
+    for (axis, &dim) in dims.iter().enumerate().rev() {
+        let dim = i64::try_from(dim).map_err(|_| too_large())?;
+        shape_and_strides[axis] = dim;
         shape_and_strides[dims.len() + axis] = stride;
-        stride = stride
-            .checked_mul(shape_and_strides[axis].max(1))
-            .ok_or_else(too_large)?;
+        stride = stride.checked_mul(dim.max(1)).ok_or_else(too_large)?;
     }
     // A raw pointer from here on (freed with the `Managed`): torch reads through the pointers
     // into it, which moving a `Box` would invalidate.
