@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Smoke test of the benchmark harness (CI): runs `hm-bench control` in quick mode on 2 and 4 PEs,
 # `hm-bench shmem` in quick mode on 2 PEs, the restart timings (`examples/restart_timings`
-# under `hmrun -n 2`), the C API's scaling program (`bench/oshmem/scaling.c`, quick) and the
+# under `hmrun -n 2`), the C API's scaling program (`bench/oshmem/scaling.c`, quick), the bare
+# UCX loops (`bench/ucx_floor/ucx_floor.c`, quick) and the
 # 2-PE rows across two namespace hosts (where it runs as root), and checks that every output
 # line is a JSON object with the required keys and that every expected row is there. It checks
 # that the benchmarks work, never how fast they are. Needs neither OSHMEM nor matplotlib.
@@ -24,6 +25,23 @@ lines="$(target/debug/hmrun -n 2 -- "$scaling" --quick | grep -c '^\[0\] ')"
 rm -rf "$(dirname "$scaling")"
 [ "$lines" -eq 8 ] || { echo "bench smoke (scaling.c): $lines lines from PE 0, expected 8" >&2; exit 1; }
 echo "bench smoke OK (scaling.c): 8 lines"
+# The bare UCX loops (bench/ucx_floor/ucx_floor.c): every row, in both contexts, one JSON line
+# each from PE 0.
+floor="$(mktemp -d)/ucx_floor"
+gcc -O2 -Wall -Werror -o "$floor" bench/ucx_floor/ucx_floor.c -lucp -lucs
+lines=0
+for row in signal put_word get fetch_add put_quiet put_1m get_1m all_to_all; do
+    for context in oshmem ours; do
+        args=("$row" --quick)
+        [ "$context" = ours ] && args+=(--context ours)
+        out="$(UCX_TLS=tcp,self timeout 60 "$floor" "${args[@]}")"
+        grep -q "^{\"op\":\"$row\",\"layer\":\"ucx-floor\",\"context\":\"$context\"" <<<"$out" &&
+            lines=$((lines + 1))
+    done
+done
+rm -rf "$(dirname "$floor")"
+[ "$lines" -eq 16 ] || { echo "bench smoke (ucx_floor.c): $lines rows, expected 16" >&2; exit 1; }
+echo "bench smoke OK (ucx_floor.c): 16 rows"
 # The two-host form (bench/run_all.sh's step across two network namespaces): one PE per host,
 # rank 0 printing rows; skipped, saying why, where the namespaces cannot be made (not root).
 two_hosts="$(mktemp)"
