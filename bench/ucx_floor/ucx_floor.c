@@ -42,6 +42,11 @@
 #include <unistd.h>
 
 #define BIG (1 << 20)
+
+/* The rows, in the order of `row_names` (resolved once, not per operation). */
+enum row { SIGNAL, PUT_WORD, GET, FETCH_ADD, PUT_QUIET, PUT_1M, GET_1M, ALL_TO_ALL, ROWS };
+static const char *row_names[ROWS] = {"signal",    "put_word", "get",    "fetch_add",
+                                      "put_quiet", "put_1m",   "get_1m", "all_to_all"};
 #define MAX_TRIALS 21
 
 /* PE heap: words at the start, then two 1 MiB blocks: the target of the peer's puts and gets,
@@ -150,18 +155,18 @@ static void get(void *destination, size_t len, uint64_t remote) {
 }
 
 /* One operation of a one-sided row, issued by PE 0. */
-static void one_sided(const char *row, uint64_t i) {
+static void one_sided(enum row row, uint64_t i) {
     static uint64_t value;
     static uint8_t big[BIG];
     value = i;
-    if (!strcmp(row, "get")) {
+    if (row == GET) {
         get(&value, sizeof value, peer_word(WORD_SIGNAL));
-    } else if (!strcmp(row, "fetch_add")) {
+    } else if (row == FETCH_ADD) {
         fetching(UCP_ATOMIC_OP_ADD, 1, peer_word(WORD_SIGNAL));
-    } else if (!strcmp(row, "put_quiet")) {
+    } else if (row == PUT_QUIET) {
         put(&value, sizeof value, peer_word(WORD_SIGNAL), 1);
         flush();
-    } else if (!strcmp(row, "put_1m")) {
+    } else if (row == PUT_1M) {
         put(big, BIG, peer_base + BLOCK_OFFSET, 1);
         flush();
     } else {
@@ -170,11 +175,11 @@ static void one_sided(const char *row, uint64_t i) {
 }
 
 /* One round trip of a ping-pong row, or one all-to-all; both PEs run it. */
-static void both(const char *row, uint64_t i) {
+static void both(enum row row, uint64_t i) {
     static uint64_t value;
     static uint8_t source[2 * BIG];
     value = i;
-    if (!strcmp(row, "all_to_all")) {
+    if (row == ALL_TO_ALL) {
         /* Into the registered heap, whose address UCX holds: the copy cannot be optimized out. */
         memcpy(heap + BLOCK_OFFSET + BIG, source + (size_t)me * BIG, BIG);
         put(source + (size_t)(1 - me) * BIG, BIG, peer_base + BLOCK_OFFSET, 1);
@@ -183,7 +188,7 @@ static void both(const char *row, uint64_t i) {
         while (*word(WORD_MEET) < i) ucp_worker_progress(worker);
         return;
     }
-    int as_put = !strcmp(row, "put_word");
+    int as_put = row == PUT_WORD;
     if (me == 1) {
         while (*word(WORD_SIGNAL) != i) ucp_worker_progress(worker);
     }
@@ -202,7 +207,7 @@ static int compare(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static void run(const char *row, int ours) {
+static void run(enum row row, int ours) {
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES,
         .features = UCP_FEATURE_RMA | UCP_FEATURE_AMO32 | UCP_FEATURE_AMO64 |
@@ -245,16 +250,16 @@ static void run(const char *row, int ours) {
     check(ucp_ep_create(worker, &ep_params, &ep), "ucp_ep_create");
     check(ucp_ep_rkey_unpack(ep, peer_rkey, &rkey), "ucp_ep_rkey_unpack");
 
-    int ping_pong = !strcmp(row, "signal") || !strcmp(row, "put_word");
-    int together = ping_pong || !strcmp(row, "all_to_all");
-    int bulk = !strcmp(row, "put_1m") || !strcmp(row, "get_1m") || !strcmp(row, "all_to_all");
+    int ping_pong = row == SIGNAL || row == PUT_WORD;
+    int together = ping_pong || row == ALL_TO_ALL;
+    int bulk = row == PUT_1M || row == GET_1M || row == ALL_TO_ALL;
     uint64_t batch = quick ? (bulk ? 5 : 200) : (bulk ? 200 : 20000);
     int trials = quick ? 3 : bulk ? 11 : MAX_TRIALS;
     double per_op[MAX_TRIALS];
     uint64_t next = 0;
 
     /* Warm-up: wire the endpoint up and fault every page in. */
-    one_sided("put_1m", 0);
+    one_sided(PUT_1M, 0);
     meet();
     for (int t = 0; t < trials; t++) {
         meet();
@@ -276,7 +281,7 @@ static void run(const char *row, int ours) {
     if (me == 0) {
         printf("{\"op\":\"%s\",\"layer\":\"ucx-floor\",\"context\":\"%s\",\"median_ns\":%.1f,"
                "\"min_ns\":%.1f,\"trials\":%d,\"batch_ops\":%llu}\n",
-               row, ours ? "ours" : "oshmem", per_op[trials / 2], per_op[0], trials,
+               row_names[row], ours ? "ours" : "oshmem", per_op[trials / 2], per_op[0], trials,
                (unsigned long long)batch);
     }
     meet();
@@ -292,11 +297,10 @@ static void run(const char *row, int ours) {
 }
 
 int main(int argc, char **argv) {
-    static const char *rows[] = {"signal", "put_word", "get", "fetch_add", "put_quiet",
-                                 "put_1m", "get_1m", "all_to_all"};
-    int known = 0, ours = 0, usage = argc < 2;
-    for (size_t i = 0; argc > 1 && i < sizeof rows / sizeof rows[0]; i++)
-        known |= !strcmp(argv[1], rows[i]);
+    enum row row = ROWS;
+    int ours = 0, usage = argc < 2;
+    for (int i = 0; argc > 1 && i < ROWS; i++)
+        if (!strcmp(argv[1], row_names[i])) row = (enum row)i;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             quick = 1;
@@ -307,7 +311,7 @@ int main(int argc, char **argv) {
             usage = 1;
         }
     }
-    if (!known || usage) {
+    if (row == ROWS || usage) {
         fprintf(stderr,
                 "usage: ucx_floor ROW [--context ours] [--quick]\n"
                 "ROW: signal, put_word, get, fetch_add, put_quiet, put_1m, get_1m, all_to_all\n");
@@ -320,7 +324,7 @@ int main(int argc, char **argv) {
     me = child == 0;
     link_fd = link[me];
     close(link[1 - me]);
-    run(argv[1], ours);
+    run(row, ours);
     if (child > 0) {
         int status;
         if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status))

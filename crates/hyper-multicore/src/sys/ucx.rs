@@ -117,9 +117,9 @@ const UCX_HINT: &str = "check the UCX transports with UCX_TLS (e.g. UCX_TLS=tcp,
     UCX_NET_DEVICES=eth0); `ucx_info -d` lists what this host offers";
 
 /// How long a blocking call progresses with `yield_now` before it sleeps on the event fd (a
-/// flush after large puts longer: [`flush_spin`]).
+/// flush after large puts longer: [`WorkerHandle::wait_flush`]).
 const SPIN_PHASE: Duration = Duration::from_micros(50);
-/// The most a flush's spin phase grows for the bytes it waits for ([`flush_spin`]).
+/// The most a flush's spin phase grows for the bytes it waits for.
 const TRANSFER_SPIN_CAP: Duration = Duration::from_millis(1);
 /// The first sleep on the event fd of a caller waiting for its own request; each next one is
 /// twice as long, up to [`CALLER_SLEEP_CAP`].
@@ -182,18 +182,6 @@ fn check(operation: &str, what: &str, status: ffi::ucs_status_t) -> Result<()> {
     } else {
         Err(ucx_error(operation, what, status))
     }
-}
-
-/// How long a flush waits awake (progress + `yield_now`) before it sleeps on the event fd:
-/// [`SPIN_PHASE`], plus the time the bytes put since the last flush (`unflushed`, taken) take
-/// at 2 GB/s — TCP on a loopback or a fast link — up to [`TRANSFER_SPIN_CAP`] more. A quiet
-/// after a large put waits for the whole transfer; asleep, it would leave the worker's incoming
-/// traffic meanwhile — the peer's half of an all-to-all — to the progress thread's wake-ups
-/// (bench/findings.md, round 26).
-fn flush_spin(unflushed: &AtomicUsize) -> Duration {
-    let bytes = unflushed.swap(0, Ordering::Relaxed);
-    let moving = Duration::from_nanos((bytes / 2).try_into().unwrap_or(u64::MAX));
-    SPIN_PHASE + moving.min(TRANSFER_SPIN_CAP)
 }
 
 fn deadline_error(operation: &str, started: Instant, what: &str) -> Error {
@@ -544,7 +532,7 @@ struct WorkerHandle {
     /// Whether callers or the progress thread serve the worker's events.
     handover: Handover,
     /// Bytes put through the worker's endpoints since its last flush: how long a flush waits
-    /// awake ([`flush_spin`]).
+    /// awake ([`WorkerHandle::wait_flush`]).
     unflushed: AtomicUsize,
     /// Every handler ever registered: UCX holds raw pointers to them until the worker dies. The
     /// outer box gives each (fat) handler a stable, thin address that survives the Vec growing.
@@ -633,6 +621,16 @@ impl WorkerHandle {
         request: ffi::ucs_status_ptr_t,
         deadline: Instant,
         peer: Option<usize>,
+    ) -> std::result::Result<ffi::ucs_status_t, ()> {
+        self.wait_request_spinning(request, deadline, peer, SPIN_PHASE)
+    }
+
+    /// [`WorkerHandle::wait_request`] with a spin phase of `spin` before the first sleep.
+    fn wait_request_spinning(
+        &self,
+        request: ffi::ucs_status_ptr_t,
+        deadline: Instant,
+        peer: Option<usize>,
         spin: Duration,
     ) -> std::result::Result<ffi::ucs_status_t, ()> {
         let started = Instant::now();
@@ -701,12 +699,32 @@ impl WorkerHandle {
         result: ffi::ucs_status_ptr_t,
         deadline: Instant,
         peer: Option<usize>,
-        spin: Duration,
     ) -> std::result::Result<ffi::ucs_status_t, ffi::ucs_status_ptr_t> {
         if !ffi::ucs_ptr_is_ptr(result) {
             return Ok(ffi::ucs_ptr_status(result));
         }
-        self.wait_request(result, deadline, peer, spin)
+        self.wait_request(result, deadline, peer)
+            .map_err(|()| result)
+    }
+
+    /// [`WorkerHandle::wait_status_ptr`] for a flush: it waits awake [`SPIN_PHASE`] plus the
+    /// time the bytes put since the last flush take at 2 GB/s (TCP on a loopback or a fast
+    /// link), up to [`TRANSFER_SPIN_CAP`] more. A quiet after a large put waits for the whole
+    /// transfer; asleep, it would leave the worker's incoming traffic meanwhile — the peer's
+    /// half of an all-to-all — to the progress thread's wake-ups (bench/findings.md, round 26).
+    fn wait_flush(
+        &self,
+        result: ffi::ucs_status_ptr_t,
+        deadline: Instant,
+        peer: Option<usize>,
+    ) -> std::result::Result<ffi::ucs_status_t, ffi::ucs_status_ptr_t> {
+        let bytes = self.unflushed.swap(0, Ordering::Relaxed);
+        if !ffi::ucs_ptr_is_ptr(result) {
+            return Ok(ffi::ucs_ptr_status(result));
+        }
+        let moving = Duration::from_nanos((bytes / 2).try_into().unwrap_or(u64::MAX));
+        let spin = SPIN_PHASE + moving.min(TRANSFER_SPIN_CAP);
+        self.wait_request_spinning(result, deadline, peer, spin)
             .map_err(|()| result)
     }
 }
@@ -1043,8 +1061,7 @@ impl Worker {
         let param = ffi::ucp_request_param_t::default();
         // SAFETY: live worker; param is a valid request description with no callback.
         let result = unsafe { ucp().ucp_worker_flush_nbx(self.inner.handle, &param) };
-        let spin = flush_spin(&self.inner.unflushed);
-        match self.inner.wait_status_ptr(result, deadline, None, spin) {
+        match self.inner.wait_flush(result, deadline, None) {
             Ok(ffi::UCS_OK) => Ok(()),
             Ok(status) => Err(ucx_error(OP, "ucp_worker_flush_nbx failed", status)),
             Err(request) => {
@@ -1458,7 +1475,7 @@ impl EndpointHandle {
         self.failure.peer
     }
 
-    /// Counts `bytes` put, for the next flush's spin phase ([`flush_spin`]).
+    /// Counts `bytes` put, for the next flush's spin phase ([`WorkerHandle::wait_flush`]).
     fn count_unflushed(&self, bytes: usize) {
         self.worker.unflushed.fetch_add(bytes, Ordering::Relaxed);
     }
@@ -1548,23 +1565,22 @@ impl EndpointHandle {
         };
         // SAFETY: `handle` is the live endpoint, taken out of the mutex so it is closed once.
         let result = unsafe { ucp().ucp_ep_close_nbx(handle, &param) };
-        let outcome =
-            match self
-                .worker
-                .wait_status_ptr(result, deadline, Some(self.peer()), SPIN_PHASE)
-            {
-                Ok(ffi::UCS_OK) => Ok(()),
-                // The peer may be gone already (flush close of a failed endpoint); the endpoint is
-                // released anyway.
-                Ok(status) => Err(Some(status)),
-                Err(request) => {
-                    // SAFETY: live request; UCX finishes the close and releases it later.
-                    unsafe { ucp().ucp_request_free(request) };
-                    // The error handler may still run: its argument must outlive UCX's endpoint.
-                    std::mem::forget(self.failure.clone());
-                    Err(None)
-                }
-            };
+        let outcome = match self
+            .worker
+            .wait_status_ptr(result, deadline, Some(self.peer()))
+        {
+            Ok(ffi::UCS_OK) => Ok(()),
+            // The peer may be gone already (flush close of a failed endpoint); the endpoint is
+            // released anyway.
+            Ok(status) => Err(Some(status)),
+            Err(request) => {
+                // SAFETY: live request; UCX finishes the close and releases it later.
+                unsafe { ucp().ucp_request_free(request) };
+                // The error handler may still run: its argument must outlive UCX's endpoint.
+                std::mem::forget(self.failure.clone());
+                Err(None)
+            }
+        };
         // Requests the close completed are freed; any other (UCX does not cancel requests of an
         // endpoint without peer-failure handling) keeps its buffer leaked.
         self.release_orphans(true);
@@ -1592,15 +1608,14 @@ impl EndpointHandle {
         // UCX may use the memory until this returns: a panic unwinding out of the wait (a
         // progress hook's) would hand it back to the caller, or free the staging buffer.
         let _unwinding = AbortOnUnwind::new(operation);
-        let request =
-            match self
-                .worker
-                .wait_status_ptr(result, deadline, Some(self.peer()), SPIN_PHASE)
-            {
-                Ok(ffi::UCS_OK) => return Ok(staging),
-                Ok(status) => return Err(self.error(operation, "the operation failed", status)),
-                Err(request) => request,
-            };
+        let request = match self
+            .worker
+            .wait_status_ptr(result, deadline, Some(self.peer()))
+        {
+            Ok(ffi::UCS_OK) => return Ok(staging),
+            Ok(status) => return Err(self.error(operation, "the operation failed", status)),
+            Err(request) => request,
+        };
         // Missed the deadline with the request in flight.
         let _ = self.failure.status.compare_exchange(
             ffi::UCS_OK,
@@ -1621,7 +1636,7 @@ impl EndpointHandle {
                 let _ = self.close_locked(&mut guard, true, grace);
                 if self
                     .worker
-                    .wait_request(request, grace, Some(self.peer()), SPIN_PHASE)
+                    .wait_request(request, grace, Some(self.peer()))
                     .is_err()
                 {
                     // UCX still holds a pointer into the caller's memory and we cannot take it
@@ -2179,11 +2194,10 @@ impl Endpoint {
         // SAFETY: live endpoint; no caller buffer is involved.
         let result = unsafe { ucp().ucp_ep_flush_nbx(*guard, &param) };
         drop(guard);
-        let spin = flush_spin(&self.inner.worker.unflushed);
         match self
             .inner
             .worker
-            .wait_status_ptr(result, deadline, Some(self.inner.peer()), spin)
+            .wait_flush(result, deadline, Some(self.inner.peer()))
         {
             Ok(ffi::UCS_OK) => {
                 self.inner.release_orphans(false);
@@ -2356,10 +2370,7 @@ impl Request {
             return Ok(std::mem::take(&mut self.buffer));
         };
         let peer = Some(self.endpoint.peer());
-        let outcome = self
-            .endpoint
-            .worker
-            .wait_request(request, deadline, peer, SPIN_PHASE);
+        let outcome = self.endpoint.worker.wait_request(request, deadline, peer);
         if outcome.is_ok() {
             self.request = None;
         }
