@@ -522,6 +522,113 @@ fn a_get_from_a_busy_peer_completes_over_ucx() {
     .assert_all_succeeded();
 }
 
+/// What PE 0 sends a stopped PE 1 before its quiet, in [`a_quiet_waits_for_a_stopped_target`].
+#[derive(Clone, Copy)]
+enum Unapplied {
+    Put,
+    Signal,
+}
+
+/// A quiet returns only once the target has applied this PE's puts and signals. Over UCX's TCP
+/// lanes (`UCX_TLS=tcp,self`: the target's progress applies everything) small puts and signals
+/// go as active messages that no UCX flush covers (the quiet probes the peer instead): with
+/// PE 1 stopped (SIGSTOP) after it told PE 0 its process ID, PE 0's put (or signal) leaves at
+/// once, and its quiet waits until its deadline (`HYPER_MULTICORE_SHMEM_TIMEOUT_SEC=2`) and
+/// fails with Timeout naming PE 1. PE 0 then lets PE 1 go on, whose barrier fails too: its
+/// deadline passed while it was stopped, or it sees PE 0 gone (PE 0 closed the endpoint).
+fn a_quiet_waits_for_a_stopped_target(what: Unapplied) {
+    use rustix::process::{kill_process, Pid, Signal};
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let words = shmem.allocate::<u64>(2, None).unwrap();
+    let (pid_word, data) = (words.view(0..1).unwrap(), words.view(1..2).unwrap());
+    if shmem.rank() == 1 {
+        shmem
+            .put(&pid_word, &[u64::from(std::process::id())], 0)
+            .unwrap();
+    }
+    shmem.barrier().unwrap();
+    if shmem.rank() == 1 {
+        // Stopped in here by PE 0, continued after its quiet failed.
+        let outcome = shmem.barrier();
+        assert!(
+            outcome
+                .as_ref()
+                .is_err_and(|e| matches!(e.kind(), ErrorKind::PeerLost | ErrorKind::Timeout)),
+            "PE 1's barrier after PE 0's quiet failed: {outcome:?}"
+        );
+        return;
+    }
+    let mut pid = [0u64];
+    shmem.get(&mut pid, &pid_word, 0).unwrap();
+    let pid = i32::try_from(pid[0]).unwrap();
+    let target = Pid::from_raw(pid).expect("PE 1's process ID");
+    kill_process(target, Signal::STOP).unwrap();
+    wait_until_stopped(pid);
+    match what {
+        Unapplied::Put => shmem.put(&data, &[7], 1).unwrap(),
+        Unapplied::Signal => shmem.signal(&data, 7, SignalOp::Set, 1).unwrap(),
+    }
+    let outcome = shmem.try_quiet();
+    kill_process(target, Signal::CONT).unwrap();
+    let error = outcome.expect_err("a quiet returned while its target was stopped");
+    assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
+    assert_eq!(error.peer(), Some(1), "{error}");
+}
+
+/// Waits (yielding, up to 10 s) until every thread of process `pid` is stopped: SIGSTOP takes
+/// effect thread by thread, after `kill` returned.
+fn wait_until_stopped(pid: i32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let state = |stat: String| {
+        stat.rsplit(')')
+            .next()
+            .and_then(|rest| rest.trim().chars().next())
+    };
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+        let stopped = tasks.flatten().all(|task| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            matches!(state(stat), Some('T' | 't'))
+        });
+        if stopped {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "PE 1 did not stop");
+        std::thread::yield_now();
+    }
+}
+
+fn a_quiet_waits_for_a_stopped_target_after_a_put() {
+    a_quiet_waits_for_a_stopped_target(Unapplied::Put);
+}
+
+fn a_quiet_waits_for_a_stopped_target_after_a_signal() {
+    a_quiet_waits_for_a_stopped_target(Unapplied::Signal);
+}
+
+macro_rules! over_ucx_with_a_short_timeout {
+    ($($body:ident: $name:ident),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            if is_pe() {
+                return $body();
+            }
+            let options = Options::default()
+                .env(TRANSPORT, "ucx")
+                .env("UCX_TLS", "tcp,self")
+                .env(hyper_multicore::config::TIMEOUT_SEC, "2");
+            Job::launch_with(stringify!($name), 2, options)
+                .wait()
+                .assert_all_succeeded();
+        }
+    )*};
+}
+
+over_ucx_with_a_short_timeout!(
+    a_quiet_waits_for_a_stopped_target_after_a_put: a_quiet_waits_for_a_stopped_target_after_a_put_over_ucx,
+    a_quiet_waits_for_a_stopped_target_after_a_signal: a_quiet_waits_for_a_stopped_target_after_a_signal_over_ucx,
+);
+
 macro_rules! on_pes {
     ($body:ident: $($name:ident = $pes:expr),* $(,)?) => {$(
         #[test]

@@ -2221,22 +2221,26 @@ impl Endpoint {
         }
     }
 
-    /// Whether every atomic on this endpoint is carried out by the *target's* progress: UCX
-    /// emulates them with active messages when no lane to the peer can do atomics itself (TCP),
-    /// so whichever target thread progresses its worker applies them — and runs the worker's
-    /// [`Worker::on_progress`] hook right after. False when some lane updates the peer's memory
-    /// without its CPU (shared-memory CPU atomics, RDMA device atomics), and when UCX's
-    /// description of the lanes cannot be read (the safe answer for a caller that needs to tell
-    /// the target).
+    /// What this endpoint's lanes do without the target's CPU: RMA, atomics. Over TCP neither:
+    /// UCX emulates both with active messages on the endpoint's one active-message lane, and
+    /// whichever target thread progresses its worker applies them, in the order sent — and runs
+    /// the worker's [`Worker::on_progress`] hook right after. Shared-memory lanes do atomics
+    /// (and, with CMA, RMA) with the CPU; RDMA devices do both in hardware. When UCX's
+    /// description of the lanes cannot be read the answer is both (the safe one for a caller
+    /// that must tell the target, or that relies on the emulation's order).
     ///
     /// Read from `ucp_ep_print_info` (UCX 1.13 has no query for an endpoint's lanes): a lane
-    /// used for atomics is listed with an `amo` usage.
-    pub fn atomics_by_target_progress(&self) -> bool {
+    /// used for RMA is listed with an `rma` or `rma_bw` usage, one used for atomics with `amo`.
+    /// 50-190 µs: read it once per endpoint.
+    pub fn lanes(&self) -> Lanes {
         match self.lane_description() {
-            Ok(text) => !lists_atomic_lane(&text),
+            Ok(text) => Lanes::listed_in(&text),
             Err(error) => {
                 tracing::debug!("cannot read the UCX endpoint's lanes: {error}");
-                false
+                Lanes {
+                    device_rma: true,
+                    device_atomics: true,
+                }
             }
         }
     }
@@ -2411,13 +2415,42 @@ impl Drop for Request {
     }
 }
 
-/// Whether `ucp_ep_print_info` text lists a lane used for atomics: a `lane[…]` line with a usage
-/// `amo` or `amo#n`.
-fn lists_atomic_lane(text: &str) -> bool {
-    text.lines()
-        .filter(|line| line.contains("lane["))
-        .flat_map(str::split_whitespace)
-        .any(|usage| usage == "amo" || usage.starts_with("amo#"))
+/// What an endpoint's lanes do without the target's CPU ([`Endpoint::lanes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lanes {
+    /// Some lane puts and gets without the target's progress (CMA, RDMA).
+    pub device_rma: bool,
+    /// Some lane does atomics without the target's progress (shared-memory CPU atomics, RDMA).
+    pub device_atomics: bool,
+}
+
+impl Lanes {
+    /// Whether every put, get and atomic to the peer is an active message on one lane that the
+    /// peer's progress applies in the order sent (TCP): then a message of the caller's own on
+    /// that lane is applied after every earlier operation and before every later one.
+    pub fn all_by_target_progress(&self) -> bool {
+        !self.device_rma && !self.device_atomics
+    }
+
+    /// The lanes `ucp_ep_print_info` text lists: `lane[…]` lines with a usage `rma`, `rma#n`,
+    /// `rma_bw` or `rma_bw#n` (RMA), `amo` or `amo#n` (atomics).
+    fn listed_in(text: &str) -> Lanes {
+        let usages = || {
+            text.lines()
+                .filter(|line| line.contains("lane["))
+                .flat_map(str::split_whitespace)
+        };
+        let named = |usage: &str, name: &str| {
+            usage == name
+                || usage
+                    .strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('#'))
+        };
+        Lanes {
+            device_rma: usages().any(|u| named(u, "rma") || named(u, "rma_bw")),
+            device_atomics: usages().any(|u| named(u, "amo")),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -221,45 +221,7 @@ impl ShmTransport {
     /// doorbell. Returns the previous value.
     #[inline(always)]
     fn rmw(&self, peer: ShmPeer, offset: usize, width: Width, rmw: Rmw) -> u64 {
-        let mapping = self.mapping();
-        let offset = peer.heap + offset;
-        let order = Ordering::SeqCst;
-        let previous = match width {
-            Width::W32 => {
-                let word: &AtomicU32 = mapping.words(offset);
-                u64::from(match rmw {
-                    Rmw::Load => word.load(order),
-                    Rmw::Store(v) => {
-                        word.store(v as u32, order);
-                        0
-                    }
-                    Rmw::Swap(v) => word.swap(v as u32, order),
-                    Rmw::CompareSwap { expected, desired } => {
-                        match word.compare_exchange(expected as u32, desired as u32, order, order) {
-                            Ok(previous) | Err(previous) => previous,
-                        }
-                    }
-                    Rmw::Add(v) => word.fetch_add(v as u32, order),
-                })
-            }
-            Width::W64 => {
-                let word: &AtomicU64 = mapping.words(offset);
-                match rmw {
-                    Rmw::Load => word.load(order),
-                    Rmw::Store(v) => {
-                        word.store(v, order);
-                        0
-                    }
-                    Rmw::Swap(v) => word.swap(v, order),
-                    Rmw::CompareSwap { expected, desired } => {
-                        match word.compare_exchange(expected, desired, order, order) {
-                            Ok(previous) | Err(previous) => previous,
-                        }
-                    }
-                    Rmw::Add(v) => word.fetch_add(v, order),
-                }
-            }
-        };
+        let previous = apply_rmw(self.mapping(), peer.heap + offset, width, rmw);
         if !matches!(rmw, Rmw::Load) {
             sync::ring(&self.segment.pe_words(peer.slot).doorbell);
         }
@@ -345,5 +307,50 @@ impl ShmTransport {
         }
         let words = self.own_pe_words().barrier.carried(tag)?;
         Some((self.members[1 - self.own_slot], words))
+    }
+}
+
+/// Performs `rmw` (sequentially consistent) on the `width` word at `offset` of `mapping`, which
+/// must be aligned to the width; returns the previous value (zero for a store). The one atomic
+/// every route applies to a heap word in this host's memory: the shared-memory route's, and
+/// the UCX route's signal message (`transport::ucx`), so both stay atomic with each other.
+#[inline(always)]
+pub(super) fn apply_rmw(mapping: &SharedMapping, offset: usize, width: Width, rmw: Rmw) -> u64 {
+    let order = Ordering::SeqCst;
+    match width {
+        Width::W32 => {
+            let word: &AtomicU32 = mapping.words(offset);
+            u64::from(match rmw {
+                Rmw::Load => word.load(order),
+                Rmw::Store(v) => {
+                    word.store(v as u32, order);
+                    0
+                }
+                Rmw::Swap(v) => word.swap(v as u32, order),
+                Rmw::CompareSwap { expected, desired } => {
+                    match word.compare_exchange(expected as u32, desired as u32, order, order) {
+                        Ok(previous) | Err(previous) => previous,
+                    }
+                }
+                Rmw::Add(v) => word.fetch_add(v as u32, order),
+            })
+        }
+        Width::W64 => {
+            let word: &AtomicU64 = mapping.words(offset);
+            match rmw {
+                Rmw::Load => word.load(order),
+                Rmw::Store(v) => {
+                    word.store(v, order);
+                    0
+                }
+                Rmw::Swap(v) => word.swap(v, order),
+                Rmw::CompareSwap { expected, desired } => {
+                    match word.compare_exchange(expected, desired, order, order) {
+                        Ok(previous) | Err(previous) => previous,
+                    }
+                }
+                Rmw::Add(v) => word.fetch_add(v, order),
+            }
+        }
     }
 }

@@ -6,28 +6,38 @@
 //! atomics — which UCX emulates with active messages over TCP and shared memory — complete while
 //! this PE's main thread computes.
 //!
-//! Start-up: prepare (context, worker, doorbell handler, progress thread, heap registration) →
+//! Start-up: prepare (context, worker, message handlers, progress thread, heap registration) →
 //! publish (worker address, heap base address, packed rkey) → exchange → attach (an endpoint and
 //! an unpacked rkey per remote peer) → agree. Teardown (`Drop`, at shutdown, restart and
 //! invalidation, since each re-initializes): the progress thread stops and joins first, then the
 //! endpoints, keys, registration, worker and context go.
 //!
-//! Signals: the operation is a *fetching* UCX atomic (swap for set, fetch-add for add), which
-//! returns only once it was applied at the target, so a later quiet or barrier covers it. Who
-//! wakes a waiter asleep on the target's futex depends on who applied the atomic:
+//! Puts and signals take one of two paths per peer ([`Path`], from what UCX's lanes to the peer
+//! do, read at the first put or signal to it):
 //!
-//! - **The target's progress** (TCP: UCX emulates atomics with active messages): the worker's
-//!   progress hook, run right after the progress that applied it, rings the doorbell; nothing
-//!   more is sent (a second message cost 12-16 µs per signal over TCP here).
-//! - **No target thread** (a lane with shared-memory CPU atomics or RDMA device atomics, as
-//!   [`Endpoint::atomics_by_target_progress`] reads UCX's lane list at the first signal to the
-//!   peer): an active message then rings the target's doorbell; its handler (on the target's
-//!   progress thread) wakes the waiter. The op is applied before the ring is sent, and the
-//!   handler's check of the sleeper count is sequentially consistent, so no wake-up is lost.
+//! - **Messages** (TCP: UCX emulates RMA and atomics with active messages on one lane, which
+//!   the peer's progress applies in the order sent, and acknowledges every put with a message
+//!   back). A put of up to [`MESSAGE_PUT_MAX`] bytes and a signal are this transport's own
+//!   active messages, applied by the peer's handler (the signal with the same CPU atomic as the
+//!   shared-memory route's) and not acknowledged: one message per operation (over TCP here a
+//!   signal ping-pong's one way 6.6 → 3.7 µs, bench/findings.md round 27). Each message lands behind every earlier
+//!   operation on the lane, so a signal is ordered after the puts before it without a fence,
+//!   and a get or atomic after a put reads what it wrote. A quiet covers them with a probe: a
+//!   one-byte get from each peer that was sent some since the last probe, answered only after
+//!   the peer applied them (put 8 B + quiet 13.2 → 10.4 µs).
+//! - **Operations** (a lane does RMA or atomics itself: CMA, shared-memory CPU atomics,
+//!   RDMA): UCX's puts; a signal is a *fetching* UCX atomic (swap for set, fetch-add for add),
+//!   ordered after earlier puts by a worker fence and returning only once it was applied at the
+//!   target, so a later quiet or barrier covers it. Who wakes a waiter asleep on the target's
+//!   futex depends on who applied the atomic: the target's progress (atomics emulated, RMA not)
+//!   runs the worker's progress hook, which rings the doorbell; device atomics have no target
+//!   thread, so an active message then rings the target's doorbell (the op is applied before the
+//!   ring is sent, and the handler's check of the sleeper count is sequentially consistent, so
+//!   no wake-up is lost).
 //!
-//! (An active message whose handler applied the op itself would not be covered by a flush: UCX
-//! acknowledges RMA and atomics, not active messages.) Earlier puts to the same PE are ordered
-//! before the signal with a worker fence.
+//! Whichever thread of the target applies a peer's operation — UCX's emulation or a message
+//! handler — the progress hook rings the doorbell right after that progress, so a `wait_signal`
+//! on a word that only remote peers change wakes at once.
 //!
 //! Two-rank exchanges (two leaders' barrier, two ranks' allocate/free call words): each side
 //! sends one active message (source rank, tag, sequence; the data as payload), whose handler
@@ -41,13 +51,14 @@
 
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
-use std::sync::atomic::{fence, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use super::shm::apply_rmw;
 use super::{ShmTransport, Start, Transport, Width};
 use crate::control::{Nudger, SpinWork, WhileWaiting};
 use crate::error::{Error, ErrorKind, Result};
@@ -61,6 +72,19 @@ const DOORBELL_AM: u16 = 1;
 /// The active message of a two-rank exchange ([`UcxTransport::send_exchange`]): header
 /// (source rank, tag, sequence), the data as its payload.
 const EXCHANGE_AM: u16 = 2;
+/// The active message of a put on a [`Path::Messages`] path: header the offset in the target's
+/// heap ([`put_header`]), the bytes as payload.
+const PUT_AM: u16 = 3;
+/// The active message of a signal on a [`Path::Messages`] path: header ([`signal_header`])
+/// the word's offset, the value, its width and whether it adds; no payload.
+const SIGNAL_AM: u16 = 4;
+/// How long a UCX endpoint's failure waits for the control plane to report a loss that caused
+/// it ([`UcxTransport::checked`]): it hears of a dead rank within milliseconds.
+const LOSS_REPORT_GRACE: Duration = Duration::from_millis(250);
+/// The largest put sent as one active message on a [`Path::Messages`] path: well inside one
+/// eager fragment on every transport UCX emulates RMA over (TCP's is 8 KiB), so it travels on
+/// the active-message lane in order; larger puts are UCX's (RMA emulated on the same lane).
+const MESSAGE_PUT_MAX: usize = 1024;
 
 /// The messages of two-rank exchanges that arrived and were not taken yet, by (source rank,
 /// tag, sequence); and how many exchanges this PE started with each (peer, tag).
@@ -95,6 +119,8 @@ pub(crate) struct Prepared {
     context: Context,
     address: Vec<u8>,
     segment: Arc<Segment>,
+    /// This PE's slot in `segment` (its doorbell).
+    slot: usize,
     mailbox: Arc<Mailbox>,
     /// Set by `attach` for the worker's progress hook.
     nudger: Arc<OnceLock<Nudger>>,
@@ -106,10 +132,48 @@ struct Peer {
     endpoint: Mutex<Endpoint>,
     rkey: RemoteKey,
     base: u64,
-    /// Whether a signal must ring the peer's doorbell: false when the peer's own progress
-    /// applies our atomics (TCP), since its progress hook rings the doorbell then. Read from
-    /// UCX at the first signal to the peer (50-190 µs each, so not for every peer at start-up).
-    ring: OnceLock<bool>,
+    /// How puts and signals reach the peer. Read from UCX at the first put or signal to the
+    /// peer (50-190 µs each, so not for every peer at start-up).
+    path: OnceLock<Path>,
+    /// Puts and signals sent to the peer as active messages (which no UCX flush covers), and
+    /// how many of them a completed probe covers ([`UcxTransport::quiet`]).
+    sent: AtomicU64,
+    probed: AtomicU64,
+}
+
+/// How puts and signals reach a peer, from what its endpoint's lanes do ([`ucx::Lanes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    /// UCX emulates RMA and atomics to the peer (TCP): every operation is an active message on
+    /// one lane that the peer's progress applies in the order sent, and UCX acknowledges each
+    /// put (a message back, before the peer's next event). Small puts and signals go as this
+    /// transport's own active messages, unacknowledged; a quiet probes the lane with a one-byte
+    /// get, which the peer answers only after applying everything sent before it.
+    Messages,
+    /// Some lane does RMA or atomics without the peer's CPU: UCX's puts, and signals as
+    /// fetching atomics; `ring` when the atomics are the device's (no progress of the peer
+    /// applies them, so its progress hook does not ring the doorbell).
+    Operations { ring: bool },
+}
+
+impl Peer {
+    fn path(&self, endpoint: &Endpoint) -> Path {
+        *self.path.get_or_init(|| {
+            let lanes = endpoint.lanes();
+            if lanes.all_by_target_progress() {
+                Path::Messages
+            } else {
+                Path::Operations {
+                    ring: lanes.device_atomics,
+                }
+            }
+        })
+    }
+
+    /// Records one more put or signal sent as an active message.
+    fn sent_message(&self) {
+        self.sent.fetch_add(1, Ordering::Release);
+    }
 }
 
 /// The UCX transport of one PE. Fields drop in order: the progress thread first (after
@@ -127,6 +191,8 @@ pub(crate) struct UcxTransport {
     _context: Context,
     /// This PE's segment: its abort word and doorbells are set when an endpoint fails.
     segment: Arc<Segment>,
+    /// This PE's slot in `segment` (its doorbell).
+    slot: usize,
     timeout: Duration,
     /// This PE's root rank (the source of the exchange messages it sends).
     rank: usize,
@@ -230,6 +296,37 @@ impl Transport for UcxTransport {
                 nudger.nudge();
             }
         })?;
+        let len = usize::try_from(start.heap_size).map_err(|_| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                "initialize",
+                "the heap does not fit in this address space",
+            )
+        })?;
+        // Peers' puts and signals sent as active messages ([`Path::Messages`]): applied to this
+        // heap here, by whichever thread progresses the worker; the progress hook above rings
+        // the doorbell after them.
+        let (mapping, heap) = shm.own_heap();
+        let writing = Arc::clone(&mapping);
+        worker.set_am_handler(PUT_AM, move |header, data| {
+            match put_offset(header, data.len(), len) {
+                Some(offset) => writing.write(heap + offset, data),
+                None => tracing::warn!(
+                    "dropped a put message of {} bytes with a {}-byte header outside the heap",
+                    data.len(),
+                    header.len()
+                ),
+            }
+        })?;
+        worker.set_am_handler(SIGNAL_AM, move |header, _| match signal_of(header, len) {
+            Some((offset, width, rmw)) => {
+                apply_rmw(&mapping, heap + offset, width, rmw);
+            }
+            None => tracing::warn!(
+                "dropped a signal message with a {}-byte header outside the heap",
+                header.len()
+            ),
+        })?;
         let mailbox = Arc::new(Mailbox::default());
         let (posted, ringing) = (Arc::clone(&mailbox), Arc::clone(&segment));
         worker.set_am_handler(EXCHANGE_AM, move |header, data| {
@@ -260,13 +357,6 @@ impl Transport for UcxTransport {
         }
         let progress = worker.start_progress_thread()?;
         let (mapping, offset) = shm.own_heap();
-        let len = usize::try_from(start.heap_size).map_err(|_| {
-            Error::new(
-                ErrorKind::InvalidArgument,
-                "initialize",
-                "the heap does not fit in this address space",
-            )
-        })?;
         let region = MemoryRegion::register(&context, mapping, offset, len)?;
         let address = worker.address()?;
         Ok(Prepared {
@@ -276,6 +366,7 @@ impl Transport for UcxTransport {
             context,
             address,
             segment,
+            slot: bell,
             mailbox,
             nudger,
         })
@@ -316,7 +407,9 @@ impl Transport for UcxTransport {
                 endpoint: Mutex::new(endpoint),
                 rkey,
                 base: their.base,
-                ring: OnceLock::new(),
+                path: OnceLock::new(),
+                sent: AtomicU64::new(0),
+                probed: AtomicU64::new(0),
             }));
         }
         let serving = Arc::new(RouterServing {
@@ -336,6 +429,7 @@ impl Transport for UcxTransport {
             worker: prepared.worker,
             _context: prepared.context,
             segment: prepared.segment,
+            slot: prepared.slot,
             timeout: start.plane.timeout(),
             rank,
             mailbox: prepared.mailbox,
@@ -350,7 +444,16 @@ impl Transport for UcxTransport {
         self.not_aborted("put")?;
         let (remote, address) = self.remote(peer, offset);
         let endpoint = remote.endpoint.lock();
-        let outcome = endpoint.put(source, address, &remote.rkey, self.deadline());
+        let outcome = if !source.is_empty()
+            && source.len() <= MESSAGE_PUT_MAX
+            && remote.path(&endpoint) == Path::Messages
+        {
+            endpoint
+                .am_send(PUT_AM, &put_header(offset), source, self.deadline())
+                .map(|()| remote.sent_message())
+        } else {
+            endpoint.put(source, address, &remote.rkey, self.deadline())
+        };
         self.checked(outcome)
     }
 
@@ -393,23 +496,31 @@ impl Transport for UcxTransport {
         let (remote, address) = self.remote(peer, offset);
         let endpoint = remote.endpoint.lock();
         let deadline = self.deadline();
-        let outcome = self
-            .worker
-            .fence()
-            .and_then(|()| match width {
-                Width::W32 => amo::<u32>(&endpoint, address, &remote.rkey, rmw, deadline),
-                Width::W64 => amo::<u64>(&endpoint, address, &remote.rkey, rmw, deadline),
-            })
-            .and_then(|_| {
-                let ring = remote
-                    .ring
-                    .get_or_init(|| !endpoint.atomics_by_target_progress());
-                if *ring {
-                    endpoint.am_send(DOORBELL_AM, &[], &[], deadline)
-                } else {
-                    Ok(())
-                }
-            });
+        let outcome = match remote.path(&endpoint) {
+            // Behind every earlier put to the peer on the same lane: ordered without a fence.
+            Path::Messages => endpoint
+                .am_send(
+                    SIGNAL_AM,
+                    &signal_header(offset, width, add, value),
+                    &[],
+                    deadline,
+                )
+                .map(|()| remote.sent_message()),
+            Path::Operations { ring } => self
+                .worker
+                .fence()
+                .and_then(|()| match width {
+                    Width::W32 => amo::<u32>(&endpoint, address, &remote.rkey, rmw, deadline),
+                    Width::W64 => amo::<u64>(&endpoint, address, &remote.rkey, rmw, deadline),
+                })
+                .and_then(|_| {
+                    if ring {
+                        endpoint.am_send(DOORBELL_AM, &[], &[], deadline)
+                    } else {
+                        Ok(())
+                    }
+                }),
+        };
         self.checked(outcome)
     }
 
@@ -419,7 +530,7 @@ impl Transport for UcxTransport {
 
     fn quiet(&self) -> Result<()> {
         self.not_aborted("quiet")?;
-        let outcome = self.worker.flush(self.deadline());
+        let outcome = self.flush_and_probe(self.deadline());
         self.checked(outcome)
     }
 
@@ -528,6 +639,30 @@ impl UcxTransport {
         Some(message)
     }
 
+    /// The quiet: every UCX operation completes at its target (a worker flush), and so does
+    /// every put and signal sent as an active message, which no flush covers — a one-byte get
+    /// from each peer that has some since the last probe, answered by the peer only after it
+    /// applied them (they precede the get on the same lane, [`Path::Messages`]). The probes
+    /// travel together, and the flush waits for them too.
+    fn flush_and_probe(&self, deadline: Instant) -> Result<()> {
+        let mut probes = Vec::new();
+        for remote in self.peers.iter().flatten() {
+            let sent = remote.sent.load(Ordering::Acquire);
+            if remote.probed.load(Ordering::Acquire) < sent {
+                let probe = remote
+                    .endpoint
+                    .lock()
+                    .get_nb(1, remote.base, &remote.rkey)?;
+                probes.push((remote, sent, probe));
+            }
+        }
+        for (remote, sent, probe) in probes {
+            probe.wait(deadline)?;
+            remote.probed.fetch_max(sent, Ordering::AcqRel);
+        }
+        self.worker.flush(deadline)
+    }
+
     fn deadline(&self) -> Instant {
         Instant::now() + self.timeout
     }
@@ -559,14 +694,49 @@ impl UcxTransport {
 
     /// A lost peer also aborts this PE's waits (the abort word and every doorbell of its
     /// segment), as the control plane does when it sees the loss.
+    ///
+    /// An endpoint also fails when its peer is alive but gave up after *another* rank's loss and
+    /// closed it (a survivor's teardown), and a quiet's probe, sent late, meets that more often
+    /// than an early acknowledgement did. The control plane hears of every loss at once and
+    /// names the first: the error names the rank it reports within [`LOSS_REPORT_GRACE`] (the
+    /// failed peer itself, when that one died), and this peer only if it reports none.
     fn checked<T>(&self, outcome: Result<T>) -> Result<T> {
-        if let Err(error) = &outcome {
-            if error.kind() == ErrorKind::PeerLost {
-                let lost = error.peer().unwrap_or(usize::MAX - 1) as u32;
-                self.segment.abort(lost);
+        let Err(error) = outcome else {
+            return outcome;
+        };
+        if error.kind() != ErrorKind::PeerLost {
+            return Err(error);
+        }
+        let failed = error.peer().unwrap_or(usize::MAX - 1);
+        match self.loss_reported_within(LOSS_REPORT_GRACE) {
+            Some(first) if first != failed && first < self.peers.len() => {
+                Err(Error::peer_lost(
+                    error.operation(),
+                    first,
+                    &format!(
+                        "the root was aborted when it was lost; rank {failed}'s UCX endpoint \
+                         failed after that"
+                    ),
+                ))
+            }
+            _ => {
+                self.segment.abort(failed as u32);
+                Err(error)
             }
         }
-        outcome
+    }
+
+    /// The rank whose loss aborted this PE's root, waiting up to `grace` (asleep on the
+    /// doorbell, which an abort rings) for the control plane to report one.
+    fn loss_reported_within(&self, grace: Duration) -> Option<usize> {
+        let abort = &self.segment.control().abort;
+        let policy = sync::WaitPolicy {
+            spin: false,
+            deadline: sync::Deadline::At(Instant::now() + grace),
+        };
+        let bell = &self.segment.pe_words(self.slot).doorbell;
+        let _ = sync::wait_until(|| false, bell, abort, &policy);
+        sync::aborted(abort).map(|lost| lost as usize)
     }
 }
 
@@ -584,6 +754,51 @@ fn exchange_key(header: &[u8]) -> Option<(u64, u64, u64)> {
     let header: &[u8; 24] = header.try_into().ok()?;
     let word = |i: usize| u64::from_le_bytes(header[8 * i..8 * i + 8].try_into().expect("8 bytes"));
     Some((word(0), word(1), word(2)))
+}
+
+/// The header of a put message: the offset in the target's heap, little-endian.
+fn put_header(offset: usize) -> [u8; 8] {
+    (offset as u64).to_le_bytes()
+}
+
+/// The heap offset of a put message of `len` bytes, if its header is one and the bytes fit in
+/// a heap of `heap_len` bytes.
+fn put_offset(header: &[u8], len: usize, heap_len: usize) -> Option<usize> {
+    let offset = usize::try_from(u64::from_le_bytes(header.try_into().ok()?)).ok()?;
+    (offset.checked_add(len)? <= heap_len).then_some(offset)
+}
+
+/// The header of a signal message: offset and value (little-endian), then one byte: bit 0 for
+/// a 64-bit word, bit 1 to add rather than set.
+fn signal_header(offset: usize, width: Width, add: bool, value: u64) -> [u8; 17] {
+    let mut header = [0u8; 17];
+    header[..8].copy_from_slice(&(offset as u64).to_le_bytes());
+    header[8..16].copy_from_slice(&value.to_le_bytes());
+    header[16] = u8::from(width == Width::W64) | u8::from(add) << 1;
+    header
+}
+
+/// The word (heap offset, width) and operation of a signal message, if its header is one and
+/// names an aligned word inside a heap of `heap_len` bytes.
+fn signal_of(header: &[u8], heap_len: usize) -> Option<(usize, Width, Rmw)> {
+    let header: &[u8; 17] = header.try_into().ok()?;
+    let word = |i: usize| u64::from_le_bytes(header[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+    let (offset, value, kind) = (usize::try_from(word(0)).ok()?, word(1), header[16]);
+    if kind > 0b11 {
+        return None;
+    }
+    let (width, size) = if kind & 1 == 1 {
+        (Width::W64, 8)
+    } else {
+        (Width::W32, 4)
+    };
+    let fits = offset % size == 0 && offset.checked_add(size)? <= heap_len;
+    let rmw = if kind & 2 == 2 {
+        Rmw::Add(value)
+    } else {
+        Rmw::Store(value)
+    };
+    fits.then_some((offset, width, rmw))
 }
 
 /// One atomic of width `T` on an endpoint; returns the previous value, zero-extended.
@@ -631,6 +846,52 @@ fn mask<T>() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_put_header_reads_back_inside_the_heap_only() {
+        let header = put_header(4096);
+        assert_eq!(put_offset(&header, 100, 8192), Some(4096));
+        assert_eq!(
+            put_offset(&header, 4096, 8192),
+            Some(4096),
+            "up to the heap's end"
+        );
+        assert_eq!(put_offset(&header, 4097, 8192), None, "past the heap's end");
+        assert_eq!(
+            put_offset(&put_header(usize::MAX), 1, usize::MAX),
+            None,
+            "overflow"
+        );
+        assert_eq!(put_offset(&header[..7], 1, 8192), None);
+        assert_eq!(put_offset(&[0u8; 9], 1, 8192), None);
+    }
+
+    #[test]
+    fn a_signal_header_reads_back_for_aligned_words_inside_the_heap_only() {
+        for (width, size) in [(Width::W32, 4), (Width::W64, 8)] {
+            for add in [false, true] {
+                let header = signal_header(64, width, add, 0xDEAD_BEEF);
+                let rmw = if add {
+                    Rmw::Add(0xDEAD_BEEF)
+                } else {
+                    Rmw::Store(0xDEAD_BEEF)
+                };
+                assert_eq!(signal_of(&header, 64 + size), Some((64, width, rmw)));
+                assert_eq!(
+                    signal_of(&header, 64 + size - 1),
+                    None,
+                    "past the heap's end"
+                );
+            }
+            let misaligned = signal_header(size / 2, width, false, 1);
+            assert_eq!(signal_of(&misaligned, 4096), None);
+        }
+        let mut unknown = signal_header(0, Width::W64, false, 1);
+        unknown[16] = 4;
+        assert_eq!(signal_of(&unknown, 4096), None);
+        assert_eq!(signal_of(&[0u8; 16], 4096), None);
+        assert_eq!(signal_of(&[0u8; 18], 4096), None);
+    }
 
     #[test]
     fn an_exchange_header_reads_back_and_other_lengths_are_refused() {

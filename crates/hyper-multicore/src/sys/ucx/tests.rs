@@ -159,7 +159,7 @@ fn rma_atomics_and_am_body() {
     assert_eq!(back, small);
 
     // Who carries out the atomics: the target's progress over TCP, CPU atomics on shared memory.
-    let by_target = ep.atomics_by_target_progress();
+    let by_target = !ep.lanes().device_atomics;
     match std::env::var("HM_TEST_UCX_TLS_LABEL")
         .unwrap_or_default()
         .as_str()
@@ -974,20 +974,41 @@ two_pe_test!(
 two_pe_test!(latency_report_with_default_transports, None, latency_body);
 
 #[test]
-fn lane_lists_tell_atomics_by_the_target_from_atomics_without_it() {
+fn lane_lists_tell_what_the_devices_do_from_what_the_target_emulates() {
     let tcp = "#\n# UCP endpoint\n#\n#   lane[0]:  2:tcp/lo.0 md[1]  -> md[1]/tcp/sysdev[255] am \
-               am_bw#0 keepalive wireup\n#\n#   am_send: 0..<egr/short>..8185..(inf)\n";
+               am_bw#0 keepalive wireup\n#\n#   am_send: 0..<egr/short>..8185..(inf)\n\
+               #\n#                  rma_bw: mds rndv_rkey_size 9\n";
     let shared = "#   lane[0]:  1:sysv/memory.0 md[1] -> md[1]/sysv/sysdev[255] amo#0 am am_bw#0\n\
                   #   lane[1]:  3:cma/memory.0 md[3]  -> md[3]/cma/sysdev[255] rma_bw#0\n";
     let device =
         "#   lane[1]:  8:rc_mlx5/mlx5_0:1 md[4] -> md[4]/ib/sysdev[255] rma_bw#0 amo wireup\n";
-    assert!(!lists_atomic_lane(tcp));
-    assert!(lists_atomic_lane(shared));
-    assert!(lists_atomic_lane(device));
-    // A usage name that merely starts like one (or text outside a lane line) is not an atomic lane.
-    assert!(!lists_atomic_lane(
-        "#   lane[0]: 2:tcp/lo.0 md[1] -> md[1] amount am\n# amo#0\n"
-    ));
+    let rma_only =
+        "#   lane[0]:  1:tcp/lo.0 md[1] -> md[1] am\n#   lane[1]:  2:x md[2] -> md[2] rma#0\n";
+    assert_eq!(
+        Lanes::listed_in(tcp),
+        Lanes {
+            device_rma: false,
+            device_atomics: false
+        }
+    );
+    assert!(Lanes::listed_in(tcp).all_by_target_progress());
+    for (text, rma, atomics) in [
+        (shared, true, true),
+        (device, true, true),
+        (rma_only, true, false),
+    ] {
+        let lanes = Lanes::listed_in(text);
+        assert_eq!(
+            (lanes.device_rma, lanes.device_atomics),
+            (rma, atomics),
+            "{text}"
+        );
+        assert!(!lanes.all_by_target_progress());
+    }
+    // A usage name that merely starts like one (or text outside a lane line) is not a lane's.
+    let lookalikes =
+        Lanes::listed_in("#   lane[0]: 2:tcp/lo.0 md[1] -> md[1] amount rmax am\n# amo#0 rma\n");
+    assert!(lookalikes.all_by_target_progress());
 }
 
 #[test]
