@@ -286,7 +286,7 @@ fn amo_calls(out: &mut String, t: &StandardType) {
             "inc",
             doc,
             "",
-            &format!("fetch_inc::<{r}>(CALL, dest as usize, pe)"),
+            &format!("inc::<{r}>(CALL, dest as usize, pe)"),
         );
         let doc = "adds `value` to PE `pe`'s `dest`.";
         plain(
@@ -296,7 +296,7 @@ fn amo_calls(out: &mut String, t: &StandardType) {
             "add",
             doc,
             &value,
-            "fetch_add(CALL, dest as usize, value, pe)",
+            "add(CALL, dest as usize, value, pe)",
         );
     }
     if t.families & AMO_BITWISE != 0 {
@@ -350,14 +350,15 @@ fn deprecated_amo_calls(out: &mut String, t: &StandardType) {
             r,
             "fetch_add(CALL, dest as usize, value, pe)".to_string(),
         ));
-        let inc = format!("fetch_inc::<{r}>(CALL, dest as usize, pe)");
-        calls.push(("finc", format!("dest: *mut {r}, pe: c_int"), r, inc.clone()));
+        let finc = format!("fetch_inc::<{r}>(CALL, dest as usize, pe)");
+        calls.push(("finc", format!("dest: *mut {r}, pe: c_int"), r, finc));
         calls.push((
             "add",
             format!("dest: *mut {r}, value: {r}, pe: c_int"),
             "",
-            "fetch_add(CALL, dest as usize, value, pe)".to_string(),
+            "add(CALL, dest as usize, value, pe)".to_string(),
         ));
+        let inc = format!("inc::<{r}>(CALL, dest as usize, pe)");
         calls.push(("inc", format!("dest: *mut {r}, pe: c_int"), "", inc));
     }
     for (op, params, returns, value) in calls {

@@ -638,7 +638,7 @@ impl<W: AtomicWord> Atomic<W> {
                 true,
             ),
             "fetch_add" => (AtomicOp::FetchAdd(needed(value, "a value")?), true),
-            "add" => (AtomicOp::FetchAdd(needed(value, "a value")?), false),
+            "add" => (AtomicOp::Add(needed(value, "a value")?), false),
             other => {
                 return Err(PyValueError::new_err(format!(
                     "unknown atomic operation {other:?}"

@@ -117,6 +117,17 @@ pub(crate) fn fetch_add<T: AmoValue>(call: &str, dest: usize, value: T, pe: c_in
     apply(call, dest, pe, || AtomicOp::FetchAdd(value.to_word()))
 }
 
+/// Adds `value` (wrapping) to PE `pe`'s copy of `dest`, reading nothing back (complete at the
+/// next quiet).
+pub(crate) fn add<T: AmoValue>(call: &str, dest: usize, value: T, pe: c_int) {
+    apply::<T>(call, dest, pe, || AtomicOp::Add(value.to_word()));
+}
+
+/// `add` of one.
+pub(crate) fn inc<T: AmoValue>(call: &str, dest: usize, pe: c_int) {
+    add(call, dest, T::from_word(T::Word::from_bits(1)), pe);
+}
+
 /// `fetch_add` of one.
 pub(crate) fn fetch_inc<T: AmoValue>(call: &str, dest: usize, pe: c_int) -> T {
     fetch_add(call, dest, T::from_word(T::Word::from_bits(1)), pe)

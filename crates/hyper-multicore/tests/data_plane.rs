@@ -527,13 +527,14 @@ fn a_get_from_a_busy_peer_completes_over_ucx() {
 enum Unapplied {
     Put,
     Signal,
+    AtomicAdd,
 }
 
-/// A quiet returns only once the target has applied this PE's puts and signals. Over UCX's TCP
-/// lanes (`UCX_TLS=tcp,self`: the target's progress applies everything) small puts and signals
-/// go as active messages that no UCX flush covers (the quiet probes the peer instead): with
-/// PE 1 stopped (SIGSTOP) after it told PE 0 its process ID, PE 0's put (or signal) leaves at
-/// once, and its quiet waits until its deadline (`HYPER_MULTICORE_SHMEM_TIMEOUT_SEC=2`) and
+/// A quiet returns only once the target has applied this PE's puts, signals and non-fetching
+/// atomics. Over UCX's TCP lanes (`UCX_TLS=tcp,self`: the target's progress applies everything)
+/// small puts, signals and atomic adds go as active messages that no UCX flush covers (the
+/// quiet probes the peer instead): with PE 1 stopped (SIGSTOP) after it told PE 0 its process
+/// ID, PE 0's put (or signal, or add) leaves at once, and its quiet waits until its deadline (`HYPER_MULTICORE_SHMEM_TIMEOUT_SEC=2`) and
 /// fails with Timeout naming PE 1. PE 0 then lets PE 1 go on, whose barrier fails too: its
 /// deadline passed while it was stopped, or it sees PE 0 gone (PE 0 closed the endpoint).
 fn a_quiet_waits_for_a_stopped_target(what: Unapplied) {
@@ -567,6 +568,7 @@ fn a_quiet_waits_for_a_stopped_target(what: Unapplied) {
     match what {
         Unapplied::Put => shmem.put(&data, &[7], 1).unwrap(),
         Unapplied::Signal => shmem.signal(&data, 7, SignalOp::Set, 1).unwrap(),
+        Unapplied::AtomicAdd => shmem.atomic_add(&data, 7, 1).unwrap(),
     }
     let outcome = shmem.try_quiet();
     kill_process(target, Signal::CONT).unwrap();
@@ -606,6 +608,10 @@ fn a_quiet_waits_for_a_stopped_target_after_a_signal() {
     a_quiet_waits_for_a_stopped_target(Unapplied::Signal);
 }
 
+fn a_quiet_waits_for_a_stopped_target_after_an_atomic_add() {
+    a_quiet_waits_for_a_stopped_target(Unapplied::AtomicAdd);
+}
+
 macro_rules! over_ucx_with_a_short_timeout {
     ($($body:ident: $name:ident),* $(,)?) => {$(
         #[test]
@@ -627,6 +633,7 @@ macro_rules! over_ucx_with_a_short_timeout {
 over_ucx_with_a_short_timeout!(
     a_quiet_waits_for_a_stopped_target_after_a_put: a_quiet_waits_for_a_stopped_target_after_a_put_over_ucx,
     a_quiet_waits_for_a_stopped_target_after_a_signal: a_quiet_waits_for_a_stopped_target_after_a_signal_over_ucx,
+    a_quiet_waits_for_a_stopped_target_after_an_atomic_add: a_quiet_waits_for_a_stopped_target_after_an_atomic_add_over_ucx,
 );
 
 macro_rules! on_pes {

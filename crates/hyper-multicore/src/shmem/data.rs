@@ -241,6 +241,8 @@ pub enum AtomicOp<W> {
     },
     /// Add the value, wrapping ([`Shmem::atomic_fetch_add`]).
     FetchAdd(W),
+    /// Add the value, wrapping, without reading the previous one ([`Shmem::atomic_add`]).
+    Add(W),
 }
 
 impl<W: AtomicWord> AtomicOp<W> {
@@ -252,6 +254,7 @@ impl<W: AtomicWord> AtomicOp<W> {
             AtomicOp::Swap(_) => "atomic_swap",
             AtomicOp::CompareSwap { .. } => "atomic_compare_swap",
             AtomicOp::FetchAdd(_) => "atomic_fetch_add",
+            AtomicOp::Add(_) => "atomic_add",
         }
     }
 
@@ -265,7 +268,7 @@ impl<W: AtomicWord> AtomicOp<W> {
                 expected: expected.to_bits(),
                 desired: desired.to_bits(),
             },
-            AtomicOp::FetchAdd(value) => Rmw::Add(value.to_bits()),
+            AtomicOp::FetchAdd(value) | AtomicOp::Add(value) => Rmw::Add(value.to_bits()),
         }
     }
 }
@@ -405,9 +408,13 @@ impl Shmem {
         op: AtomicOp<W>,
         pe: usize,
     ) -> Result<W> {
-        let width = std::mem::size_of::<W>();
+        let width = Width::of_bytes(std::mem::size_of::<W>());
         let offset = self.located_word::<W>(op.name(), target, pe)?;
-        self.rmw_at(pe, offset, Width::of_bytes(width), op.rmw())
+        match op {
+            AtomicOp::Set(value) => self.update_at(pe, offset, width, false, value),
+            AtomicOp::Add(value) => self.update_at(pe, offset, width, true, value),
+            _ => self.rmw_at(pe, offset, width, op.rmw()),
+        }
     }
 
     /// The byte range `offset..offset + bytes` of live allocation `id` (fails if the allocation
@@ -588,13 +595,31 @@ impl Shmem {
         Ok(W::from_bits(previous))
     }
 
+    /// The transport's update (a store, or an add with `add`) of the word at heap offset
+    /// `offset` of PE `pe`, which reads nothing back: complete at the next quiet, like a put.
+    /// Returns zero, the value [`Shmem::atomic_located`] gives for [`AtomicOp::Set`] and
+    /// [`AtomicOp::Add`].
+    #[inline(always)]
+    fn update_at<W: AtomicWord>(
+        &self,
+        pe: usize,
+        offset: usize,
+        width: Width,
+        add: bool,
+        value: W,
+    ) -> Result<W> {
+        self.transport
+            .update(pe, offset, width, add, value.to_bits())?;
+        Ok(W::from_bits(0))
+    }
+
     /// Atomically reads PE `pe`'s copy of the one-element `source`.
     #[inline]
     pub fn atomic_fetch<W: AtomicWord>(&self, source: &impl Symmetric<W>, pe: usize) -> Result<W> {
         self.rmw("atomic_fetch", source.region(), pe, Rmw::Load)
     }
 
-    /// Atomically stores `value` into PE `pe`'s copy of `target`.
+    /// Atomically stores `value` into PE `pe`'s copy of `target` (complete at the next quiet).
     #[inline]
     pub fn atomic_set<W: AtomicWord>(
         &self,
@@ -602,13 +627,9 @@ impl Shmem {
         value: W,
         pe: usize,
     ) -> Result<()> {
-        self.rmw::<W>(
-            "atomic_set",
-            target.region(),
-            pe,
-            Rmw::Store(value.to_bits()),
-        )
-        .map(drop)
+        let offset = self.word_offset::<W>("atomic_set", &target.region(), pe)?;
+        let width = Width::of_bytes(std::mem::size_of::<W>());
+        self.update_at(pe, offset, width, false, value).map(drop)
     }
 
     /// Atomically replaces PE `pe`'s copy of `target` with `value`; returns the previous value.
@@ -660,7 +681,8 @@ impl Shmem {
         )
     }
 
-    /// Atomically adds `value` (wrapping) to PE `pe`'s copy of `target`.
+    /// Atomically adds `value` (wrapping) to PE `pe`'s copy of `target` (complete at the next
+    /// quiet).
     #[inline]
     pub fn atomic_add<W: AtomicWord>(
         &self,
@@ -668,7 +690,9 @@ impl Shmem {
         value: W,
         pe: usize,
     ) -> Result<()> {
-        self.atomic_fetch_add(target, value, pe).map(drop)
+        let offset = self.word_offset::<W>("atomic_add", &target.region(), pe)?;
+        let width = Width::of_bytes(std::mem::size_of::<W>());
+        self.update_at(pe, offset, width, true, value).map(drop)
     }
 
     /// Updates PE `pe`'s copy of the one-element signal word `signal` (set or add) and wakes

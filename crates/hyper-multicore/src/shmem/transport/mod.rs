@@ -305,6 +305,24 @@ pub(crate) trait Transport: Sized {
     /// Updates wake the target's waiters.
     fn atomic(&self, peer: Self::Peer, offset: usize, width: Width, rmw: Rmw) -> Result<u64>;
 
+    /// Sets or adds `value` to the word at `offset` of PE `pe`'s heap without reading it back:
+    /// complete at the next [`Transport::quiet`]. Updates wake the target's waiters.
+    fn update(
+        &self,
+        peer: Self::Peer,
+        offset: usize,
+        width: Width,
+        add: bool,
+        value: u64,
+    ) -> Result<()> {
+        let rmw = if add {
+            Rmw::Add(value)
+        } else {
+            Rmw::Store(value)
+        };
+        self.atomic(peer, offset, width, rmw).map(drop)
+    }
+
     /// Sets or adds `value` to the signal word at `offset` of PE `pe`'s heap, ordered after this
     /// PE's earlier puts to `pe`, and wakes the target's waiter.
     fn signal(
@@ -586,6 +604,35 @@ impl Transports {
     ) -> Result<u64> {
         let rmw = Rmw::join(kind, operands);
         self.ucx()?.atomic(peer, offset, width, rmw)
+    }
+
+    /// See [`Transport::update`].
+    #[inline(always)]
+    pub(crate) fn update(
+        &self,
+        pe: usize,
+        offset: usize,
+        width: Width,
+        add: bool,
+        value: u64,
+    ) -> Result<()> {
+        match self.routes[pe] {
+            Route::Shm(peer) => self.shm.update(peer, offset, width, add, value),
+            Route::Ucx(peer) => self.ucx_update(peer, offset, width, add, value),
+        }
+    }
+
+    /// [`Transports::update`] on the UCX route, out of line.
+    #[inline(never)]
+    fn ucx_update(
+        &self,
+        peer: UcxPeer,
+        offset: usize,
+        width: Width,
+        add: bool,
+        value: u64,
+    ) -> Result<()> {
+        self.ucx()?.update(peer, offset, width, add, value)
     }
 
     /// See [`Transport::signal`].

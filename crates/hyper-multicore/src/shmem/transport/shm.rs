@@ -179,13 +179,8 @@ impl Transport for ShmTransport {
         add: bool,
         value: u64,
     ) -> Result<()> {
-        let rmw = if add {
-            Rmw::Add(value)
-        } else {
-            Rmw::Store(value)
-        };
-        self.rmw(peer, offset, width, rmw);
-        Ok(())
+        // A sequentially consistent store or add: after every earlier put in this PE's order.
+        self.update(peer, offset, width, add, value)
     }
 
     #[inline]

@@ -75,9 +75,10 @@ const EXCHANGE_AM: u16 = 2;
 /// The active message of a put on a [`Path::Messages`] path: header the offset in the target's
 /// heap ([`put_header`]), the bytes as payload.
 const PUT_AM: u16 = 3;
-/// The active message of a signal on a [`Path::Messages`] path: header ([`signal_header`])
-/// the word's offset, the value, its width and whether it adds; no payload.
-const SIGNAL_AM: u16 = 4;
+/// The active message of a signal or a non-fetching atomic (set, add) on a [`Path::Messages`]
+/// path: header ([`update_header`]) the word's offset, the value, its width and whether it
+/// adds; no payload.
+const UPDATE_AM: u16 = 4;
 /// How long a UCX endpoint's failure waits for the control plane to report a loss that caused
 /// it ([`UcxTransport::checked`]): it hears of a dead rank within milliseconds.
 const LOSS_REPORT_GRACE: Duration = Duration::from_millis(250);
@@ -318,12 +319,12 @@ impl Transport for UcxTransport {
                 ),
             }
         })?;
-        worker.set_am_handler(SIGNAL_AM, move |header, _| match signal_of(header, len) {
+        worker.set_am_handler(UPDATE_AM, move |header, _| match update_of(header, len) {
             Some((offset, width, rmw)) => {
                 apply_rmw(&mapping, heap + offset, width, rmw);
             }
             None => tracing::warn!(
-                "dropped a signal message with a {}-byte header outside the heap",
+                "dropped an update message with a {}-byte header outside the heap",
                 header.len()
             ),
         })?;
@@ -479,6 +480,36 @@ impl Transport for UcxTransport {
         self.checked(outcome)
     }
 
+    fn update(
+        &self,
+        peer: UcxPeer,
+        offset: usize,
+        width: Width,
+        add: bool,
+        value: u64,
+    ) -> Result<()> {
+        self.not_aborted("atomic")?;
+        let (remote, address) = self.remote(peer, offset);
+        let endpoint = remote.endpoint.lock();
+        let deadline = self.deadline();
+        let outcome = match remote.path(&endpoint) {
+            Path::Messages => send_update(&endpoint, remote, offset, width, add, value, deadline),
+            Path::Operations { .. } => {
+                let rmw = if add {
+                    Rmw::Add(value)
+                } else {
+                    Rmw::Store(value)
+                };
+                match width {
+                    Width::W32 => amo::<u32>(&endpoint, address, &remote.rkey, rmw, deadline),
+                    Width::W64 => amo::<u64>(&endpoint, address, &remote.rkey, rmw, deadline),
+                }
+                .map(drop)
+            }
+        };
+        self.checked(outcome)
+    }
+
     fn signal(
         &self,
         peer: UcxPeer,
@@ -498,14 +529,7 @@ impl Transport for UcxTransport {
         let deadline = self.deadline();
         let outcome = match remote.path(&endpoint) {
             // Behind every earlier put to the peer on the same lane: ordered without a fence.
-            Path::Messages => endpoint
-                .am_send(
-                    SIGNAL_AM,
-                    &signal_header(offset, width, add, value),
-                    &[],
-                    deadline,
-                )
-                .map(|()| remote.sent_message()),
+            Path::Messages => send_update(&endpoint, remote, offset, width, add, value, deadline),
             Path::Operations { ring } => self
                 .worker
                 .fence()
@@ -709,16 +733,14 @@ impl UcxTransport {
         }
         let failed = error.peer().unwrap_or(usize::MAX - 1);
         match self.loss_reported_within(LOSS_REPORT_GRACE) {
-            Some(first) if first != failed && first < self.peers.len() => {
-                Err(Error::peer_lost(
-                    error.operation(),
-                    first,
-                    &format!(
-                        "the root was aborted when it was lost; rank {failed}'s UCX endpoint \
+            Some(first) if first != failed && first < self.peers.len() => Err(Error::peer_lost(
+                error.operation(),
+                first,
+                &format!(
+                    "the root was aborted when it was lost; rank {failed}'s UCX endpoint \
                          failed after that"
-                    ),
-                ))
-            }
+                ),
+            )),
             _ => {
                 self.segment.abort(failed as u32);
                 Err(error)
@@ -756,6 +778,23 @@ fn exchange_key(header: &[u8]) -> Option<(u64, u64, u64)> {
     Some((word(0), word(1), word(2)))
 }
 
+/// Sends the update message of a store (or, with `add`, an add) of `value` to the `width` word
+/// at `offset` of `remote`'s heap ([`Path::Messages`]), and counts it for the next probe.
+fn send_update(
+    endpoint: &Endpoint,
+    remote: &Peer,
+    offset: usize,
+    width: Width,
+    add: bool,
+    value: u64,
+    deadline: Instant,
+) -> Result<()> {
+    let header = update_header(offset, width, add, value);
+    endpoint.am_send(UPDATE_AM, &header, &[], deadline)?;
+    remote.sent_message();
+    Ok(())
+}
+
 /// The header of a put message: the offset in the target's heap, little-endian.
 fn put_header(offset: usize) -> [u8; 8] {
     (offset as u64).to_le_bytes()
@@ -768,9 +807,9 @@ fn put_offset(header: &[u8], len: usize, heap_len: usize) -> Option<usize> {
     (offset.checked_add(len)? <= heap_len).then_some(offset)
 }
 
-/// The header of a signal message: offset and value (little-endian), then one byte: bit 0 for
+/// The header of an update message: offset and value (little-endian), then one byte: bit 0 for
 /// a 64-bit word, bit 1 to add rather than set.
-fn signal_header(offset: usize, width: Width, add: bool, value: u64) -> [u8; 17] {
+fn update_header(offset: usize, width: Width, add: bool, value: u64) -> [u8; 17] {
     let mut header = [0u8; 17];
     header[..8].copy_from_slice(&(offset as u64).to_le_bytes());
     header[8..16].copy_from_slice(&value.to_le_bytes());
@@ -778,9 +817,9 @@ fn signal_header(offset: usize, width: Width, add: bool, value: u64) -> [u8; 17]
     header
 }
 
-/// The word (heap offset, width) and operation of a signal message, if its header is one and
+/// The word (heap offset, width) and operation of an update message, if its header is one and
 /// names an aligned word inside a heap of `heap_len` bytes.
-fn signal_of(header: &[u8], heap_len: usize) -> Option<(usize, Width, Rmw)> {
+fn update_of(header: &[u8], heap_len: usize) -> Option<(usize, Width, Rmw)> {
     let header: &[u8; 17] = header.try_into().ok()?;
     let word = |i: usize| u64::from_le_bytes(header[8 * i..8 * i + 8].try_into().expect("8 bytes"));
     let (offset, value, kind) = (usize::try_from(word(0)).ok()?, word(1), header[16]);
@@ -867,30 +906,30 @@ mod tests {
     }
 
     #[test]
-    fn a_signal_header_reads_back_for_aligned_words_inside_the_heap_only() {
+    fn a_update_header_reads_back_for_aligned_words_inside_the_heap_only() {
         for (width, size) in [(Width::W32, 4), (Width::W64, 8)] {
             for add in [false, true] {
-                let header = signal_header(64, width, add, 0xDEAD_BEEF);
+                let header = update_header(64, width, add, 0xDEAD_BEEF);
                 let rmw = if add {
                     Rmw::Add(0xDEAD_BEEF)
                 } else {
                     Rmw::Store(0xDEAD_BEEF)
                 };
-                assert_eq!(signal_of(&header, 64 + size), Some((64, width, rmw)));
+                assert_eq!(update_of(&header, 64 + size), Some((64, width, rmw)));
                 assert_eq!(
-                    signal_of(&header, 64 + size - 1),
+                    update_of(&header, 64 + size - 1),
                     None,
                     "past the heap's end"
                 );
             }
-            let misaligned = signal_header(size / 2, width, false, 1);
-            assert_eq!(signal_of(&misaligned, 4096), None);
+            let misaligned = update_header(size / 2, width, false, 1);
+            assert_eq!(update_of(&misaligned, 4096), None);
         }
-        let mut unknown = signal_header(0, Width::W64, false, 1);
+        let mut unknown = update_header(0, Width::W64, false, 1);
         unknown[16] = 4;
-        assert_eq!(signal_of(&unknown, 4096), None);
-        assert_eq!(signal_of(&[0u8; 16], 4096), None);
-        assert_eq!(signal_of(&[0u8; 18], 4096), None);
+        assert_eq!(update_of(&unknown, 4096), None);
+        assert_eq!(update_of(&[0u8; 16], 4096), None);
+        assert_eq!(update_of(&[0u8; 18], 4096), None);
     }
 
     #[test]
