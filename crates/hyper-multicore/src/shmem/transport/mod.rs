@@ -63,6 +63,17 @@ pub(crate) enum Rmw {
     Add(u64),
 }
 
+impl Rmw {
+    /// The write of an update or a signal: an add of `value` with `add`, else a store of it.
+    pub(crate) fn update(add: bool, value: u64) -> Rmw {
+        if add {
+            Rmw::Add(value)
+        } else {
+            Rmw::Store(value)
+        }
+    }
+}
+
 /// The kind of an [`Rmw`], for passing one in registers ([`Rmw::split`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum RmwKind {
@@ -315,16 +326,13 @@ pub(crate) trait Transport: Sized {
         add: bool,
         value: u64,
     ) -> Result<()> {
-        let rmw = if add {
-            Rmw::Add(value)
-        } else {
-            Rmw::Store(value)
-        };
-        self.atomic(peer, offset, width, rmw).map(drop)
+        self.atomic(peer, offset, width, Rmw::update(add, value))
+            .map(drop)
     }
 
     /// Sets or adds `value` to the signal word at `offset` of PE `pe`'s heap, ordered after this
-    /// PE's earlier puts to `pe`, and wakes the target's waiter.
+    /// PE's earlier puts to `pe`, and wakes the target's waiter. By default the update, which
+    /// must then be ordered so (a sequentially consistent store or add in shared memory is).
     fn signal(
         &self,
         peer: Self::Peer,
@@ -332,7 +340,9 @@ pub(crate) trait Transport: Sized {
         width: Width,
         add: bool,
         value: u64,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        self.update(peer, offset, width, add, value)
+    }
 
     /// Orders this PE's earlier puts to each PE before its later ones.
     fn fence(&self) -> Result<()>;
@@ -616,27 +626,11 @@ impl Transports {
         add: bool,
         value: u64,
     ) -> Result<()> {
-        match self.routes[pe] {
-            Route::Shm(peer) => self.shm.update(peer, offset, width, add, value),
-            Route::Ucx(peer) => self.ucx_update(peer, offset, width, add, value),
-        }
-    }
-
-    /// [`Transports::update`] on the UCX route, out of line.
-    #[inline(never)]
-    fn ucx_update(
-        &self,
-        peer: UcxPeer,
-        offset: usize,
-        width: Width,
-        add: bool,
-        value: u64,
-    ) -> Result<()> {
-        self.ucx()?.update(peer, offset, width, add, value)
+        self.write_word(pe, offset, width, add, value, false)
     }
 
     /// See [`Transport::signal`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn signal(
         &self,
         pe: usize,
@@ -645,9 +639,42 @@ impl Transports {
         add: bool,
         value: u64,
     ) -> Result<()> {
+        self.write_word(pe, offset, width, add, value, true)
+    }
+
+    /// An update, or with `signal` a signal: in shared memory both are the same store or add.
+    #[inline(always)]
+    fn write_word(
+        &self,
+        pe: usize,
+        offset: usize,
+        width: Width,
+        add: bool,
+        value: u64,
+        signal: bool,
+    ) -> Result<()> {
         match self.routes[pe] {
-            Route::Shm(peer) => self.shm.signal(peer, offset, width, add, value),
-            Route::Ucx(peer) => self.ucx()?.signal(peer, offset, width, add, value),
+            Route::Shm(peer) => self.shm.update(peer, offset, width, add, value),
+            Route::Ucx(peer) => self.ucx_write_word(peer, offset, width, add, value, signal),
+        }
+    }
+
+    /// [`Transports::write_word`] on the UCX route, out of line.
+    #[inline(never)]
+    fn ucx_write_word(
+        &self,
+        peer: UcxPeer,
+        offset: usize,
+        width: Width,
+        add: bool,
+        value: u64,
+        signal: bool,
+    ) -> Result<()> {
+        let ucx = self.ucx()?;
+        if signal {
+            ucx.signal(peer, offset, width, add, value)
+        } else {
+            ucx.update(peer, offset, width, add, value)
         }
     }
 

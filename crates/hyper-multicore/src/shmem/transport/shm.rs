@@ -171,19 +171,6 @@ impl Transport for ShmTransport {
     }
 
     #[inline]
-    fn signal(
-        &self,
-        peer: ShmPeer,
-        offset: usize,
-        width: Width,
-        add: bool,
-        value: u64,
-    ) -> Result<()> {
-        // A sequentially consistent store or add: after every earlier put in this PE's order.
-        self.update(peer, offset, width, add, value)
-    }
-
-    #[inline]
     fn fence(&self) -> Result<()> {
         fence(Ordering::Release);
         Ok(())

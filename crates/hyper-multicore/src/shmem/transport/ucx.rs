@@ -472,11 +472,14 @@ impl Transport for UcxTransport {
         self.not_aborted("atomic")?;
         let (remote, address) = self.remote(peer, offset);
         let endpoint = remote.endpoint.lock();
-        let deadline = self.deadline();
-        let outcome = match width {
-            Width::W32 => amo::<u32>(&endpoint, address, &remote.rkey, rmw, deadline),
-            Width::W64 => amo::<u64>(&endpoint, address, &remote.rkey, rmw, deadline),
-        };
+        let outcome = amo(
+            &endpoint,
+            address,
+            &remote.rkey,
+            width,
+            rmw,
+            self.deadline(),
+        );
         self.checked(outcome)
     }
 
@@ -488,26 +491,7 @@ impl Transport for UcxTransport {
         add: bool,
         value: u64,
     ) -> Result<()> {
-        self.not_aborted("atomic")?;
-        let (remote, address) = self.remote(peer, offset);
-        let endpoint = remote.endpoint.lock();
-        let deadline = self.deadline();
-        let outcome = match remote.path(&endpoint) {
-            Path::Messages => send_update(&endpoint, remote, offset, width, add, value, deadline),
-            Path::Operations { .. } => {
-                let rmw = if add {
-                    Rmw::Add(value)
-                } else {
-                    Rmw::Store(value)
-                };
-                match width {
-                    Width::W32 => amo::<u32>(&endpoint, address, &remote.rkey, rmw, deadline),
-                    Width::W64 => amo::<u64>(&endpoint, address, &remote.rkey, rmw, deadline),
-                }
-                .map(drop)
-            }
-        };
-        self.checked(outcome)
+        self.write_word(peer, offset, width, add, value, false)
     }
 
     fn signal(
@@ -518,34 +502,7 @@ impl Transport for UcxTransport {
         add: bool,
         value: u64,
     ) -> Result<()> {
-        self.not_aborted("signal")?;
-        let rmw = if add {
-            Rmw::Add(value)
-        } else {
-            Rmw::Swap(value)
-        };
-        let (remote, address) = self.remote(peer, offset);
-        let endpoint = remote.endpoint.lock();
-        let deadline = self.deadline();
-        let outcome = match remote.path(&endpoint) {
-            // Behind every earlier put to the peer on the same lane: ordered without a fence.
-            Path::Messages => send_update(&endpoint, remote, offset, width, add, value, deadline),
-            Path::Operations { ring } => self
-                .worker
-                .fence()
-                .and_then(|()| match width {
-                    Width::W32 => amo::<u32>(&endpoint, address, &remote.rkey, rmw, deadline),
-                    Width::W64 => amo::<u64>(&endpoint, address, &remote.rkey, rmw, deadline),
-                })
-                .and_then(|_| {
-                    if ring {
-                        endpoint.am_send(DOORBELL_AM, &[], &[], deadline)
-                    } else {
-                        Ok(())
-                    }
-                }),
-        };
-        self.checked(outcome)
+        self.write_word(peer, offset, width, add, value, true)
     }
 
     fn fence(&self) -> Result<()> {
@@ -663,6 +620,50 @@ impl UcxTransport {
         Some(message)
     }
 
+    /// An update (`signal` false) or a signal of the word at `offset` of `peer`'s heap: a store
+    /// of `value`, or an add with `add`. On the message path both are one update message, which
+    /// lands behind every earlier put to the peer on the same lane (a signal needs no fence
+    /// there). Otherwise an update is UCX's atomic, and a signal a fence, a *fetching* atomic
+    /// (applied at the target when it returns) and, where the device applies atomics, a
+    /// doorbell message.
+    fn write_word(
+        &self,
+        peer: UcxPeer,
+        offset: usize,
+        width: Width,
+        add: bool,
+        value: u64,
+        signal: bool,
+    ) -> Result<()> {
+        self.not_aborted(if signal { "signal" } else { "atomic" })?;
+        let (remote, address) = self.remote(peer, offset);
+        let endpoint = remote.endpoint.lock();
+        let deadline = self.deadline();
+        let (key, update) = (&remote.rkey, Rmw::update(add, value));
+        let outcome = match remote.path(&endpoint) {
+            Path::Messages => {
+                let header = update_header(offset, width, add, value);
+                endpoint
+                    .am_send(UPDATE_AM, &header, &[], deadline)
+                    .map(|()| remote.sent_message())
+            }
+            Path::Operations { ring } if signal => {
+                let fetching = if add { update } else { Rmw::Swap(value) };
+                self.worker
+                    .fence()
+                    .and_then(|()| amo(&endpoint, address, key, width, fetching, deadline))
+                    .and_then(|_| match ring {
+                        true => endpoint.am_send(DOORBELL_AM, &[], &[], deadline),
+                        false => Ok(()),
+                    })
+            }
+            Path::Operations { .. } => {
+                amo(&endpoint, address, key, width, update, deadline).map(drop)
+            }
+        };
+        self.checked(outcome)
+    }
+
     /// The quiet: every UCX operation completes at its target (a worker flush), and so does
     /// every put and signal sent as an active message, which no flush covers — a one-byte get
     /// from each peer that has some since the last probe, answered by the peer only after it
@@ -778,23 +779,6 @@ fn exchange_key(header: &[u8]) -> Option<(u64, u64, u64)> {
     Some((word(0), word(1), word(2)))
 }
 
-/// Sends the update message of a store (or, with `add`, an add) of `value` to the `width` word
-/// at `offset` of `remote`'s heap ([`Path::Messages`]), and counts it for the next probe.
-fn send_update(
-    endpoint: &Endpoint,
-    remote: &Peer,
-    offset: usize,
-    width: Width,
-    add: bool,
-    value: u64,
-    deadline: Instant,
-) -> Result<()> {
-    let header = update_header(offset, width, add, value);
-    endpoint.am_send(UPDATE_AM, &header, &[], deadline)?;
-    remote.sent_message();
-    Ok(())
-}
-
 /// The header of a put message: the offset in the target's heap, little-endian.
 fn put_header(offset: usize) -> [u8; 8] {
     (offset as u64).to_le_bytes()
@@ -832,16 +816,26 @@ fn update_of(header: &[u8], heap_len: usize) -> Option<(usize, Width, Rmw)> {
         (Width::W32, 4)
     };
     let fits = offset % size == 0 && offset.checked_add(size)? <= heap_len;
-    let rmw = if kind & 2 == 2 {
-        Rmw::Add(value)
-    } else {
-        Rmw::Store(value)
-    };
-    fits.then_some((offset, width, rmw))
+    fits.then_some((offset, width, Rmw::update(kind & 2 == 2, value)))
+}
+
+/// One atomic on the `width` word at `address`; returns the previous value, zero-extended.
+fn amo(
+    endpoint: &Endpoint,
+    address: u64,
+    rkey: &RemoteKey,
+    width: Width,
+    rmw: Rmw,
+    deadline: Instant,
+) -> Result<u64> {
+    match width {
+        Width::W32 => amo_of::<u32>(endpoint, address, rkey, rmw, deadline),
+        Width::W64 => amo_of::<u64>(endpoint, address, rkey, rmw, deadline),
+    }
 }
 
 /// One atomic of width `T` on an endpoint; returns the previous value, zero-extended.
-fn amo<T>(
+fn amo_of<T>(
     endpoint: &Endpoint,
     address: u64,
     rkey: &RemoteKey,
