@@ -30,7 +30,7 @@ echo "bench smoke OK (scaling.c): 8 lines"
 floor="$(mktemp -d)/ucx_floor"
 gcc -O2 -Wall -Werror -o "$floor" bench/ucx_floor/ucx_floor.c -lucp -lucs
 lines=0
-for row in signal put_word get fetch_add put_quiet put_1m get_1m all_to_all; do
+for row in signal put_word get fetch_add put_quiet put_1m get_1m all_to_all am_word am_quiet; do
     for context in oshmem ours; do
         args=("$row" --quick)
         [ "$context" = ours ] && args+=(--context ours)
@@ -40,8 +40,8 @@ for row in signal put_word get fetch_add put_quiet put_1m get_1m all_to_all; do
     done
 done
 rm -rf "$(dirname "$floor")"
-[ "$lines" -eq 16 ] || { echo "bench smoke (ucx_floor.c): $lines rows, expected 16" >&2; exit 1; }
-echo "bench smoke OK (ucx_floor.c): 16 rows"
+[ "$lines" -eq 20 ] || { echo "bench smoke (ucx_floor.c): $lines rows, expected 20" >&2; exit 1; }
+echo "bench smoke OK (ucx_floor.c): 20 rows"
 # The two-host form (bench/run_all.sh's step across two network namespaces): one PE per host,
 # rank 0 printing rows; skipped, saying why, where the namespaces cannot be made (not root).
 two_hosts="$(mktemp)"

@@ -23,7 +23,12 @@
  *   get_1m      get 1 MiB
  *   all_to_all  both PEs at once: copy the own 1 MiB block, put the other to the peer, flush,
  *               then meet (an 8-byte put each way, each waiting for the other's)
+ *   am_word     the put_word ping-pong with the 8-byte put as an active message (offset and
+ *               value; the handler stores the value): the UCX route's message path over TCP
+ *   am_quiet    an 8-byte put as an active message + a one-byte get from the peer (which it
+ *               answers after the message): the message path's put + quiet
  *
+ * The two am_ rows add the AM feature to either context.
  * --context ours makes the context and worker as `crate::sys::ucx` does: features RMA, AMO32,
  * AMO64, AM and WAKEUP (the event fd the progress thread sleeps on), a MULTI-thread worker and
  * UCX_USE_MT_MUTEX=y. The default is what OSHMEM's spml ucx asks for: RMA, AMO32, AMO64, a
@@ -44,9 +49,22 @@
 #define BIG (1 << 20)
 
 /* The rows, in the order of `row_names` (resolved once, not per operation). */
-enum row { SIGNAL, PUT_WORD, GET, FETCH_ADD, PUT_QUIET, PUT_1M, GET_1M, ALL_TO_ALL, ROWS };
+enum row {
+    SIGNAL,
+    PUT_WORD,
+    GET,
+    FETCH_ADD,
+    PUT_QUIET,
+    PUT_1M,
+    GET_1M,
+    ALL_TO_ALL,
+    AM_WORD,
+    AM_QUIET,
+    ROWS
+};
 static const char *row_names[ROWS] = {"signal",    "put_word", "get",    "fetch_add",
-                                      "put_quiet", "put_1m",   "get_1m", "all_to_all"};
+                                      "put_quiet", "put_1m",   "get_1m", "all_to_all",
+                                      "am_word",   "am_quiet"};
 #define MAX_TRIALS 21
 
 /* PE heap: words at the start, then two 1 MiB blocks: the target of the peer's puts and gets,
@@ -137,6 +155,32 @@ static void put(const void *source, size_t len, uint64_t remote, int waited) {
     }
 }
 
+/* The am_ rows' message: the heap offset and the value to store there. */
+#define PUT_MESSAGE 1
+
+static ucs_status_t on_put_message(void *arg, const void *header, size_t header_length, void *data,
+                                   size_t length, const ucp_am_recv_param_t *param) {
+    (void)arg, (void)header, (void)header_length, (void)param;
+    uint64_t offset_and_value[2];
+    if (length != sizeof offset_and_value) return UCS_OK;
+    memcpy(offset_and_value, data, sizeof offset_and_value);
+    if (offset_and_value[0] <= sizeof heap - 8)
+        *(volatile uint64_t *)(heap + offset_and_value[0]) = offset_and_value[1];
+    return UCS_OK;
+}
+
+/* Sends the am_ rows' message (eager; the message is copied out before the call returns). */
+static void put_message(uint64_t offset, uint64_t value) {
+    static uint64_t offset_and_value[2];
+    offset_and_value[0] = offset;
+    offset_and_value[1] = value;
+    ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                 .flags = UCP_AM_SEND_FLAG_EAGER};
+    wait_for(ucp_am_send_nbx(ep, PUT_MESSAGE, NULL, 0, offset_and_value, sizeof offset_and_value,
+                             &param),
+             "ucp_am_send_nbx");
+}
+
 static uint64_t fetching(ucp_atomic_op_t op, uint64_t value, uint64_t remote) {
     static uint64_t operand, reply;
     operand = value;
@@ -166,6 +210,10 @@ static void one_sided(enum row row, uint64_t i) {
     } else if (row == PUT_QUIET) {
         put(&value, sizeof value, peer_word(WORD_SIGNAL), 1);
         flush();
+    } else if (row == AM_QUIET) {
+        static uint8_t probe;
+        put_message(8 * WORD_SIGNAL, value);
+        get(&probe, 1, peer_base);
     } else if (row == PUT_1M) {
         put(big, BIG, peer_base + BLOCK_OFFSET, 1);
         flush();
@@ -188,11 +236,13 @@ static void both(enum row row, uint64_t i) {
         while (*word(WORD_MEET) < i) ucp_worker_progress(worker);
         return;
     }
-    int as_put = row == PUT_WORD;
+    int as_put = row == PUT_WORD, as_message = row == AM_WORD;
     if (me == 1) {
         while (*word(WORD_SIGNAL) != i) ucp_worker_progress(worker);
     }
-    if (as_put) {
+    if (as_message) {
+        put_message(8 * WORD_SIGNAL, value);
+    } else if (as_put) {
         put(&value, sizeof value, peer_word(WORD_SIGNAL), 0);
     } else {
         fetching(UCP_ATOMIC_OP_SWAP, i, peer_word(WORD_SIGNAL));
@@ -208,10 +258,11 @@ static int compare(const void *a, const void *b) {
 }
 
 static void run(enum row row, int ours) {
+    int messages = row == AM_WORD || row == AM_QUIET;
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES,
         .features = UCP_FEATURE_RMA | UCP_FEATURE_AMO32 | UCP_FEATURE_AMO64 |
-                    (ours ? UCP_FEATURE_AM | UCP_FEATURE_WAKEUP : 0),
+                    (ours || messages ? UCP_FEATURE_AM : 0) | (ours ? UCP_FEATURE_WAKEUP : 0),
     };
     ucp_config_t *config;
     ucp_context_h context;
@@ -224,6 +275,14 @@ static void run(enum row row, int ours) {
         .thread_mode = ours ? UCS_THREAD_MODE_MULTI : UCS_THREAD_MODE_SINGLE,
     };
     check(ucp_worker_create(context, &worker_params, &worker), "ucp_worker_create");
+    if (messages) {
+        ucp_am_handler_param_t handler = {
+            .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB,
+            .id = PUT_MESSAGE,
+            .cb = on_put_message,
+        };
+        check(ucp_worker_set_am_recv_handler(worker, &handler), "ucp_worker_set_am_recv_handler");
+    }
     ucp_mem_map_params_t map = {
         .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
         .address = heap,
@@ -250,7 +309,7 @@ static void run(enum row row, int ours) {
     check(ucp_ep_create(worker, &ep_params, &ep), "ucp_ep_create");
     check(ucp_ep_rkey_unpack(ep, peer_rkey, &rkey), "ucp_ep_rkey_unpack");
 
-    int ping_pong = row == SIGNAL || row == PUT_WORD;
+    int ping_pong = row == SIGNAL || row == PUT_WORD || row == AM_WORD;
     int together = ping_pong || row == ALL_TO_ALL;
     int bulk = row == PUT_1M || row == GET_1M || row == ALL_TO_ALL;
     uint64_t batch = quick ? (bulk ? 5 : 200) : (bulk ? 200 : 20000);
@@ -314,7 +373,8 @@ int main(int argc, char **argv) {
     if (row == ROWS || usage) {
         fprintf(stderr,
                 "usage: ucx_floor ROW [--context ours] [--quick]\n"
-                "ROW: signal, put_word, get, fetch_add, put_quiet, put_1m, get_1m, all_to_all\n");
+                "ROW: signal, put_word, get, fetch_add, put_quiet, put_1m, get_1m, all_to_all, "
+                "am_word, am_quiet\n");
         return 2;
     }
     int link[2];
