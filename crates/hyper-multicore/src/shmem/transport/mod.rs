@@ -318,6 +318,7 @@ pub(crate) trait Transport: Sized {
 
     /// Sets or adds `value` to the word at `offset` of PE `pe`'s heap without reading it back:
     /// complete at the next [`Transport::quiet`]. Updates wake the target's waiters.
+    #[inline(always)]
     fn update(
         &self,
         peer: Self::Peer,
@@ -333,6 +334,7 @@ pub(crate) trait Transport: Sized {
     /// Sets or adds `value` to the signal word at `offset` of PE `pe`'s heap, ordered after this
     /// PE's earlier puts to `pe`, and wakes the target's waiter. By default the update, which
     /// must then be ordered so (a sequentially consistent store or add in shared memory is).
+    #[inline(always)]
     fn signal(
         &self,
         peer: Self::Peer,
