@@ -522,6 +522,41 @@ fn a_get_from_a_busy_peer_completes_over_ucx() {
     .assert_all_succeeded();
 }
 
+/// Large puts arrive whole and in order: each PE puts 600 KiB + 13 bytes (over UCX's TCP lanes,
+/// three active messages of up to 256 KiB) at an odd offset of the next PE's buffer, then
+/// another pattern over the second half of the same range; after a barrier each PE checks
+/// what it received byte by byte (the later put's bytes where the two overlap).
+fn large_puts_arrive_whole_and_in_order() {
+    let (_world, shmem) = start_runtime(HEAP).unwrap();
+    let (rank, size) = (shmem.rank(), shmem.size());
+    let len = 600 * 1024 + 13;
+    let buffer = shmem.allocate::<u8>(len + 64, None).unwrap();
+    let target = buffer.view(7..7 + len).unwrap();
+    let tail = target.view(len / 2..len).unwrap();
+    let first = |writer: usize, i: usize| (i * 31 + writer * 7) as u8;
+    let second = |writer: usize, i: usize| (i * 17 + writer * 3 + 1) as u8;
+    let next = (rank + 1) % size;
+    let pattern: Vec<u8> = (0..len).map(|i| first(rank, i)).collect();
+    shmem.put(&target, &pattern, next).unwrap();
+    let later: Vec<u8> = (len / 2..len).map(|i| second(rank, i)).collect();
+    shmem.put(&tail, &later, next).unwrap();
+    shmem.barrier().unwrap();
+    let writer = (rank + size - 1) % size;
+    let mut received = vec![0u8; len];
+    shmem.get(&mut received, &target, rank).unwrap();
+    for (i, &byte) in received.iter().enumerate() {
+        let expected = if i < len / 2 {
+            first(writer, i)
+        } else {
+            second(writer, i)
+        };
+        assert_eq!(byte, expected, "byte {i} of PE {writer}'s puts");
+    }
+    shmem.barrier().unwrap();
+    shmem.free(buffer).unwrap();
+    finish(shmem);
+}
+
 /// What PE 0 sends a stopped PE 1 before its quiet, in [`a_quiet_waits_for_a_stopped_target`].
 #[derive(Clone, Copy)]
 enum Unapplied {
@@ -649,6 +684,7 @@ macro_rules! on_pes {
 }
 
 on_pes!(puts_and_gets: puts_and_gets_2_pes = 2, puts_and_gets_4_pes = 4);
+on_pes!(large_puts_arrive_whole_and_in_order: large_puts_arrive_whole_and_in_order_2_pes = 2, large_puts_arrive_whole_and_in_order_4_pes = 4);
 on_pes!(largest_allocation_that_fits: largest_allocation_2_pes = 2);
 on_pes!(signals: signals_2_pes = 2, signals_4_pes = 4, signals_8_pes = 8);
 on_pes!(atomics: atomics_2_pes = 2, atomics_4_pes = 4);

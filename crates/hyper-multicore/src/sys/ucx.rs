@@ -2230,7 +2230,8 @@ impl Endpoint {
     /// that must tell the target, or that relies on the emulation's order).
     ///
     /// Read from `ucp_ep_print_info` (UCX 1.13 has no query for an endpoint's lanes): a lane
-    /// used for RMA is listed with an `rma` or `rma_bw` usage, one used for atomics with `amo`.
+    /// used for RMA is listed with an `rma` or `rma_bw` usage, one used for atomics with `amo`,
+    /// one for active messages with `am` or `am_bw`.
     /// 50-190 µs: read it once per endpoint.
     pub fn lanes(&self) -> Lanes {
         match self.lane_description() {
@@ -2240,6 +2241,7 @@ impl Endpoint {
                 Lanes {
                     device_rma: true,
                     device_atomics: true,
+                    one_message_lane: false,
                 }
             }
         }
@@ -2422,6 +2424,9 @@ pub struct Lanes {
     pub device_rma: bool,
     /// Some lane does atomics without the target's progress (shared-memory CPU atomics, RDMA).
     pub device_atomics: bool,
+    /// Exactly one lane carries active messages (`am` and `am_bw` usages on one lane): every
+    /// active message, however many fragments, then arrives in the order sent.
+    pub one_message_lane: bool,
 }
 
 impl Lanes {
@@ -2446,9 +2451,18 @@ impl Lanes {
                     .strip_prefix(name)
                     .is_some_and(|rest| rest.starts_with('#'))
         };
+        let message_lanes = text
+            .lines()
+            .filter(|line| line.contains("lane["))
+            .filter(|line| {
+                line.split_whitespace()
+                    .any(|u| named(u, "am") || named(u, "am_bw"))
+            })
+            .count();
         Lanes {
             device_rma: usages().any(|u| named(u, "rma") || named(u, "rma_bw")),
             device_atomics: usages().any(|u| named(u, "amo")),
+            one_message_lane: message_lanes == 1,
         }
     }
 }

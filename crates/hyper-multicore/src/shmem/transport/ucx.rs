@@ -82,10 +82,15 @@ const UPDATE_AM: u16 = 4;
 /// How long a UCX endpoint's failure waits for the control plane to report a loss that caused
 /// it ([`UcxTransport::checked`]): it hears of a dead rank within milliseconds.
 const LOSS_REPORT_GRACE: Duration = Duration::from_millis(250);
-/// The largest put sent as one active message on a [`Path::Messages`] path: well inside one
-/// eager fragment on every transport UCX emulates RMA over (TCP's is 8 KiB), so it travels on
-/// the active-message lane in order; larger puts are UCX's (RMA emulated on the same lane).
+/// The largest put sent as one active message on a [`Path::Messages`] path whose peer has more
+/// than one lane for active messages: well inside one eager fragment on every transport UCX
+/// emulates RMA over (TCP's is 8 KiB), so it travels on the `am` lane in order; larger puts are
+/// then UCX's (RMA emulated on that lane too).
 const MESSAGE_PUT_MAX: usize = 1024;
+/// With one lane for every active message (`messages_any_size`), puts of any size go as
+/// messages of at most this many bytes each: UCX sends each in eager fragments with no
+/// acknowledgement per fragment, and reassembles it at the target into a buffer of its size.
+const MESSAGE_CHUNK: usize = 256 << 10;
 
 /// The messages of two-rank exchanges that arrived and were not taken yet, by (source rank,
 /// tag, sequence); and how many exchanges this PE started with each (peer, tag).
@@ -149,8 +154,11 @@ enum Path {
     /// one lane that the peer's progress applies in the order sent, and UCX acknowledges each
     /// put (a message back, before the peer's next event). Small puts and signals go as this
     /// transport's own active messages, unacknowledged; a quiet probes the lane with a one-byte
-    /// get, which the peer answers only after applying everything sent before it.
-    Messages,
+    /// get, which the peer answers only after applying everything sent before it. With
+    /// `any_size`, one lane carries every active message (so a message of many fragments keeps
+    /// its place too): puts of any size go as messages of up to [`MESSAGE_CHUNK`] bytes, which
+    /// UCX does not acknowledge fragment by fragment as it does an emulated put's.
+    Messages { any_size: bool },
     /// Some lane does RMA or atomics without the peer's CPU: UCX's puts, and signals as
     /// fetching atomics; `ring` when the atomics are the device's (no progress of the peer
     /// applies them, so its progress hook does not ring the doorbell).
@@ -162,7 +170,9 @@ impl Peer {
         *self.path.get_or_init(|| {
             let lanes = endpoint.lanes();
             if lanes.all_by_target_progress() {
-                Path::Messages
+                Path::Messages {
+                    any_size: lanes.one_message_lane,
+                }
             } else {
                 Path::Operations {
                     ring: lanes.device_atomics,
@@ -445,15 +455,23 @@ impl Transport for UcxTransport {
         self.not_aborted("put")?;
         let (remote, address) = self.remote(peer, offset);
         let endpoint = remote.endpoint.lock();
-        let outcome = if !source.is_empty()
-            && source.len() <= MESSAGE_PUT_MAX
-            && remote.path(&endpoint) == Path::Messages
-        {
-            endpoint
-                .am_send(PUT_AM, &put_header(offset), source, self.deadline())
+        let deadline = self.deadline();
+        let as_messages = !source.is_empty()
+            && match remote.path(&endpoint) {
+                Path::Messages { any_size } => any_size || source.len() <= MESSAGE_PUT_MAX,
+                Path::Operations { .. } => false,
+            };
+        let outcome = if as_messages {
+            source
+                .chunks(MESSAGE_CHUNK)
+                .enumerate()
+                .try_for_each(|(i, chunk)| {
+                    let header = put_header(offset + i * MESSAGE_CHUNK);
+                    endpoint.am_send(PUT_AM, &header, chunk, deadline)
+                })
                 .map(|()| remote.sent_message())
         } else {
-            endpoint.put(source, address, &remote.rkey, self.deadline())
+            endpoint.put(source, address, &remote.rkey, deadline)
         };
         self.checked(outcome)
     }
@@ -641,7 +659,7 @@ impl UcxTransport {
         let deadline = self.deadline();
         let (key, update) = (&remote.rkey, Rmw::update(add, value));
         let outcome = match remote.path(&endpoint) {
-            Path::Messages => {
+            Path::Messages { .. } => {
                 let header = update_header(offset, width, add, value);
                 endpoint
                     .am_send(UPDATE_AM, &header, &[], deadline)

@@ -988,9 +988,15 @@ fn lane_lists_tell_what_the_devices_do_from_what_the_target_emulates() {
         Lanes::listed_in(tcp),
         Lanes {
             device_rma: false,
-            device_atomics: false
+            device_atomics: false,
+            one_message_lane: true,
         }
     );
+    // Two TCP devices: the large messages' fragments may take either lane.
+    let two_devices = "#   lane[0]:  2:tcp/lo.0 md[1] -> md[1] am am_bw#0 wireup\n\
+                       #   lane[1]:  3:tcp/eth0 md[1] -> md[1] am_bw#1\n";
+    let lanes = Lanes::listed_in(two_devices);
+    assert!(lanes.all_by_target_progress() && !lanes.one_message_lane);
     assert!(Lanes::listed_in(tcp).all_by_target_progress());
     for (text, rma, atomics) in [
         (shared, true, true),
