@@ -17,8 +17,9 @@
 //!
 //! - **Messages** (TCP: UCX emulates RMA and atomics with active messages on one lane, which
 //!   the peer's progress applies in the order sent, and acknowledges every put with a message
-//!   back). A put of up to [`MESSAGE_PUT_MAX`] bytes and a signal are this transport's own
-//!   active messages, applied by the peer's handler (the signal with the same CPU atomic as the
+//!   back). A put of up to [`MESSAGE_PUT_MAX`] bytes (of any size, in messages of up to
+//!   [`MESSAGE_CHUNK`], where one lane carries every active message: 1 MiB put + quiet 570 →
+//!   225 µs), a signal and a non-fetching atomic are this transport's own active messages, applied by the peer's handler (the signal with the same CPU atomic as the
 //!   shared-memory route's) and not acknowledged: one message per operation (over TCP here a
 //!   signal ping-pong's one way 6.6 → 3.7 µs, bench/findings.md round 27). Each message lands behind every earlier
 //!   operation on the lane, so a signal is ordered after the puts before it without a fence,
