@@ -525,7 +525,8 @@ fn a_get_from_a_busy_peer_completes_over_ucx() {
 /// Large puts arrive whole and in order: each PE puts 600 KiB + 13 bytes (over UCX's TCP lanes,
 /// three active messages of up to 256 KiB) at an odd offset of the next PE's buffer, then
 /// another pattern over the second half of the same range; after a barrier each PE checks
-/// what it received byte by byte (the later put's bytes where the two overlap).
+/// what it received byte by byte (the later put's bytes where the two overlap), and what it
+/// wrote, read back with one large get.
 fn large_puts_arrive_whole_and_in_order() {
     let (_world, shmem) = start_runtime(HEAP).unwrap();
     let (rank, size) = (shmem.rank(), shmem.size());
@@ -552,30 +553,51 @@ fn large_puts_arrive_whole_and_in_order() {
         };
         assert_eq!(byte, expected, "byte {i} of PE {writer}'s puts");
     }
+    // And read back whole from the next PE (over UCX's TCP lanes: answered in three messages).
+    let mut remote = vec![0u8; len];
+    shmem.get(&mut remote, &target, next).unwrap();
+    for (i, &byte) in remote.iter().enumerate() {
+        let expected = if i < len / 2 {
+            first(rank, i)
+        } else {
+            second(rank, i)
+        };
+        assert_eq!(
+            byte, expected,
+            "byte {i} of this PE's puts, read back from PE {next}"
+        );
+    }
     shmem.barrier().unwrap();
     shmem.free(buffer).unwrap();
     finish(shmem);
 }
 
-/// What PE 0 sends a stopped PE 1 before its quiet, in [`a_quiet_waits_for_a_stopped_target`].
+/// What PE 0 does to a stopped PE 1 in [`waits_for_a_stopped_target`]: an operation and a quiet,
+/// or a get.
 #[derive(Clone, Copy)]
-enum Unapplied {
-    Put,
-    Signal,
-    AtomicAdd,
+enum WhileStopped {
+    PutThenQuiet,
+    SignalThenQuiet,
+    AtomicAddThenQuiet,
+    LargeGet,
 }
 
 /// A quiet returns only once the target has applied this PE's puts, signals and non-fetching
-/// atomics. Over UCX's TCP lanes (`UCX_TLS=tcp,self`: the target's progress applies everything)
-/// small puts, signals and atomic adds go as active messages that no UCX flush covers (the
-/// quiet probes the peer instead): with PE 1 stopped (SIGSTOP) after it told PE 0 its process
-/// ID, PE 0's put (or signal, or add) leaves at once, and its quiet waits until its deadline (`HYPER_MULTICORE_SHMEM_TIMEOUT_SEC=2`) and
-/// fails with Timeout naming PE 1. PE 0 then lets PE 1 go on, whose barrier fails too: its
-/// deadline passed while it was stopped, or it sees PE 0 gone (PE 0 closed the endpoint).
-fn a_quiet_waits_for_a_stopped_target(what: Unapplied) {
+/// atomics, and a get only once the target answered it. Over UCX's TCP lanes
+/// (`UCX_TLS=tcp,self`: the target's progress applies everything) puts, signals and atomic adds
+/// go as active messages that no UCX flush covers (the quiet probes the peer instead), and a
+/// large get is a request the target answers with messages into the lent buffer: with PE 1
+/// stopped (SIGSTOP) after it told PE 0 its process ID, PE 0's put (or signal, or add) leaves
+/// at once and its quiet waits until its deadline (`HYPER_MULTICORE_SHMEM_TIMEOUT_SEC=2`), as
+/// does the get; each fails with Timeout naming PE 1. PE 0 then lets PE 1 go on (whose late
+/// answer to the get lands nowhere), and PE 1's barrier fails too: its deadline passed while
+/// it was stopped, or it sees PE 0 gone.
+fn waits_for_a_stopped_target(what: WhileStopped) {
     use rustix::process::{kill_process, Pid, Signal};
+    const LARGE: usize = 300_000;
     let (_world, shmem) = start_runtime(HEAP).unwrap();
     let words = shmem.allocate::<u64>(2, None).unwrap();
+    let large = shmem.allocate::<u8>(LARGE, None).unwrap();
     let (pid_word, data) = (words.view(0..1).unwrap(), words.view(1..2).unwrap());
     if shmem.rank() == 1 {
         shmem
@@ -584,13 +606,13 @@ fn a_quiet_waits_for_a_stopped_target(what: Unapplied) {
     }
     shmem.barrier().unwrap();
     if shmem.rank() == 1 {
-        // Stopped in here by PE 0, continued after its quiet failed.
+        // Stopped in here by PE 0, continued after its call failed.
         let outcome = shmem.barrier();
         assert!(
             outcome
                 .as_ref()
                 .is_err_and(|e| matches!(e.kind(), ErrorKind::PeerLost | ErrorKind::Timeout)),
-            "PE 1's barrier after PE 0's quiet failed: {outcome:?}"
+            "PE 1's barrier after PE 0's call failed: {outcome:?}"
         );
         return;
     }
@@ -600,16 +622,41 @@ fn a_quiet_waits_for_a_stopped_target(what: Unapplied) {
     let target = Pid::from_raw(pid).expect("PE 1's process ID");
     kill_process(target, Signal::STOP).unwrap();
     wait_until_stopped(pid);
-    match what {
-        Unapplied::Put => shmem.put(&data, &[7], 1).unwrap(),
-        Unapplied::Signal => shmem.signal(&data, 7, SignalOp::Set, 1).unwrap(),
-        Unapplied::AtomicAdd => shmem.atomic_add(&data, 7, 1).unwrap(),
-    }
-    let outcome = shmem.try_quiet();
+    let outcome = match what {
+        WhileStopped::PutThenQuiet => {
+            shmem.put(&data, &[7], 1).unwrap();
+            shmem.try_quiet()
+        }
+        WhileStopped::SignalThenQuiet => {
+            shmem.signal(&data, 7, SignalOp::Set, 1).unwrap();
+            shmem.try_quiet()
+        }
+        WhileStopped::AtomicAddThenQuiet => {
+            shmem.atomic_add(&data, 7, 1).unwrap();
+            shmem.try_quiet()
+        }
+        WhileStopped::LargeGet => shmem.get(&mut vec![0u8; LARGE], &large, 1),
+    };
     kill_process(target, Signal::CONT).unwrap();
-    let error = outcome.expect_err("a quiet returned while its target was stopped");
+    let error = outcome.expect_err("the call returned while its target was stopped");
     assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
     assert_eq!(error.peer(), Some(1), "{error}");
+}
+
+fn a_quiet_waits_for_a_stopped_target_after_a_put() {
+    waits_for_a_stopped_target(WhileStopped::PutThenQuiet);
+}
+
+fn a_quiet_waits_for_a_stopped_target_after_a_signal() {
+    waits_for_a_stopped_target(WhileStopped::SignalThenQuiet);
+}
+
+fn a_quiet_waits_for_a_stopped_target_after_an_atomic_add() {
+    waits_for_a_stopped_target(WhileStopped::AtomicAddThenQuiet);
+}
+
+fn a_large_get_waits_for_a_stopped_target() {
+    waits_for_a_stopped_target(WhileStopped::LargeGet);
 }
 
 /// Waits (yielding, up to 10 s) until every thread of process `pid` is stopped: SIGSTOP takes
@@ -635,18 +682,6 @@ fn wait_until_stopped(pid: i32) {
     }
 }
 
-fn a_quiet_waits_for_a_stopped_target_after_a_put() {
-    a_quiet_waits_for_a_stopped_target(Unapplied::Put);
-}
-
-fn a_quiet_waits_for_a_stopped_target_after_a_signal() {
-    a_quiet_waits_for_a_stopped_target(Unapplied::Signal);
-}
-
-fn a_quiet_waits_for_a_stopped_target_after_an_atomic_add() {
-    a_quiet_waits_for_a_stopped_target(Unapplied::AtomicAdd);
-}
-
 macro_rules! over_ucx_with_a_short_timeout {
     ($($body:ident: $name:ident),* $(,)?) => {$(
         #[test]
@@ -669,6 +704,7 @@ over_ucx_with_a_short_timeout!(
     a_quiet_waits_for_a_stopped_target_after_a_put: a_quiet_waits_for_a_stopped_target_after_a_put_over_ucx,
     a_quiet_waits_for_a_stopped_target_after_a_signal: a_quiet_waits_for_a_stopped_target_after_a_signal_over_ucx,
     a_quiet_waits_for_a_stopped_target_after_an_atomic_add: a_quiet_waits_for_a_stopped_target_after_an_atomic_add_over_ucx,
+    a_large_get_waits_for_a_stopped_target: a_large_get_waits_for_a_stopped_target_over_ucx,
 );
 
 macro_rules! on_pes {

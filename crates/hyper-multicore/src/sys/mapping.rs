@@ -199,6 +199,13 @@ impl SharedMapping {
         self.base.as_ptr().wrapping_add(offset)
     }
 
+    /// The address of `len` bytes at `offset`, if they lie inside the mapping.
+    #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
+    pub(crate) fn range_address(&self, offset: usize, len: usize) -> Option<*mut u8> {
+        let end = offset.checked_add(len)?;
+        (end <= self.len).then(|| self.base.as_ptr().wrapping_add(offset))
+    }
+
     #[inline]
     fn check(&self, offset: usize, len: usize) {
         if offset.checked_add(len).map_or(true, |end| end > self.len) {

@@ -778,7 +778,7 @@ const OWN_SPIN_LOOKS: u32 = 1024;
 /// worker (over TCP an `epoll_wait`, some 0.2 µs here), so they take some 50 µs. Alternated
 /// 2-PE barriers over TCP (median µs of 4 runs each): no spin 6.6-8.9, 64 looks 5.6-6.3, 256
 /// / 1024 / 4096 looks alike at 4.8-5.5.
-const MESSAGE_SPIN_LOOKS: u32 = 256;
+pub(super) const MESSAGE_SPIN_LOOKS: u32 = 256;
 
 /// The control-plane tag of the leaders' messages in a spanning barrier (no other user of a
 /// runtime's control plane sends point-to-point messages but these two).

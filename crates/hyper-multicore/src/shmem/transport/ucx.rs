@@ -66,7 +66,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::shmem::segment::Segment;
 use crate::shmem::sync;
 use crate::shmem::transport::Rmw;
-use crate::sys::ucx::{self, Context, Endpoint, MemoryRegion, ProgressThread, RemoteKey, Worker};
+use crate::sys::ucx::{
+    self, Context, Endpoint, Landings, MemoryRegion, ProgressThread, RemoteKey, Worker,
+};
 
 /// The active message that rings the receiving PE's doorbell.
 const DOORBELL_AM: u16 = 1;
@@ -80,6 +82,13 @@ const PUT_AM: u16 = 3;
 /// path: header ([`update_header`]) the word's offset, the value, its width and whether it
 /// adds; no payload.
 const UPDATE_AM: u16 = 4;
+/// The request of a get on a [`Path::Messages`] path whose one lane carries every active
+/// message: header ([`get_header`]) the offset and length in the target's heap and the
+/// requester's landing token; no payload. The target answers with [`GET_REPLY_AM`]s.
+const GET_AM: u16 = 5;
+/// A part of a get's answer: header the landing token and the part's place in the buffer
+/// (little-endian), the heap's bytes as payload (at most [`MESSAGE_CHUNK`] each).
+const GET_REPLY_AM: u16 = 6;
 /// How long a UCX endpoint's failure waits for the control plane to report a loss that caused
 /// it ([`UcxTransport::checked`]): it hears of a dead rank within milliseconds.
 const LOSS_REPORT_GRACE: Duration = Duration::from_millis(250);
@@ -129,6 +138,7 @@ pub(crate) struct Prepared {
     /// This PE's slot in `segment` (its doorbell).
     slot: usize,
     mailbox: Arc<Mailbox>,
+    landings: Arc<Landings>,
     /// Set by `attach` for the worker's progress hook.
     nudger: Arc<OnceLock<Nudger>>,
 }
@@ -209,6 +219,10 @@ pub(crate) struct UcxTransport {
     /// This PE's root rank (the source of the exchange messages it sends).
     rank: usize,
     mailbox: Arc<Mailbox>,
+    /// The buffers of this PE's gets on the message path, which the answers land in.
+    landings: Arc<Landings>,
+    /// Whether this PE's waits may spin first (each local PE has a core: `sync::spins`).
+    spin: bool,
 }
 
 /// A PE waiting in the control plane progresses its worker while it spins (serving peers'
@@ -319,7 +333,7 @@ impl Transport for UcxTransport {
         // heap here, by whichever thread progresses the worker; the progress hook above rings
         // the doorbell after them.
         let (mapping, heap) = shm.own_heap();
-        let writing = Arc::clone(&mapping);
+        let (writing, updating) = (Arc::clone(&mapping), Arc::clone(&mapping));
         worker.set_am_handler(PUT_AM, move |header, data| {
             match put_offset(header, data.len(), len) {
                 Some(offset) => writing.write(heap + offset, data),
@@ -332,12 +346,45 @@ impl Transport for UcxTransport {
         })?;
         worker.set_am_handler(UPDATE_AM, move |header, _| match update_of(header, len) {
             Some((offset, width, rmw)) => {
-                apply_rmw(&mapping, heap + offset, width, rmw);
+                apply_rmw(&updating, heap + offset, width, rmw);
             }
             None => tracing::warn!(
                 "dropped an update message with a {}-byte header outside the heap",
                 header.len()
             ),
+        })?;
+        // Peers' gets on the message path: answered from this heap, in parts, without waiting;
+        // and the answers to this PE's own, landing in the buffers its gets lent.
+        let answering = mapping;
+        worker.set_am_request_handler(GET_AM, move |header, _, reply| {
+            let (Some((offset, len, token)), Some(reply)) = (get_request(header, len), reply)
+            else {
+                tracing::warn!("dropped a get request with a {}-byte header", header.len());
+                return;
+            };
+            for at in (0..len).step_by(MESSAGE_CHUNK) {
+                let part = MESSAGE_CHUNK.min(len - at);
+                let header = words_header([token, at as u64]);
+                let start = heap + offset + at;
+                if let Err(error) =
+                    reply.send_mapped(GET_REPLY_AM, &header, &answering, start, part)
+                {
+                    tracing::warn!("could not answer a get: {error}");
+                    return;
+                }
+            }
+        })?;
+        let landings = Arc::new(Landings::default());
+        let landing = Arc::clone(&landings);
+        worker.set_am_handler(GET_REPLY_AM, move |header, data| {
+            let filled = <&[u8; 16]>::try_from(header).is_ok_and(|header| {
+                let at = usize::try_from(word_of(header, 1)).unwrap_or(usize::MAX);
+                landing.fill(word_of(header, 0), at, data)
+            });
+            if !filled {
+                // The get gave up (its deadline passed) before this part came.
+                tracing::debug!("dropped a part of a get's answer ({} bytes)", data.len());
+            }
         })?;
         let mailbox = Arc::new(Mailbox::default());
         let (posted, ringing) = (Arc::clone(&mailbox), Arc::clone(&segment));
@@ -380,6 +427,7 @@ impl Transport for UcxTransport {
             segment,
             slot: bell,
             mailbox,
+            landings,
             nudger,
         })
     }
@@ -442,6 +490,8 @@ impl Transport for UcxTransport {
             _context: prepared.context,
             segment: prepared.segment,
             slot: prepared.slot,
+            landings: prepared.landings,
+            spin: sync::spins(start.locality.local_pes(rank)),
             timeout: start.plane.timeout(),
             rank,
             mailbox: prepared.mailbox,
@@ -483,7 +533,14 @@ impl Transport for UcxTransport {
         gets_issued::count(target.len());
         let (remote, address) = self.remote(peer, offset);
         let endpoint = remote.endpoint.lock();
-        let outcome = endpoint.get(target, address, &remote.rkey, self.deadline());
+        let deadline = self.deadline();
+        let by_messages = target.len() > MESSAGE_PUT_MAX
+            && remote.path(&endpoint) == Path::Messages { any_size: true };
+        let outcome = if by_messages {
+            self.get_by_messages(peer, &endpoint, offset, target, deadline)
+        } else {
+            endpoint.get(target, address, &remote.rkey, deadline)
+        };
         self.checked(outcome)
     }
 
@@ -637,6 +694,55 @@ impl UcxTransport {
         let message = self.mailbox.arrived.lock().remove(&awaited.key)?;
         self.mailbox.unclaimed.fetch_sub(1, Ordering::SeqCst);
         Some(message)
+    }
+
+    /// A get on the message path whose one lane carries every active message: `target` is lent
+    /// to the answers' handler, one request goes out, and this thread progresses the worker
+    /// (then sleeps on the doorbell, which the progress hook rings) until the answers filled it.
+    /// UCX's emulated get moves the bytes in acknowledged fragments; the answer's eager
+    /// messages are not acknowledged (1 MiB: bench/findings.md round 27).
+    fn get_by_messages(
+        &self,
+        peer: UcxPeer,
+        endpoint: &Endpoint,
+        offset: usize,
+        target: &mut [u8],
+        deadline: Instant,
+    ) -> Result<()> {
+        const OP: &str = "get";
+        let len = target.len();
+        self.landings.lend(target, |lent| {
+            let header = words_header([offset as u64, len as u64, lent.token()]);
+            endpoint.am_request(GET_AM, &header, deadline)?;
+            let looks = Looks::new(self);
+            let mut failed = None;
+            let ready = || {
+                looks.progress();
+                failed = endpoint.failure();
+                failed.is_some() || lent.is_full()
+            };
+            let policy = sync::WaitPolicy {
+                spin: self.spin,
+                deadline: sync::Deadline::At(deadline),
+            };
+            let bell = &self.segment.pe_words(self.slot).doorbell;
+            let abort = &self.segment.control().abort;
+            let spin_looks = super::MESSAGE_SPIN_LOOKS;
+            match sync::wait_until_then(ready, bell, abort, &policy, spin_looks, &looks) {
+                Ok(()) => failed.map_or(Ok(()), Err),
+                Err(sync::WaitError::Timeout { waited }) => Err(Error::timeout(
+                    OP,
+                    waited,
+                    &format!("rank {peer} did not answer a get of {len} bytes"),
+                )
+                .with_peer(peer)),
+                Err(sync::WaitError::Aborted { lost_rank }) => Err(Error::peer_lost(
+                    OP,
+                    lost_rank as usize,
+                    "the root was aborted when it was lost",
+                )),
+            }
+        })
     }
 
     /// An update (`signal` false) or a signal of the word at `offset` of `peer`'s heap: a store
@@ -796,6 +902,25 @@ fn exchange_key(header: &[u8]) -> Option<(u64, u64, u64)> {
     let header: &[u8; 24] = header.try_into().ok()?;
     let word = |i: usize| u64::from_le_bytes(header[8 * i..8 * i + 8].try_into().expect("8 bytes"));
     Some((word(0), word(1), word(2)))
+}
+
+/// Little-endian words as a message header.
+fn words_header<const N: usize>(words: [u64; N]) -> Vec<u8> {
+    words.iter().flat_map(|word| word.to_le_bytes()).collect()
+}
+
+/// Word `i` of a header of little-endian words.
+fn word_of(header: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(header[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+}
+
+/// The (offset, length, token) of a get request, if its header is one and the range lies in a
+/// heap of `heap_len` bytes.
+fn get_request(header: &[u8], heap_len: usize) -> Option<(usize, usize, u64)> {
+    let header: &[u8; 24] = header.try_into().ok()?;
+    let offset = usize::try_from(word_of(header, 0)).ok()?;
+    let len = usize::try_from(word_of(header, 1)).ok()?;
+    (offset.checked_add(len)? <= heap_len).then_some((offset, len, word_of(header, 2)))
 }
 
 /// The header of a put message: the offset in the target's heap, little-endian.
