@@ -534,39 +534,37 @@ fn large_puts_arrive_whole_and_in_order() {
     let buffer = shmem.allocate::<u8>(len + 64, None).unwrap();
     let target = buffer.view(7..7 + len).unwrap();
     let tail = target.view(len / 2..len).unwrap();
-    let first = |writer: usize, i: usize| (i * 31 + writer * 7) as u8;
-    let second = |writer: usize, i: usize| (i * 17 + writer * 3 + 1) as u8;
+    // What `writer`'s two puts leave at byte `i`: the first pattern, the second's over the tail.
+    let left_by = |writer: usize, i: usize| {
+        if i < len / 2 {
+            (i * 31 + writer * 7) as u8
+        } else {
+            (i * 17 + writer * 3 + 1) as u8
+        }
+    };
+    let check = |bytes: &[u8], writer: usize, whose: &str| {
+        for (i, &byte) in bytes.iter().enumerate() {
+            assert_eq!(byte, left_by(writer, i), "byte {i} of {whose}");
+        }
+    };
     let next = (rank + 1) % size;
-    let pattern: Vec<u8> = (0..len).map(|i| first(rank, i)).collect();
-    shmem.put(&target, &pattern, next).unwrap();
-    let later: Vec<u8> = (len / 2..len).map(|i| second(rank, i)).collect();
-    shmem.put(&tail, &later, next).unwrap();
+    let first: Vec<u8> = (0..len).map(|i| (i * 31 + rank * 7) as u8).collect();
+    shmem.put(&target, &first, next).unwrap();
+    let second: Vec<u8> = (len / 2..len).map(|i| left_by(rank, i)).collect();
+    shmem.put(&tail, &second, next).unwrap();
     shmem.barrier().unwrap();
     let writer = (rank + size - 1) % size;
     let mut received = vec![0u8; len];
     shmem.get(&mut received, &target, rank).unwrap();
-    for (i, &byte) in received.iter().enumerate() {
-        let expected = if i < len / 2 {
-            first(writer, i)
-        } else {
-            second(writer, i)
-        };
-        assert_eq!(byte, expected, "byte {i} of PE {writer}'s puts");
-    }
+    check(&received, writer, &format!("PE {writer}'s puts"));
     // And read back whole from the next PE (over UCX's TCP lanes: answered in three messages).
     let mut remote = vec![0u8; len];
     shmem.get(&mut remote, &target, next).unwrap();
-    for (i, &byte) in remote.iter().enumerate() {
-        let expected = if i < len / 2 {
-            first(rank, i)
-        } else {
-            second(rank, i)
-        };
-        assert_eq!(
-            byte, expected,
-            "byte {i} of this PE's puts, read back from PE {next}"
-        );
-    }
+    check(
+        &remote,
+        rank,
+        &format!("this PE's puts, read back from PE {next}"),
+    );
     shmem.barrier().unwrap();
     shmem.free(buffer).unwrap();
     finish(shmem);
