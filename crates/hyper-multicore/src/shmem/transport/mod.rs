@@ -783,7 +783,7 @@ pub(super) const MESSAGE_SPIN_LOOKS: u32 = 256;
 /// The control-plane tag of the leaders' messages in a spanning barrier (no other user of a
 /// runtime's control plane sends point-to-point messages but these two).
 const LEADERS_BARRIER_TAG: u64 = u64::from_be_bytes(*b"hm-lbarr");
-/// The control-plane tag of the call words two ranks exchange in [`Shmem::gather_call_words`].
+/// The control-plane tag of the call words two ranks exchange in [`Shmem::gather_call_words`](crate::shmem::Shmem::gather_call_words).
 const CALL_WORDS_TAG: u64 = u64::from_be_bytes(*b"hm-callw");
 
 impl super::runtime::Shmem {
@@ -808,7 +808,7 @@ impl super::runtime::Shmem {
         self.segment_barrier(operation, Deadline::At(deadline))
     }
 
-    /// The leaders' part of [`Shmem::spanning_barrier`] (nothing for a PE that leads no group).
+    /// The leaders' part of [`Shmem::spanning_barrier`](crate::shmem::Shmem::spanning_barrier) (nothing for a PE that leads no group).
     /// Two leaders (two hosts) each tell the other and wait for the other's word: one message's
     /// time, against two for a round through root rank 0, which more leaders need.
     fn leaders_barrier(&self, deadline: Instant) -> Result<()> {

@@ -17,18 +17,19 @@
 //!
 //! - **Messages** (TCP: UCX emulates RMA and atomics with active messages on one lane, which
 //!   the peer's progress applies in the order sent, and acknowledges every put with a message
-//!   back). A put of up to [`MESSAGE_PUT_MAX`] bytes (of any size, in messages of up to
-//!   [`MESSAGE_CHUNK`], where one lane carries every active message: 1 MiB put + quiet 570 →
-//!   225 µs), a signal and a non-fetching atomic are this transport's own active messages, applied by the peer's handler (the signal with the same CPU atomic as the
-//!   shared-memory route's) and not acknowledged: one message per operation (over TCP here a
-//!   signal ping-pong's one way 6.6 → 3.7 µs, bench/findings.md round 27). Each message lands behind every earlier
-//!   operation on the lane, so a signal is ordered after the puts before it without a fence,
-//!   and a get or atomic after a put reads what it wrote. A quiet covers them with a probe: a
-//!   one-byte get from each peer that was sent some since the last probe, answered only after
-//!   the peer applied them (put 8 B + quiet 13.2 → 10.4 µs). Where one lane carries every
-//!   active message, a get above [`MESSAGE_PUT_MAX`] is a request ([`GET_AM`]) the peer's
-//!   handler answers with messages from its heap ([`GET_REPLY_AM`], without waiting), which
-//!   land in the caller's buffer, lent for the wait (`ucx::Landings`; 1 MiB 420 → 205 µs).
+//!   back). Puts of up to [`MESSAGE_PUT_MAX`] bytes, signals and non-fetching atomics are this
+//!   transport's own active messages, applied by the peer's handlers (the update with the same
+//!   CPU atomic as the shared-memory route's) and not acknowledged: one message per operation
+//!   (over TCP here a signal ping-pong's one way 6.6 → 3.7 µs, bench/findings.md round 27).
+//!   Each lands behind every earlier operation on the lane, so a signal is ordered after the
+//!   puts before it without a fence, and a get or atomic after a put reads what it wrote. A
+//!   quiet covers them with a probe: a one-byte get from each peer that was sent some since the
+//!   last probe, answered only after the peer applied them (put 8 B + quiet 13.2 → 10.4 µs).
+//!   Where one lane carries every active message, puts of any size go as messages of up to
+//!   [`MESSAGE_CHUNK`] (1 MiB put + quiet 570 → 225 µs), and a get above [`MESSAGE_PUT_MAX`]
+//!   is a request ([`GET_AM`]) the peer's handler answers with messages from its heap
+//!   ([`GET_REPLY_AM`], without waiting), which land in the caller's buffer, lent for the wait
+//!   (`ucx::Landings`; 1 MiB 420 → 205 µs).
 //! - **Operations** (a lane does RMA or atomics itself: CMA, shared-memory CPU atomics,
 //!   RDMA): UCX's puts; a signal is a *fetching* UCX atomic (swap for set, fetch-add for add),
 //!   ordered after earlier puts by a worker fence and returning only once it was applied at the
@@ -86,7 +87,7 @@ const PUT_AM: u16 = 3;
 /// adds; no payload.
 const UPDATE_AM: u16 = 4;
 /// The request of a get on a [`Path::Messages`] path whose one lane carries every active
-/// message: header ([`get_header`]) the offset and length in the target's heap and the
+/// message: header ([`get_request`]) the offset and length in the target's heap and the
 /// requester's landing token; no payload. The target answers with [`GET_REPLY_AM`]s.
 const GET_AM: u16 = 5;
 /// A part of a get's answer: header the landing token and the part's place in the buffer
@@ -100,8 +101,8 @@ const LOSS_REPORT_GRACE: Duration = Duration::from_millis(250);
 /// emulates RMA over (TCP's is 8 KiB), so it travels on the `am` lane in order; larger puts are
 /// then UCX's (RMA emulated on that lane too).
 const MESSAGE_PUT_MAX: usize = 1024;
-/// With one lane for every active message (`messages_any_size`), puts of any size go as
-/// messages of at most this many bytes each: UCX sends each in eager fragments with no
+/// With one lane for every active message (`Path::Messages { any_size: true }`), puts of any
+/// size go as messages of at most this many bytes each (and gets' answers as parts of it): UCX sends each in eager fragments with no
 /// acknowledgement per fragment, and reassembles it at the target into a buffer of its size.
 const MESSAGE_CHUNK: usize = 256 << 10;
 
@@ -677,7 +678,8 @@ impl UcxTransport {
             *next += 1;
             *next
         };
-        let header = exchange_header(self.rank as u64, tag, sequence);
+        // The exchange's key: (source rank, tag, sequence).
+        let header = words_header([self.rank as u64, tag, sequence]);
         let (remote, _) = self.remote(peer, 0);
         let outcome = remote
             .endpoint
@@ -891,23 +893,13 @@ impl UcxTransport {
     }
 }
 
-/// The header of an exchange message: (source rank, tag, sequence), little-endian.
-fn exchange_header(source: u64, tag: u64, sequence: u64) -> [u8; 24] {
-    let mut header = [0u8; 24];
-    for (slot, word) in header.chunks_exact_mut(8).zip([source, tag, sequence]) {
-        slot.copy_from_slice(&word.to_le_bytes());
-    }
-    header
-}
-
 /// The (source rank, tag, sequence) of an exchange message's header, if it is one.
 fn exchange_key(header: &[u8]) -> Option<(u64, u64, u64)> {
     let header: &[u8; 24] = header.try_into().ok()?;
-    let word = |i: usize| u64::from_le_bytes(header[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-    Some((word(0), word(1), word(2)))
+    Some((word_of(header, 0), word_of(header, 1), word_of(header, 2)))
 }
 
-/// Little-endian words as a message header.
+/// Little-endian words as a message header (an exchange's key, a get's request and answers).
 fn words_header<const N: usize>(words: [u64; N]) -> Vec<u8> {
     words.iter().flat_map(|word| word.to_le_bytes()).collect()
 }
@@ -934,7 +926,8 @@ fn put_header(offset: usize) -> [u8; 8] {
 /// The heap offset of a put message of `len` bytes, if its header is one and the bytes fit in
 /// a heap of `heap_len` bytes.
 fn put_offset(header: &[u8], len: usize, heap_len: usize) -> Option<usize> {
-    let offset = usize::try_from(u64::from_le_bytes(header.try_into().ok()?)).ok()?;
+    let header: &[u8; 8] = header.try_into().ok()?;
+    let offset = usize::try_from(word_of(header, 0)).ok()?;
     (offset.checked_add(len)? <= heap_len).then_some(offset)
 }
 
@@ -952,8 +945,8 @@ fn update_header(offset: usize, width: Width, add: bool, value: u64) -> [u8; 17]
 /// names an aligned word inside a heap of `heap_len` bytes.
 fn update_of(header: &[u8], heap_len: usize) -> Option<(usize, Width, Rmw)> {
     let header: &[u8; 17] = header.try_into().ok()?;
-    let word = |i: usize| u64::from_le_bytes(header[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-    let (offset, value, kind) = (usize::try_from(word(0)).ok()?, word(1), header[16]);
+    let offset = usize::try_from(word_of(header, 0)).ok()?;
+    let (value, kind) = (word_of(header, 1), header[16]);
     if kind > 0b11 {
         return None;
     }
@@ -1075,7 +1068,7 @@ mod tests {
 
     #[test]
     fn an_exchange_header_reads_back_and_other_lengths_are_refused() {
-        let header = exchange_header(3, u64::from_be_bytes(*b"hm-lbarr"), 17);
+        let header = words_header([3, u64::from_be_bytes(*b"hm-lbarr"), 17]);
         assert_eq!(
             exchange_key(&header),
             Some((3, u64::from_be_bytes(*b"hm-lbarr"), 17))
