@@ -657,6 +657,75 @@ fn a_large_get_waits_for_a_stopped_target() {
     waits_for_a_stopped_target(WhileStopped::LargeGet);
 }
 
+/// A PE that tears its runtime down while its answer to a peer's get is still in flight (the
+/// peer stopped reading) releases its heap: UCX completes or fails the answer's send as the
+/// endpoints and the worker go, and the send's hold on the heap mapping ends with it. Over UCX's
+/// TCP lanes a large get is a request that the target's handler answers with messages sent
+/// from its heap without waiting (each holds the mapping until UCX is done with it). PE 1 asks
+/// PE 0 for 32 MiB — more than the sockets' buffers take — and PE 0 stops it (SIGSTOP) as soon
+/// as the answer is on its way, so the answer cannot complete; PE 0 then drops its runtime and
+/// must be left with no answer holding the heap and no mapping of it. PE 1, continued, sees its
+/// get fail (its deadline passed while it was stopped, or PE 0 is gone).
+fn a_reply_in_flight_at_teardown_releases_the_heap() {
+    use rustix::process::{kill_process, Pid, Signal};
+    const LARGE: usize = 32 << 20;
+    let (world, shmem) = start_runtime(Some(2 * LARGE as u64)).unwrap();
+    let pid_word = shmem.allocate::<u64>(1, None).unwrap();
+    let large = shmem.allocate::<u8>(LARGE, None).unwrap();
+    if shmem.rank() == 1 {
+        shmem
+            .put(&pid_word, &[u64::from(std::process::id())], 0)
+            .unwrap();
+    }
+    shmem.barrier().unwrap();
+    if shmem.rank() == 1 {
+        // Stopped in here by PE 0, continued after PE 0 dropped its runtime.
+        let outcome = shmem.get(&mut vec![0u8; LARGE], &large, 0);
+        assert!(
+            outcome
+                .as_ref()
+                .is_err_and(|e| matches!(e.kind(), ErrorKind::PeerLost | ErrorKind::Timeout)),
+            "PE 1's get from PE 0, which dropped its runtime: {outcome:?}"
+        );
+        return;
+    }
+    let mut pid = [0u64];
+    shmem.get(&mut pid, &pid_word, 0).unwrap();
+    let pid = i32::try_from(pid[0]).unwrap();
+    let peer = Pid::from_raw(pid).expect("PE 1's process ID");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while Shmem::ucx_replies_in_flight() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "PE 1's get never reached PE 0 (no answer was sent)"
+        );
+        std::thread::yield_now();
+    }
+    kill_process(peer, Signal::STOP).unwrap();
+    wait_until_stopped(pid);
+    assert!(
+        Shmem::ucx_replies_in_flight() > 0,
+        "PE 1 took the whole answer before it stopped: the test needs a larger get"
+    );
+    let heap_maps = || {
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .filter(|line| line.contains("hyper_multicore-heap"))
+            .count()
+    };
+    assert!(
+        heap_maps() > 0,
+        "PE 0's heap is not mapped while it answers"
+    );
+    drop(shmem);
+    drop(world);
+    let (answers, maps) = (Shmem::ucx_replies_in_flight(), heap_maps());
+    kill_process(peer, Signal::CONT).unwrap();
+    assert_eq!(answers, 0, "answers still hold the heap after the teardown");
+    assert_eq!(maps, 0, "the heap is still mapped after the teardown");
+}
+
 /// Waits (yielding, up to 10 s) until every thread of process `pid` is stopped: SIGSTOP takes
 /// effect thread by thread, after `kill` returned.
 fn wait_until_stopped(pid: i32) {
@@ -703,6 +772,7 @@ over_ucx_with_a_short_timeout!(
     a_quiet_waits_for_a_stopped_target_after_a_signal: a_quiet_waits_for_a_stopped_target_after_a_signal_over_ucx,
     a_quiet_waits_for_a_stopped_target_after_an_atomic_add: a_quiet_waits_for_a_stopped_target_after_an_atomic_add_over_ucx,
     a_large_get_waits_for_a_stopped_target: a_large_get_waits_for_a_stopped_target_over_ucx,
+    a_reply_in_flight_at_teardown_releases_the_heap: a_reply_in_flight_at_teardown_releases_the_heap_over_ucx,
 );
 
 macro_rules! on_pes {

@@ -351,6 +351,18 @@ impl Shmem {
         #[cfg(not(all(feature = "ucx", not(loom))))]
         return (0, 0);
     }
+
+    /// Test-only (`fault-injection` builds): how many of this process's answers to peers' large
+    /// gets over UCX are still in flight, each holding this PE's heap mapped until UCX completes
+    /// or fails its send (0 without the `ucx` feature). Process-wide: it outlives the runtime,
+    /// so a test can check that a teardown released them.
+    #[cfg(feature = "fault-injection")]
+    pub fn ucx_replies_in_flight() -> usize {
+        #[cfg(all(feature = "ucx", not(loom)))]
+        return super::transport::UcxTransport::replies_in_flight();
+        #[cfg(not(all(feature = "ucx", not(loom))))]
+        return 0;
+    }
 }
 
 /// `into[i] = into[i] ⊕ other[i]` for every element.

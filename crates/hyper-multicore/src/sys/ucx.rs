@@ -1375,6 +1375,36 @@ struct ReplyHeld {
     _mapping: Arc<SharedMapping>,
 }
 
+impl ReplyHeld {
+    fn new(header: &[u8], mapping: &Arc<SharedMapping>) -> ReplyHeld {
+        #[cfg(feature = "fault-injection")]
+        REPLIES_HOLDING.fetch_add(1, Ordering::SeqCst);
+        ReplyHeld {
+            header: header.to_vec(),
+            _mapping: Arc::clone(mapping),
+        }
+    }
+}
+
+/// Test-only (`fault-injection` builds): the replies of this process whose send still holds
+/// its mapping ([`Reply::send_mapped`]), so a test can see one in flight and see it released.
+#[cfg(feature = "fault-injection")]
+static REPLIES_HOLDING: AtomicUsize = AtomicUsize::new(0);
+
+#[cfg(feature = "fault-injection")]
+impl Drop for ReplyHeld {
+    fn drop(&mut self) {
+        REPLIES_HOLDING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Test-only (`fault-injection` builds): how many of this process's replies still hold their
+/// mapping (sent with [`Reply::send_mapped`], not yet completed or failed by UCX).
+#[cfg(feature = "fault-injection")]
+pub fn replies_holding_a_mapping() -> usize {
+    REPLIES_HOLDING.load(Ordering::SeqCst)
+}
+
 impl Reply {
     /// Sends `len` bytes at `offset` of `mapping` as active message `id` with `header` to the
     /// requester (eager protocol), without waiting: the send holds the mapping and a copy of the
@@ -1395,10 +1425,7 @@ impl Reply {
                 format!("{len} bytes at {offset} are outside the mapping"),
             )
         })?;
-        let held = Box::into_raw(Box::new(ReplyHeld {
-            header: header.to_vec(),
-            _mapping: Arc::clone(mapping),
-        }));
+        let held = Box::into_raw(Box::new(ReplyHeld::new(header, mapping)));
         let param = ffi::ucp_request_param_t {
             op_attr_mask: ffi::UCP_OP_ATTR_FIELD_FLAGS
                 | ffi::UCP_OP_ATTR_FIELD_CALLBACK

@@ -667,6 +667,13 @@ impl UcxTransport {
         gets_issued::total()
     }
 
+    /// Test-only (`fault-injection` builds): this process's answers to peers' gets still in
+    /// flight, each holding the heap's mapping until UCX completes or fails its send.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn replies_in_flight() -> usize {
+        ucx::replies_holding_a_mapping()
+    }
+
     /// Starts this PE's side of a two-rank exchange with `peer` under `tag`: sends `data` as
     /// one active message, to be taken by the peer's matching exchange. Both ranks must make
     /// the same exchanges with each other in the same order (collectives do).
