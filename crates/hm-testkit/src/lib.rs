@@ -66,6 +66,32 @@ pub fn heap_segment_inodes() -> Vec<u64> {
         .unwrap_or_default()
 }
 
+/// Waits (yielding, up to 10 s) until every thread of process `pid` is stopped: SIGSTOP takes
+/// effect thread by thread, after `kill` returned. Panics after 10 s.
+pub fn wait_until_stopped(pid: i32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let state = |stat: String| {
+        stat.rsplit(')')
+            .next()
+            .and_then(|rest| rest.trim().chars().next())
+    };
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+        let stopped = tasks.flatten().all(|task| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            matches!(state(stat), Some('T' | 't'))
+        });
+        if stopped {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid} did not stop"
+        );
+        std::thread::yield_now();
+    }
+}
+
 /// Joins the world from the environment and initializes a runtime over all of it with
 /// `heap_size` bytes per PE: root rank 0 creates the unique ID, the world's control plane
 /// carries it to the others.

@@ -1,6 +1,6 @@
 //! The data plane and collectives of the native runtime across real processes (2, 4 and 8 PEs).
 
-use hm_testkit::{is_pe, start_runtime, Job, Options};
+use hm_testkit::{heap_mappings, is_pe, start_runtime, wait_until_stopped, Job, Options};
 use hyper_multicore::config::TRANSPORT;
 use hyper_multicore::shmem::{
     Comparison, ReduceOp, Shmem, SignalOp, Symmetric, TEST_HOST_VARIABLE,
@@ -707,46 +707,16 @@ fn a_reply_in_flight_at_teardown_releases_the_heap() {
         Shmem::ucx_replies_in_flight() > 0,
         "PE 1 took the whole answer before it stopped: the test needs a larger get"
     );
-    let heap_maps = || {
-        std::fs::read_to_string("/proc/self/maps")
-            .unwrap()
-            .lines()
-            .filter(|line| line.contains("hyper_multicore-heap"))
-            .count()
-    };
     assert!(
-        heap_maps() > 0,
+        heap_mappings() > 0,
         "PE 0's heap is not mapped while it answers"
     );
     drop(shmem);
     drop(world);
-    let (answers, maps) = (Shmem::ucx_replies_in_flight(), heap_maps());
+    let (answers, maps) = (Shmem::ucx_replies_in_flight(), heap_mappings());
     kill_process(peer, Signal::CONT).unwrap();
     assert_eq!(answers, 0, "answers still hold the heap after the teardown");
     assert_eq!(maps, 0, "the heap is still mapped after the teardown");
-}
-
-/// Waits (yielding, up to 10 s) until every thread of process `pid` is stopped: SIGSTOP takes
-/// effect thread by thread, after `kill` returned.
-fn wait_until_stopped(pid: i32) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let state = |stat: String| {
-        stat.rsplit(')')
-            .next()
-            .and_then(|rest| rest.trim().chars().next())
-    };
-    loop {
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
-        let stopped = tasks.flatten().all(|task| {
-            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-            matches!(state(stat), Some('T' | 't'))
-        });
-        if stopped {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "PE 1 did not stop");
-        std::thread::yield_now();
-    }
 }
 
 macro_rules! over_ucx_with_a_short_timeout {

@@ -534,6 +534,12 @@ struct WorkerHandle {
     /// Bytes put through the worker's endpoints since its last flush: how long a flush waits
     /// awake ([`WorkerHandle::wait_flush`]).
     unflushed: AtomicUsize,
+    /// Operations issued through the worker's endpoints that only a flush completes at the
+    /// peer (puts, posted atomics, non-blocking gets), counted once issued.
+    issued: AtomicU64,
+    /// The most operations ([`WorkerHandle::issued`]) a completed [`Worker::flush`] covered: a
+    /// flush with nothing issued since is skipped (a barrier starts with a quiet).
+    flushed: AtomicU64,
     /// Every handler ever registered: UCX holds raw pointers to them until the worker dies. The
     /// outer box gives each (fat) handler a stable, thin address that survives the Vec growing.
     #[allow(clippy::vec_box)]
@@ -811,6 +817,8 @@ impl Worker {
                     look_backstop: AtomicU64::new(LOOK_BACKSTOP.as_nanos() as u64),
                 },
                 unflushed: AtomicUsize::new(0),
+                issued: AtomicU64::new(0),
+                flushed: AtomicU64::new(0),
                 am_handlers: Mutex::new(Vec::new()),
                 on_progress: OnceLock::new(),
                 on_slow_request: OnceLock::new(),
@@ -1062,16 +1070,29 @@ impl Worker {
         check("ucx fence", "ucp_worker_fence failed", status)
     }
 
-    /// Waits until every operation issued on every endpoint of this worker has completed
-    /// remotely (`ucp_worker_flush_nbx`, the transport's quiet).
+    /// Waits until every put, posted atomic and non-blocking get issued on the endpoints of
+    /// this worker has completed remotely (`ucp_worker_flush_nbx`, the transport's quiet);
+    /// returns at once when none was issued since the last flush that completed. Active
+    /// messages are not counted: their handlers' effects are the caller's to confirm (the
+    /// transport's quiet probes the peers it sent messages to).
     pub fn flush(&self, deadline: Instant) -> Result<()> {
         const OP: &str = "ucx quiet";
+        // Every operation counted before this load was issued before the flush below, which
+        // completes it; one counted after it is another thread's, which this flush need not
+        // cover (its own flush will).
+        let issued = self.inner.issued.load(Ordering::Acquire);
+        if self.inner.flushed.load(Ordering::Acquire) >= issued {
+            return Ok(());
+        }
         let started = Instant::now();
         let param = ffi::ucp_request_param_t::default();
         // SAFETY: live worker; param is a valid request description with no callback.
         let result = unsafe { ucp().ucp_worker_flush_nbx(self.inner.handle, &param) };
         match self.inner.wait_flush(result, deadline, None) {
-            Ok(ffi::UCS_OK) => Ok(()),
+            Ok(ffi::UCS_OK) => {
+                self.inner.flushed.fetch_max(issued, Ordering::AcqRel);
+                Ok(())
+            }
             Ok(status) => Err(ucx_error(OP, "ucp_worker_flush_nbx failed", status)),
             Err(request) => {
                 // No caller buffer is involved: let UCX release the request when it completes.
@@ -1710,9 +1731,11 @@ impl EndpointHandle {
         self.failure.peer
     }
 
-    /// Counts `bytes` put, for the next flush's spin phase ([`WorkerHandle::wait_flush`]).
+    /// Counts an operation just issued that only a flush completes at the peer, and its
+    /// `bytes` put, for the next flush's spin phase ([`WorkerHandle::wait_flush`]).
     fn count_unflushed(&self, bytes: usize) {
         self.worker.unflushed.fetch_add(bytes, Ordering::Relaxed);
+        self.worker.issued.fetch_add(1, Ordering::Release);
     }
 
     /// The error for a request or call that failed with `status`: PeerLost when the endpoint is
@@ -2151,6 +2174,7 @@ impl Endpoint {
             )
         };
         drop(guard);
+        self.inner.count_unflushed(0);
         self.request(OP, result, buffer)
     }
 
@@ -2234,6 +2258,10 @@ impl Endpoint {
                 &param,
             )
         };
+        if reply.is_none() {
+            // Posted: complete here, applied at the peer by the next flush.
+            self.inner.count_unflushed(0);
+        }
         let staging = self
             .inner
             .complete(guard, operation, result, deadline, started, staging)?;

@@ -906,9 +906,29 @@ fn exchange_key(header: &[u8]) -> Option<(u64, u64, u64)> {
     Some((word_of(header, 0), word_of(header, 1), word_of(header, 2)))
 }
 
-/// Little-endian words as a message header (an exchange's key, a get's request and answers).
-fn words_header<const N: usize>(words: [u64; N]) -> Vec<u8> {
-    words.iter().flat_map(|word| word.to_le_bytes()).collect()
+/// Little-endian words as a message header (an exchange's key, a get's request and answers):
+/// up to four, on the stack (a header is built for every exchange of a barrier).
+fn words_header<const N: usize>(words: [u64; N]) -> WordsHeader {
+    const { assert!(N <= 4, "a words header holds up to four words") };
+    let mut bytes = [0u8; 32];
+    for (place, word) in bytes.chunks_exact_mut(8).zip(words) {
+        place.copy_from_slice(&word.to_le_bytes());
+    }
+    WordsHeader { bytes, len: 8 * N }
+}
+
+/// What [`words_header`] makes: the header's bytes are the first `len`.
+struct WordsHeader {
+    bytes: [u8; 32],
+    len: usize,
+}
+
+impl std::ops::Deref for WordsHeader {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
 }
 
 /// Word `i` of a header of little-endian words.

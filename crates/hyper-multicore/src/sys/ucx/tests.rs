@@ -707,6 +707,75 @@ two_pe_test!(
     progress_hook_body
 );
 
+/// A worker flush completes what only a flush completes at the peer — a put, a posted atomic, a
+/// non-blocking get — and returns at once when nothing was issued since the last flush that
+/// completed. Over TCP the peer's progress applies every operation, so with rank 1 stopped
+/// (SIGSTOP) a flush with nothing issued returns Ok, and one after each of those operations
+/// ends at its deadline; continued, rank 1 completes them and the next flush returns Ok.
+fn flush_waits_for_what_was_issued_body() {
+    use rustix::process::{kill_process, Pid, Signal};
+    let pair = connect_pair(true, None);
+    let rank = pair.world.rank();
+    if rank == 1 {
+        pair.mapping
+            .write(SMALL, &u64::from(std::process::id()).to_ne_bytes());
+    }
+    pair.world.control().barrier().unwrap(); // rank 1's process ID written
+    if rank == 0 {
+        let mut pid = [0u8; 8];
+        pair.endpoint
+            .get(&mut pid, pair.remote(SMALL), &pair.rkey, deadline(10))
+            .unwrap();
+        let pid = i32::try_from(u64::from_ne_bytes(pid)).unwrap();
+        let peer = Pid::from_raw(pid).expect("rank 1's process ID");
+        let short = || Instant::now() + Duration::from_millis(300);
+        let issue: [(&str, &dyn Fn()); 3] = [
+            ("a put", &|| {
+                pair.endpoint
+                    .put(&[1u8; 8], pair.remote(SMALL), &pair.rkey, deadline(10))
+                    .unwrap();
+            }),
+            ("a posted atomic add", &|| {
+                pair.endpoint
+                    .atomic_add::<u64>(pair.remote(WORD64), &pair.rkey, 1, deadline(10))
+                    .unwrap();
+            }),
+            ("a non-blocking get", &|| {
+                drop(
+                    pair.endpoint
+                        .get_nb(8, pair.remote(SMALL), &pair.rkey)
+                        .unwrap(),
+                );
+            }),
+        ];
+        for (what, issue) in issue {
+            kill_process(peer, Signal::STOP).unwrap();
+            hm_testkit::wait_until_stopped(pid);
+            pair.worker
+                .flush(short())
+                .unwrap_or_else(|e| panic!("a flush with nothing issued, before {what}: {e}"));
+            issue();
+            let outcome = pair.worker.flush(short());
+            kill_process(peer, Signal::CONT).unwrap();
+            let error = outcome.expect_err(&format!(
+                "the flush after {what} returned while its target was stopped"
+            ));
+            assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
+            pair.worker
+                .flush(deadline(10))
+                .unwrap_or_else(|e| panic!("the flush after {what}, target continued: {e}"));
+        }
+    }
+    pair.world.control().barrier().unwrap();
+    println!("PE_OK");
+}
+
+two_pe_test!(
+    a_flush_waits_for_what_was_issued_over_tcp,
+    Some("tcp,self"),
+    flush_waits_for_what_was_issued_body
+);
+
 /// Rank 1 kills itself with SIGKILL after the exchange; rank 0's operations on its endpoint must
 /// end with an error (PeerLost or Backend) within their deadline.
 fn killed_peer_body() {
