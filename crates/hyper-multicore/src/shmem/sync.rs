@@ -601,6 +601,11 @@ impl Clock {
 /// thread) about its looks. The UCX waits progress the worker as they look, so that thread
 /// stands down while they do; `()` tells nothing (the shared-memory waits).
 pub(crate) trait Serving {
+    /// Whether the spin phase pauses (`PAUSE`, some 40 ns here) between looks: not when each
+    /// look makes a system call (a UCX progress), which leaves the core to its sibling anyway
+    /// and only comes later after a pause.
+    const PAUSE_BETWEEN_LOOKS: bool = true;
+
     /// The waiter starts looking, and so serving.
     fn begin(&mut self);
     /// It stops looking: to sleep (`hand_over`: the other threads serve again at once), or as
@@ -669,14 +674,14 @@ impl<S: Serving> Drop for Looking<S> {
 /// peers' traffic, which the waiter's looks then serve themselves), and the wait hands over
 /// again when it ends in such looks.
 #[allow(clippy::too_many_arguments)]
-fn wait(
+fn wait<S: Serving>(
     mut done: impl FnMut() -> bool,
     word: &AtomicU32,
     sleepers: &AtomicU32,
     abort: &AbortWord,
     spin_looks: u32,
     clock: &mut Clock,
-    serving: impl Serving,
+    serving: S,
     rewatch: bool,
 ) -> Result<(), WaitError> {
     let mut serving = Looking::begin(serving);
@@ -692,7 +697,9 @@ fn wait(
                     break 'waited Err(timeout);
                 }
             }
-            spin_loop();
+            if S::PAUSE_BETWEEN_LOOKS {
+                spin_loop();
+            }
         }
         loop {
             serving.begin_again();

@@ -646,6 +646,9 @@ impl<'a> Looks<'a> {
 }
 
 impl sync::Serving for &Looks<'_> {
+    /// Each look progresses the worker: over TCP an `epoll_wait`.
+    const PAUSE_BETWEEN_LOOKS: bool = false;
+
     fn begin(&mut self) {
         self.ucx.worker.begin_serving();
     }
