@@ -570,6 +570,33 @@ fn large_puts_arrive_whole_and_in_order() {
     finish(shmem);
 }
 
+/// PE 1 writes its process ID into `pid_word` on PE 0 and every PE meets in a barrier; PE 0
+/// then reads it (the ID to stop PE 1 by): `Some` on PE 0, `None` on the others.
+fn process_id_of_pe_1(shmem: &Shmem, pid_word: &impl Symmetric<u64>) -> Option<i32> {
+    if shmem.rank() == 1 {
+        shmem
+            .put(pid_word, &[u64::from(std::process::id())], 0)
+            .unwrap();
+    }
+    shmem.barrier().unwrap();
+    (shmem.rank() == 0).then(|| {
+        let mut pid = [0u64];
+        shmem.get(&mut pid, pid_word, 0).unwrap();
+        i32::try_from(pid[0]).unwrap()
+    })
+}
+
+/// The call of a PE that was stopped while PE 0 gave up on it: its deadline passed meanwhile,
+/// or it finds PE 0 gone.
+fn assert_timed_out_or_lost<T: std::fmt::Debug>(outcome: hyper_multicore::Result<T>, what: &str) {
+    assert!(
+        outcome
+            .as_ref()
+            .is_err_and(|e| matches!(e.kind(), ErrorKind::PeerLost | ErrorKind::Timeout)),
+        "{what}: {outcome:?}"
+    );
+}
+
 /// What PE 0 does to a stopped PE 1 in [`waits_for_a_stopped_target`]: an operation and a quiet,
 /// or a get.
 #[derive(Clone, Copy)]
@@ -597,26 +624,11 @@ fn waits_for_a_stopped_target(what: WhileStopped) {
     let words = shmem.allocate::<u64>(2, None).unwrap();
     let large = shmem.allocate::<u8>(LARGE, None).unwrap();
     let (pid_word, data) = (words.view(0..1).unwrap(), words.view(1..2).unwrap());
-    if shmem.rank() == 1 {
-        shmem
-            .put(&pid_word, &[u64::from(std::process::id())], 0)
-            .unwrap();
-    }
-    shmem.barrier().unwrap();
-    if shmem.rank() == 1 {
+    let Some(pid) = process_id_of_pe_1(&shmem, &pid_word) else {
         // Stopped in here by PE 0, continued after its call failed.
-        let outcome = shmem.barrier();
-        assert!(
-            outcome
-                .as_ref()
-                .is_err_and(|e| matches!(e.kind(), ErrorKind::PeerLost | ErrorKind::Timeout)),
-            "PE 1's barrier after PE 0's call failed: {outcome:?}"
-        );
+        assert_timed_out_or_lost(shmem.barrier(), "PE 1's barrier after PE 0's call failed");
         return;
-    }
-    let mut pid = [0u64];
-    shmem.get(&mut pid, &pid_word, 0).unwrap();
-    let pid = i32::try_from(pid[0]).unwrap();
+    };
     let target = Pid::from_raw(pid).expect("PE 1's process ID");
     kill_process(target, Signal::STOP).unwrap();
     wait_until_stopped(pid);
@@ -672,26 +684,12 @@ fn a_reply_in_flight_at_teardown_releases_the_heap() {
     let (world, shmem) = start_runtime(Some(2 * LARGE as u64)).unwrap();
     let pid_word = shmem.allocate::<u64>(1, None).unwrap();
     let large = shmem.allocate::<u8>(LARGE, None).unwrap();
-    if shmem.rank() == 1 {
-        shmem
-            .put(&pid_word, &[u64::from(std::process::id())], 0)
-            .unwrap();
-    }
-    shmem.barrier().unwrap();
-    if shmem.rank() == 1 {
+    let Some(pid) = process_id_of_pe_1(&shmem, &pid_word) else {
         // Stopped in here by PE 0, continued after PE 0 dropped its runtime.
         let outcome = shmem.get(&mut vec![0u8; LARGE], &large, 0);
-        assert!(
-            outcome
-                .as_ref()
-                .is_err_and(|e| matches!(e.kind(), ErrorKind::PeerLost | ErrorKind::Timeout)),
-            "PE 1's get from PE 0, which dropped its runtime: {outcome:?}"
-        );
+        assert_timed_out_or_lost(outcome, "PE 1's get from PE 0, which dropped its runtime");
         return;
-    }
-    let mut pid = [0u64];
-    shmem.get(&mut pid, &pid_word, 0).unwrap();
-    let pid = i32::try_from(pid[0]).unwrap();
+    };
     let peer = Pid::from_raw(pid).expect("PE 1's process ID");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while Shmem::ucx_replies_in_flight() == 0 {
