@@ -535,7 +535,8 @@ struct WorkerHandle {
     /// awake ([`WorkerHandle::wait_flush`]).
     unflushed: AtomicUsize,
     /// Operations issued through the worker's endpoints that only a flush completes at the
-    /// peer (puts, posted atomics, non-blocking gets), counted once issued.
+    /// peer (puts and posted atomics), counted once issued. A non-blocking get is not: only its
+    /// [`Request::wait`] hands its bytes over, and that waits for it.
     issued: AtomicU64,
     /// The most operations ([`WorkerHandle::issued`]) a completed [`Worker::flush`] covered: a
     /// flush with nothing issued since is skipped (a barrier starts with a quiet).
@@ -1070,20 +1071,20 @@ impl Worker {
         check("ucx fence", "ucp_worker_fence failed", status)
     }
 
-    /// Waits until every put, posted atomic and non-blocking get issued on the endpoints of
-    /// this worker has completed remotely (`ucp_worker_flush_nbx`, the transport's quiet);
-    /// returns at once when none was issued since the last flush that completed. Active
-    /// messages are not counted: their handlers' effects are the caller's to confirm (the
-    /// transport's quiet probes the peers it sent messages to).
+    /// Waits until every put and posted atomic issued on the endpoints of this worker has
+    /// completed remotely (`ucp_worker_flush_nbx`, the transport's quiet); returns at once when
+    /// none was issued since the last flush that completed ([`Worker::has_unflushed`]).
+    /// Non-blocking gets complete with their [`Request::wait`], and active messages are the
+    /// caller's to confirm (the transport's quiet probes the peers it sent messages to).
     pub fn flush(&self, deadline: Instant) -> Result<()> {
         const OP: &str = "ucx quiet";
+        if !self.has_unflushed() {
+            return Ok(());
+        }
         // Every operation counted before this load was issued before the flush below, which
         // completes it; one counted after it is another thread's, which this flush need not
         // cover (its own flush will).
         let issued = self.inner.issued.load(Ordering::Acquire);
-        if self.inner.flushed.load(Ordering::Acquire) >= issued {
-            return Ok(());
-        }
         let started = Instant::now();
         let param = ffi::ucp_request_param_t::default();
         // SAFETY: live worker; param is a valid request description with no callback.
@@ -1105,6 +1106,12 @@ impl Worker {
                 ))
             }
         }
+    }
+
+    /// Whether a put or posted atomic was issued since the last [`Worker::flush`] that
+    /// completed (one of another thread's may be counted too: its flush is then not skipped).
+    pub fn has_unflushed(&self) -> bool {
+        self.inner.flushed.load(Ordering::Acquire) < self.inner.issued.load(Ordering::Acquire)
     }
 
     /// Starts a thread that sleeps on the worker's event fd and progresses the worker whenever
@@ -1860,9 +1867,16 @@ impl EndpointHandle {
         operation: &str,
         result: ffi::ucs_status_ptr_t,
         deadline: Instant,
-        started: Instant,
         staging: Option<Staging>,
     ) -> Result<Option<Staging>> {
+        // Done at once (most sends, posted atomics): no clock read on this path.
+        if !ffi::ucs_ptr_is_ptr(result) {
+            return match ffi::ucs_ptr_status(result) {
+                ffi::UCS_OK => Ok(staging),
+                status => Err(self.error(operation, "the operation failed", status)),
+            };
+        }
+        let started = Instant::now();
         // UCX may use the memory until this returns: a panic unwinding out of the wait (a
         // progress hook's) would hand it back to the caller, or free the staging buffer.
         let _unwinding = AbortOnUnwind::new(operation);
@@ -2054,7 +2068,6 @@ impl Endpoint {
         deadline: Instant,
     ) -> Result<()> {
         const OP: &str = "ucx put";
-        let started = Instant::now();
         self.check_key(OP, rkey)?;
         let guard = self.inner.usable(OP)?;
         if source.is_empty() {
@@ -2082,7 +2095,7 @@ impl Endpoint {
         };
         self.inner.count_unflushed(source.len());
         self.inner
-            .complete(guard, OP, result, deadline, started, staging)
+            .complete(guard, OP, result, deadline, staging)
             .map(drop)
     }
 
@@ -2095,7 +2108,6 @@ impl Endpoint {
         deadline: Instant,
     ) -> Result<()> {
         const OP: &str = "ucx get";
-        let started = Instant::now();
         self.check_key(OP, rkey)?;
         let guard = self.inner.usable(OP)?;
         if destination.is_empty() {
@@ -2121,10 +2133,7 @@ impl Endpoint {
                 &param,
             )
         };
-        if let Some(staging) = self
-            .inner
-            .complete(guard, OP, result, deadline, started, staging)?
-        {
+        if let Some(staging) = self.inner.complete(guard, OP, result, deadline, staging)? {
             destination.copy_from_slice(&staging.bytes()[..len]);
         }
         Ok(())
@@ -2174,7 +2183,6 @@ impl Endpoint {
             )
         };
         drop(guard);
-        self.inner.count_unflushed(0);
         self.request(OP, result, buffer)
     }
 
@@ -2211,7 +2219,6 @@ impl Endpoint {
         reply: Option<T>,
         deadline: Instant,
     ) -> Result<T> {
-        let started = Instant::now();
         self.check_key(operation, rkey)?;
         let size = std::mem::size_of::<T>();
         if remote_addr % size as u64 != 0 {
@@ -2264,7 +2271,7 @@ impl Endpoint {
         }
         let staging = self
             .inner
-            .complete(guard, operation, result, deadline, started, staging)?;
+            .complete(guard, operation, result, deadline, staging)?;
         let bytes = match &staging {
             Some(staging) => staging.bytes(),
             None => bytemuck::bytes_of(&words),
@@ -2412,7 +2419,6 @@ impl Endpoint {
         flags: u32,
     ) -> Result<()> {
         const OP: &str = "ucx am send";
-        let started = Instant::now();
         if header.len() > self.inner.worker.max_am_header {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -2460,7 +2466,7 @@ impl Endpoint {
             )
         };
         self.inner
-            .complete(guard, OP, result, deadline, started, staging)
+            .complete(guard, OP, result, deadline, staging)
             .map(drop)
     }
 

@@ -537,12 +537,13 @@ impl Transports {
         pe: usize,
         tag: u64,
         data: &[u8],
+        deadline: Instant,
     ) -> Option<Result<Awaited>> {
         match self.routes[pe] {
             Route::Shm(_) => None,
             Route::Ucx(peer) => Some(
                 self.ucx()
-                    .and_then(|ucx| ucx.send_exchange(peer, tag, data)),
+                    .and_then(|ucx| ucx.send_exchange(peer, tag, data, deadline)),
             ),
         }
     }
@@ -843,7 +844,7 @@ impl super::runtime::Shmem {
     /// that route: this PE's thread then takes the message from the worker itself while it
     /// waits, with no hand-off through the control plane's router thread.
     fn exchange(&self, other: usize, tag: u64, data: &[u8], deadline: Instant) -> Result<Vec<u8>> {
-        let Some(started) = self.transport.send_exchange(other, tag, data) else {
+        let Some(started) = self.transport.send_exchange(other, tag, data, deadline) else {
             self.plane.send(other, tag, data)?;
             return self.plane.recv_deadline(other, tag, deadline);
         };

@@ -591,7 +591,7 @@ impl Transport for UcxTransport {
 
     fn quiet(&self) -> Result<()> {
         self.not_aborted("quiet")?;
-        let outcome = self.flush_and_probe(self.deadline());
+        let outcome = self.flush_and_probe();
         self.checked(outcome)
     }
 
@@ -679,8 +679,15 @@ impl UcxTransport {
 
     /// Starts this PE's side of a two-rank exchange with `peer` under `tag`: sends `data` as
     /// one active message, to be taken by the peer's matching exchange. Both ranks must make
-    /// the same exchanges with each other in the same order (collectives do).
-    pub(crate) fn send_exchange(&self, peer: UcxPeer, tag: u64, data: &[u8]) -> Result<Awaited> {
+    /// the same exchanges with each other in the same order (collectives do). The send ends by
+    /// `deadline` (the exchange's, read from the clock once for the whole exchange).
+    pub(crate) fn send_exchange(
+        &self,
+        peer: UcxPeer,
+        tag: u64,
+        data: &[u8],
+        deadline: Instant,
+    ) -> Result<Awaited> {
         self.not_aborted("exchange")?;
         let sequence = {
             let mut started = self.mailbox.started.lock();
@@ -694,7 +701,7 @@ impl UcxTransport {
         let outcome = remote
             .endpoint
             .lock()
-            .am_send(EXCHANGE_AM, &header, data, self.deadline());
+            .am_send(EXCHANGE_AM, &header, data, deadline);
         self.checked(outcome)?;
         Ok(Awaited {
             key: (peer as u64, tag, sequence),
@@ -808,8 +815,9 @@ impl UcxTransport {
     /// every put and signal sent as an active message, which no flush covers — a one-byte get
     /// from each peer that has some since the last probe, answered by the peer only after it
     /// applied them (they precede the get on the same lane, [`Path::Messages`]). The probes
-    /// travel together, and the flush waits for them too.
-    fn flush_and_probe(&self, deadline: Instant) -> Result<()> {
+    /// travel together. With nothing to probe or flush it returns without reading the clock (a
+    /// barrier starts with a quiet).
+    fn flush_and_probe(&self) -> Result<()> {
         let mut probes = Vec::new();
         for remote in self.peers.iter().flatten() {
             let sent = remote.sent.load(Ordering::Acquire);
@@ -821,6 +829,10 @@ impl UcxTransport {
                 probes.push((remote, sent, probe));
             }
         }
+        if probes.is_empty() && !self.worker.has_unflushed() {
+            return Ok(());
+        }
+        let deadline = self.deadline();
         for (remote, sent, probe) in probes {
             probe.wait(deadline)?;
             remote.probed.fetch_max(sent, Ordering::AcqRel);
