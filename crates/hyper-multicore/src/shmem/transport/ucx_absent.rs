@@ -104,7 +104,13 @@ impl sync::Serving for &Looks<'_> {
 
 impl UcxTransport {
     /// Never called (no UCX transport in this build).
-    pub(crate) fn send_exchange(&self, _: UcxPeer, _: u64, _: &[u8]) -> Result<Awaited> {
+    pub(crate) fn send_exchange(
+        &self,
+        _: UcxPeer,
+        _: u64,
+        _: &[u8],
+        _: std::time::Instant,
+    ) -> Result<Awaited> {
         match *self {}
     }
 
