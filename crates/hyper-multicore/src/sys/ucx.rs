@@ -1078,13 +1078,13 @@ impl Worker {
     /// caller's to confirm (the transport's quiet probes the peers it sent messages to).
     pub fn flush(&self, deadline: Instant) -> Result<()> {
         const OP: &str = "ucx quiet";
-        if !self.has_unflushed() {
-            return Ok(());
-        }
         // Every operation counted before this load was issued before the flush below, which
         // completes it; one counted after it is another thread's, which this flush need not
         // cover (its own flush will).
         let issued = self.inner.issued.load(Ordering::Acquire);
+        if self.inner.flushed.load(Ordering::Acquire) >= issued {
+            return Ok(());
+        }
         let started = Instant::now();
         let param = ffi::ucp_request_param_t::default();
         // SAFETY: live worker; param is a valid request description with no callback.
