@@ -2,7 +2,8 @@
 # Smoke test of the benchmark harness (CI): runs `hm-bench control` in quick mode on 2 and 4 PEs,
 # `hm-bench shmem` in quick mode on 2 PEs, the restart timings (`examples/restart_timings`
 # under `hmrun -n 2`), the C API's scaling program (`bench/oshmem/scaling.c`, quick), the bare
-# UCX loops (`bench/ucx_floor/ucx_floor.c`, quick) and the
+# UCX loops (`bench/ucx_floor/ucx_floor.c`, quick), the plain-socket loop beside them
+# (`bench/ucx_floor/nested_epoll.c`, quick) and the
 # 2-PE rows across two namespace hosts (where it runs as root), and checks that every output
 # line is a JSON object with the required keys and that every expected row is there. It checks
 # that the benchmarks work, never how fast they are. Needs neither OSHMEM nor matplotlib.
@@ -25,23 +26,33 @@ lines="$(target/debug/hmrun -n 2 -- "$scaling" --quick | grep -c '^\[0\] ')"
 rm -rf "$(dirname "$scaling")"
 [ "$lines" -eq 8 ] || { echo "bench smoke (scaling.c): $lines lines from PE 0, expected 8" >&2; exit 1; }
 echo "bench smoke OK (scaling.c): 8 lines"
-# The bare UCX loops (bench/ucx_floor/ucx_floor.c): every row, in both contexts, one JSON line
+# The bare UCX loops (bench/ucx_floor/ucx_floor.c): every row, in all three contexts, one JSON line
 # each from PE 0.
 floor="$(mktemp -d)/ucx_floor"
 gcc -O2 -Wall -Werror -o "$floor" bench/ucx_floor/ucx_floor.c -lucp -lucs
 lines=0
 for row in signal put_word get fetch_add put_quiet put_1m get_1m all_to_all am_word am_quiet; do
-    for context in oshmem ours; do
-        args=("$row" --quick)
-        [ "$context" = ours ] && args+=(--context ours)
-        out="$(UCX_TLS=tcp,self timeout 60 "$floor" "${args[@]}")"
+    for context in oshmem wakeup ours; do
+        out="$(UCX_TLS=tcp,self timeout 60 "$floor" "$row" --context "$context" --quick)"
         grep -q "^{\"op\":\"$row\",\"layer\":\"ucx-floor\",\"context\":\"$context\"" <<<"$out" &&
             lines=$((lines + 1))
     done
 done
 rm -rf "$(dirname "$floor")"
-[ "$lines" -eq 20 ] || { echo "bench smoke (ucx_floor.c): $lines rows, expected 20" >&2; exit 1; }
-echo "bench smoke OK (ucx_floor.c): 20 rows"
+[ "$lines" -eq 30 ] || { echo "bench smoke (ucx_floor.c): $lines rows, expected 30" >&2; exit 1; }
+echo "bench smoke OK (ucx_floor.c): 30 rows"
+# The plain-socket loop beside them (bench/ucx_floor/nested_epoll.c): both forms, one JSON line each.
+nested="$(mktemp -d)/nested_epoll"
+gcc -O2 -Wall -Werror -o "$nested" bench/ucx_floor/nested_epoll.c
+lines=0
+for outer in off on; do
+    out="$(timeout 60 "$nested" --outer "$outer" --quick)"
+    grep -q "^{\"op\":\"tcp_round_trip\",\"layer\":\"nested-epoll\",\"outer\":\"$outer\"" <<<"$out" &&
+        lines=$((lines + 1))
+done
+rm -rf "$(dirname "$nested")"
+[ "$lines" -eq 2 ] || { echo "bench smoke (nested_epoll.c): $lines rows, expected 2" >&2; exit 1; }
+echo "bench smoke OK (nested_epoll.c): 2 rows"
 # The two-host form (bench/run_all.sh's step across two network namespaces): one PE per host,
 # rank 0 printing rows; skipped, saying why, where the namespaces cannot be made (not root).
 two_hosts="$(mktemp)"

@@ -4,7 +4,7 @@
  * ucx` on the same transport (issue 10; bench/findings.md, round 26).
  *
  * Build:  gcc -O2 -o target/ucx_floor bench/ucx_floor/ucx_floor.c -lucp -lucs
- * Run:    UCX_TLS=tcp,self target/ucx_floor ROW [--context ours] [--quick]
+ * Run:    UCX_TLS=tcp,self target/ucx_floor ROW [--context oshmem|wakeup|ours] [--quick]
  *
  * The process forks; parent (PE 0) and child (PE 1) exchange worker addresses, heap addresses
  * and packed rkeys over a socketpair, then PE 0 times the row: 21 trials (11 for the 1 MiB rows)
@@ -32,7 +32,10 @@
  * --context ours makes the context and worker as `crate::sys::ucx` does: features RMA, AMO32,
  * AMO64, AM and WAKEUP (the event fd the progress thread sleeps on), a MULTI-thread worker and
  * UCX_USE_MT_MUTEX=y. The default is what OSHMEM's spml ucx asks for: RMA, AMO32, AMO64, a
- * single-thread worker. Endpoints have peer-failure handling in both (as ours). --quick: small
+ * single-thread worker. --context wakeup is OSHMEM's plus the WAKEUP feature alone: it puts the
+ * transport's own epoll set (TCP's) into the worker's, so the kernel runs one more wake-up
+ * callback for every message received (bench/findings.md, round 29). Endpoints have
+ * peer-failure handling in all three (as ours). --quick: small
  * batches and 3 trials (checks that it works, not how fast; the smoke test).
  */
 #define _GNU_SOURCE
@@ -47,6 +50,10 @@
 #include <unistd.h>
 
 #define BIG (1 << 20)
+
+/* The contexts of --context, in the order of `context_names`. */
+enum context { OSHMEM, WAKEUP, OURS, CONTEXTS };
+static const char *const context_names[CONTEXTS] = {"oshmem", "wakeup", "ours"};
 
 /* The rows, in the order of `row_names` (resolved once, not per operation). */
 enum row {
@@ -257,12 +264,13 @@ static int compare(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static void run(enum row row, int ours) {
-    int messages = row == AM_WORD || row == AM_QUIET;
+static void run(enum row row, enum context kind) {
+    int messages = row == AM_WORD || row == AM_QUIET, ours = kind == OURS;
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES,
         .features = UCP_FEATURE_RMA | UCP_FEATURE_AMO32 | UCP_FEATURE_AMO64 |
-                    (ours || messages ? UCP_FEATURE_AM : 0) | (ours ? UCP_FEATURE_WAKEUP : 0),
+                    (ours || messages ? UCP_FEATURE_AM : 0) |
+                    (kind != OSHMEM ? UCP_FEATURE_WAKEUP : 0),
     };
     ucp_config_t *config;
     ucp_context_h context;
@@ -340,7 +348,7 @@ static void run(enum row row, int ours) {
     if (me == 0) {
         printf("{\"op\":\"%s\",\"layer\":\"ucx-floor\",\"context\":\"%s\",\"median_ns\":%.1f,"
                "\"min_ns\":%.1f,\"trials\":%d,\"batch_ops\":%llu}\n",
-               row_names[row], ours ? "ours" : "oshmem", per_op[trials / 2], per_op[0], trials,
+               row_names[row], context_names[kind], per_op[trials / 2], per_op[0], trials,
                (unsigned long long)batch);
     }
     meet();
@@ -357,14 +365,18 @@ static void run(enum row row, int ours) {
 
 int main(int argc, char **argv) {
     enum row row = ROWS;
-    int ours = 0, usage = argc < 2;
+    enum context kind = OSHMEM;
+    int usage = argc < 2;
     for (int i = 0; argc > 1 && i < ROWS; i++)
         if (!strcmp(argv[1], row_names[i])) row = (enum row)i;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             quick = 1;
-        } else if (!strcmp(argv[i], "--context") && i + 1 < argc && !strcmp(argv[i + 1], "ours")) {
-            ours = 1;
+        } else if (!strcmp(argv[i], "--context") && i + 1 < argc) {
+            kind = CONTEXTS;
+            for (int k = 0; k < CONTEXTS; k++)
+                if (!strcmp(argv[i + 1], context_names[k])) kind = (enum context)k;
+            usage |= kind == CONTEXTS;
             i++;
         } else {
             usage = 1;
@@ -372,7 +384,7 @@ int main(int argc, char **argv) {
     }
     if (row == ROWS || usage) {
         fprintf(stderr,
-                "usage: ucx_floor ROW [--context ours] [--quick]\n"
+                "usage: ucx_floor ROW [--context oshmem|wakeup|ours] [--quick]\n"
                 "ROW: signal, put_word, get, fetch_add, put_quiet, put_1m, get_1m, all_to_all, "
                 "am_word, am_quiet\n");
         return 2;
@@ -384,7 +396,7 @@ int main(int argc, char **argv) {
     me = child == 0;
     link_fd = link[me];
     close(link[1 - me]);
-    run(row, ours);
+    run(row, kind);
     if (child > 0) {
         int status;
         if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status))
