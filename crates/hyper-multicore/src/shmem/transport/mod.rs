@@ -873,41 +873,41 @@ impl super::runtime::Shmem {
         stamped: [u64; 4],
     ) -> Result<Vec<[u64; 4]>> {
         self.transport.quiet().map_err(|e| e.on_rank(self.rank))?;
-        let bytes: Vec<u8> = stamped.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let parts = if self.size == 2 {
+        let mut bytes = [0u8; 32];
+        for (part, word) in bytes.chunks_exact_mut(8).zip(stamped) {
+            part.copy_from_slice(&word.to_le_bytes());
+        }
+        let words_of = |part: &[u8]| -> Result<[u64; 4]> {
+            let words: Option<[u64; 4]> = (part.len() == 32).then(|| {
+                std::array::from_fn(|i| {
+                    u64::from_le_bytes(part[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+                })
+            });
+            words.ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Protocol,
+                    operation,
+                    format!("a rank published {} bytes of call words, not 32", part.len()),
+                )
+                .on_rank(self.rank)
+            })
+        };
+        let failed = |e| as_operation(e, operation).on_rank(self.rank);
+        if self.size == 2 {
             // Two ranks trade their words directly: one message's time, not a round.
             let other = 1 - self.rank;
             let deadline = Instant::now() + self.config.timeout;
-            self.exchange(other, CALL_WORDS_TAG, &bytes, deadline)
-                .map(|theirs| match self.rank {
-                    0 => vec![bytes, theirs],
-                    _ => vec![theirs, bytes],
-                })
-        } else {
-            self.plane.allgather(&bytes)
+            let theirs = self
+                .exchange(other, CALL_WORDS_TAG, &bytes, deadline)
+                .map_err(failed)?;
+            let theirs = words_of(&theirs)?;
+            return Ok(match self.rank {
+                0 => vec![stamped, theirs],
+                _ => vec![theirs, stamped],
+            });
         }
-        .map_err(|e| as_operation(e, operation).on_rank(self.rank))?;
-        parts
-            .iter()
-            .map(|part| {
-                let words: Option<[u64; 4]> = (part.len() == 32).then(|| {
-                    std::array::from_fn(|i| {
-                        u64::from_le_bytes(part[8 * i..8 * i + 8].try_into().expect("8 bytes"))
-                    })
-                });
-                words.ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Protocol,
-                        operation,
-                        format!(
-                            "a rank published {} bytes of call words, not 32",
-                            part.len()
-                        ),
-                    )
-                    .on_rank(self.rank)
-                })
-            })
-            .collect()
+        let parts = self.plane.allgather(&bytes).map_err(failed)?;
+        parts.iter().map(|part| words_of(part)).collect()
     }
 }
 

@@ -106,20 +106,48 @@ const MESSAGE_PUT_MAX: usize = 1024;
 /// acknowledgement per fragment, and reassembles it at the target into a buffer of its size.
 const MESSAGE_CHUNK: usize = 256 << 10;
 
-/// The messages of two-rank exchanges that arrived and were not taken yet, by (source rank,
-/// tag, sequence); and how many exchanges this PE started with each (peer, tag).
+/// What identifies a two-rank exchange's message: (source rank, tag, sequence).
+type ExchangeKey = (u64, u64, u64);
+
+/// The messages of two-rank exchanges that arrived and were not taken yet, with their keys
+/// (source rank, tag, sequence); and how many exchanges this PE started with each (peer, tag).
 #[derive(Debug, Default)]
 struct Mailbox {
-    arrived: Mutex<FxHashMap<(u64, u64, u64), Vec<u8>>>,
+    /// A list, not a map: it holds one message or two at a time (one per exchange in flight),
+    /// which a scan finds sooner than a hash does (bench/findings.md, round 29).
+    arrived: Mutex<Vec<(ExchangeKey, Vec<u8>)>>,
     /// How many messages `arrived` holds: a waiter's look is one load while it is zero.
     unclaimed: AtomicUsize,
     started: Mutex<FxHashMap<(usize, u64), u64>>,
 }
 
+impl Mailbox {
+    /// Files a peer's message (called by the exchange handler).
+    fn post(&self, key: ExchangeKey, data: &[u8]) {
+        self.arrived.lock().push((key, data.to_vec()));
+        // SeqCst: the count precedes the read of the sleeper count in the handler's `ring`.
+        self.unclaimed.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The message filed under `key`, taken out.
+    fn take(&self, key: ExchangeKey) -> Option<Vec<u8>> {
+        if self.unclaimed.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let message = {
+            let mut arrived = self.arrived.lock();
+            let at = arrived.iter().position(|(filed, _)| *filed == key)?;
+            arrived.swap_remove(at).1
+        };
+        self.unclaimed.fetch_sub(1, Ordering::SeqCst);
+        Some(message)
+    }
+}
+
 /// The message a started exchange waits for: the peer's message of the same tag and sequence.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Awaited {
-    key: (u64, u64, u64),
+    key: ExchangeKey,
 }
 
 /// What a PE publishes for its peers.
@@ -400,9 +428,7 @@ impl Transport for UcxTransport {
                 );
                 return;
             };
-            posted.arrived.lock().insert(key, data.to_vec());
-            // SeqCst: the count precedes the read of the sleeper count in `ring`.
-            posted.unclaimed.fetch_add(1, Ordering::SeqCst);
+            posted.post(key, data);
             sync::ring(&ringing.pe_words(bell).doorbell);
         })?;
         // A request that waits long for a peer's progress asks that peer's progress thread to
@@ -710,12 +736,7 @@ impl UcxTransport {
 
     /// The peer's message of an exchange, once it arrived (taken: a second call gives None).
     pub(crate) fn take_exchange(&self, awaited: Awaited) -> Option<Vec<u8>> {
-        if self.mailbox.unclaimed.load(Ordering::SeqCst) == 0 {
-            return None;
-        }
-        let message = self.mailbox.arrived.lock().remove(&awaited.key)?;
-        self.mailbox.unclaimed.fetch_sub(1, Ordering::SeqCst);
-        Some(message)
+        self.mailbox.take(awaited.key)
     }
 
     /// A get on the message path whose one lane carries every active message: `target` is lent
@@ -916,7 +937,7 @@ impl UcxTransport {
 }
 
 /// The (source rank, tag, sequence) of an exchange message's header, if it is one.
-fn exchange_key(header: &[u8]) -> Option<(u64, u64, u64)> {
+fn exchange_key(header: &[u8]) -> Option<ExchangeKey> {
     let header: &[u8; 24] = header.try_into().ok()?;
     Some((word_of(header, 0), word_of(header, 1), word_of(header, 2)))
 }
