@@ -803,9 +803,17 @@ impl super::runtime::Shmem {
             .quiet()
             .map_err(|e| as_operation(e, operation).on_rank(self.rank))?;
         let deadline = Instant::now() + self.config.timeout;
-        self.segment_barrier(operation, Deadline::At(deadline))?;
+        // A group of one PE (the only PE on its host, or any PE on the UCX route) has nobody
+        // to meet in shared memory.
+        let alone = self.transport.group().len() == 1;
+        if !alone {
+            self.segment_barrier(operation, Deadline::At(deadline))?;
+        }
         self.leaders_barrier(deadline)
             .map_err(|e| as_operation(e, operation).on_rank(self.rank))?;
+        if alone {
+            return Ok(());
+        }
         self.segment_barrier(operation, Deadline::At(deadline))
     }
 
