@@ -895,7 +895,10 @@ impl super::runtime::Shmem {
                 Error::new(
                     ErrorKind::Protocol,
                     operation,
-                    format!("a rank published {} bytes of call words, not 32", part.len()),
+                    format!(
+                        "a rank published {} bytes of call words, not 32",
+                        part.len()
+                    ),
                 )
                 .on_rank(self.rank)
             })
