@@ -787,6 +787,37 @@ const LEADERS_BARRIER_TAG: u64 = u64::from_be_bytes(*b"hm-lbarr");
 /// The control-plane tag of the call words two ranks exchange in [`Shmem::gather_call_words`](crate::shmem::Shmem::gather_call_words).
 const CALL_WORDS_TAG: u64 = u64::from_be_bytes(*b"hm-callw");
 
+/// Little-endian words as bytes, up to four, on the stack: the UCX route's message headers (an
+/// exchange's key, a get's request and answers; one is built for every exchange of a barrier)
+/// and the call words two ranks trade ([`Shmem::gather_call_words`](crate::shmem::Shmem::gather_call_words)).
+pub(super) fn words_header<const N: usize>(words: [u64; N]) -> WordsHeader {
+    const { assert!(N <= 4, "a words header holds up to four words") };
+    let mut bytes = [0u8; 32];
+    for (place, word) in bytes.chunks_exact_mut(8).zip(words) {
+        place.copy_from_slice(&word.to_le_bytes());
+    }
+    WordsHeader { bytes, len: 8 * N }
+}
+
+/// What [`words_header`] makes: the header's bytes are the first `len`.
+pub(super) struct WordsHeader {
+    bytes: [u8; 32],
+    len: usize,
+}
+
+impl std::ops::Deref for WordsHeader {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+/// Word `i` of little-endian words (what [`words_header`] makes).
+pub(super) fn word_of(header: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(header[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+}
+
 impl super::runtime::Shmem {
     /// The barrier of a root spanning several locality groups, hierarchical: every transport's
     /// operations complete (quiet); the PEs of each group meet in their segment's shared-memory
@@ -881,16 +912,10 @@ impl super::runtime::Shmem {
         stamped: [u64; 4],
     ) -> Result<Vec<[u64; 4]>> {
         self.transport.quiet().map_err(|e| e.on_rank(self.rank))?;
-        let mut bytes = [0u8; 32];
-        for (part, word) in bytes.chunks_exact_mut(8).zip(stamped) {
-            part.copy_from_slice(&word.to_le_bytes());
-        }
+        let bytes = words_header(stamped);
         let words_of = |part: &[u8]| -> Result<[u64; 4]> {
-            let words: Option<[u64; 4]> = (part.len() == 32).then(|| {
-                std::array::from_fn(|i| {
-                    u64::from_le_bytes(part[8 * i..8 * i + 8].try_into().expect("8 bytes"))
-                })
-            });
+            let words: Option<[u64; 4]> =
+                (part.len() == 32).then(|| std::array::from_fn(|i| word_of(part, i)));
             words.ok_or_else(|| {
                 Error::new(
                     ErrorKind::Protocol,

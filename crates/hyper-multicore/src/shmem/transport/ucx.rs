@@ -64,7 +64,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::shm::apply_rmw;
-use super::{ShmTransport, Start, Transport, Width};
+use super::{word_of, words_header, ShmTransport, Start, Transport, Width};
 use crate::control::{Nudger, SpinWork, WhileWaiting};
 use crate::error::{Error, ErrorKind, Result};
 use crate::shmem::segment::Segment;
@@ -940,36 +940,6 @@ impl UcxTransport {
 fn exchange_key(header: &[u8]) -> Option<ExchangeKey> {
     let header: &[u8; 24] = header.try_into().ok()?;
     Some((word_of(header, 0), word_of(header, 1), word_of(header, 2)))
-}
-
-/// Little-endian words as a message header (an exchange's key, a get's request and answers):
-/// up to four, on the stack (a header is built for every exchange of a barrier).
-fn words_header<const N: usize>(words: [u64; N]) -> WordsHeader {
-    const { assert!(N <= 4, "a words header holds up to four words") };
-    let mut bytes = [0u8; 32];
-    for (place, word) in bytes.chunks_exact_mut(8).zip(words) {
-        place.copy_from_slice(&word.to_le_bytes());
-    }
-    WordsHeader { bytes, len: 8 * N }
-}
-
-/// What [`words_header`] makes: the header's bytes are the first `len`.
-struct WordsHeader {
-    bytes: [u8; 32],
-    len: usize,
-}
-
-impl std::ops::Deref for WordsHeader {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        &self.bytes[..self.len]
-    }
-}
-
-/// Word `i` of a header of little-endian words.
-fn word_of(header: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(header[8 * i..8 * i + 8].try_into().expect("8 bytes"))
 }
 
 /// The (offset, length, token) of a get request, if its header is one and the range lies in a
