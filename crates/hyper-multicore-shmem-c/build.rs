@@ -480,6 +480,12 @@ fn collective_calls(out: &mut String, t: &StandardType) {
     reductions(out, t);
 }
 
+/// The first line of every team collective: a handle that names no team (`SHMEM_TEAM_INVALID`,
+/// destroyed, finalized) returns nonzero at once, doing nothing (the standard leaves it
+/// undefined; every PE passing it does the same, so nobody waits).
+const TEAM_OR_NONZERO: &str =
+    "    let Some(team) = teams::lookup(CALL, team) else { return -1 };\n";
+
 /// The data-moving team collectives (broadcast, fcollect, collect, alltoall, alltoalls) of one
 /// element type: `name(op)` names them, `r` is their pointee type, `size` the element size.
 fn team_moves(out: &mut String, name: &dyn Fn(&str) -> String, r: &str, size: &str) {
@@ -510,7 +516,7 @@ fn team_moves(out: &mut String, name: &dyn Fn(&str) -> String, r: &str, size: &s
             "alltoall",
             "collective: block `j` (`nelems` elements) of `source` to PE `j`'s block `my_pe`.",
             "",
-            "nelems * collectives::team_size(CALL, team)",
+            "nelems * team.pes(CALL).len()",
             "",
         ),
     ];
@@ -524,13 +530,15 @@ fn team_moves(out: &mut String, name: &dyn Fn(&str) -> String, r: &str, size: &s
                     "team: usize, dest: *mut {r}, source: *const {r}, nelems: usize{extra}"
                 ),
                 returns: "c_int",
-                body: buffer(
-                    "source",
-                    "source",
-                    &format!("rma::bytes(CALL, {elements}, {size})"),
-                ) + &format!(
-                    "    collectives::{op}(CALL, &teams::team(CALL, team), dest as usize, source{argument});\n    0\n"
-                ),
+                body: String::from(TEAM_OR_NONZERO)
+                    + &buffer(
+                        "source",
+                        "source",
+                        &format!("rma::bytes(CALL, {elements}, {size})"),
+                    )
+                    + &format!(
+                        "    collectives::{op}(CALL, &team, dest as usize, source{argument});\n    0\n"
+                    ),
             },
         );
     }
@@ -543,13 +551,15 @@ fn team_moves(out: &mut String, name: &dyn Fn(&str) -> String, r: &str, size: &s
                 "team: usize, dest: *mut {r}, source: *const {r}, dst: isize, sst: isize, nelems: usize"
             ),
             returns: "c_int",
-            body: buffer(
-                "source",
-                "source",
-                &format!("rma::strided_bytes(CALL, nelems * collectives::team_size(CALL, team), sst, {size})"),
-            ) + &format!(
-                "    collectives::alltoalls(CALL, &teams::team(CALL, team), dest as usize, source, [dst, sst], {size}, nelems);\n    0\n"
-            ),
+            body: String::from(TEAM_OR_NONZERO)
+                + &buffer(
+                    "source",
+                    "source",
+                    &format!("rma::strided_bytes(CALL, nelems * team.pes(CALL).len(), sst, {size})"),
+                )
+                + &format!(
+                    "    collectives::alltoalls(CALL, &team, dest as usize, source, [dst, sst], {size}, nelems);\n    0\n"
+                ),
         },
     );
 }
@@ -582,7 +592,7 @@ fn reductions(out: &mut String, t: &StandardType) {
                 params: format!("team: usize, dest: *mut {r}, source: *const {r}, nreduce: usize"),
                 returns: "c_int",
                 body: format!(
-                    "    collectives::{reduce}(CALL, &teams::team(CALL, team), dest as usize, source as usize, nreduce, ReduceOp::{variant});\n    0\n"
+                    "{TEAM_OR_NONZERO}    collectives::{reduce}(CALL, &team, dest as usize, source as usize, nreduce, ReduceOp::{variant});\n    0\n"
                 ),
             });
         }

@@ -98,6 +98,9 @@ void shmem_init(void);
 int shmem_init_thread(int requested, int *provided);
 void shmem_query_thread(int *provided);
 void shmem_finalize(void);
+void shmem_query_initialized(int *initialized);
+void shmem_query_finalized(int *finalized);
+void shmem_pcontrol(const int level, ...);
 void shmem_global_exit(int status);
 int shmem_my_pe(void);
 int shmem_n_pes(void);
@@ -350,6 +353,7 @@ int shmem_team_split_2d(shmem_team_t parent_team, int xrange,
                         shmem_team_t *xaxis_team, const shmem_team_config_t *yaxis_config,
                         long yaxis_mask, shmem_team_t *yaxis_team);
 void shmem_team_destroy(shmem_team_t team);
+void *shmem_team_ptr(shmem_team_t team, const void *dest, int pe);
 
 int shmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t nelems,
                        int PE_root);

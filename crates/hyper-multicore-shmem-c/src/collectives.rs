@@ -59,6 +59,9 @@ pub(crate) fn active_set(call: &str, start: c_int, log_stride: c_int, size: c_in
 /// This PE's block `bytes` at `target` (a region of its own `dest`) into the same place of every
 /// PE of `pes`, then the team's barrier.
 fn put_to_all(call: &str, team: &Team, target: usize, bytes: &[u8]) {
+    if bytes.is_empty() {
+        return team.barrier(call);
+    }
     let block = job::region(call, target, bytes.len());
     let pes = team.pes(call);
     job::run(call, |shmem| {
@@ -68,20 +71,19 @@ fn put_to_all(call: &str, team: &Team, target: usize, bytes: &[u8]) {
     team.barrier(call);
 }
 
-/// The number of PEs of the team behind handle `team`.
-pub(crate) fn team_size(call: &str, team: usize) -> usize {
-    teams::team(call, team).pes(call).len()
-}
-
 /// This PE's number in `team` (fails if it is not a member).
 fn member(call: &str, team: &Team) -> usize {
     team.my_pe(call)
         .unwrap_or_else(|| fail(call, "this PE is not a member of the team"))
 }
 
-/// Copies `source` (on the team's PE `root`) into every team PE's `dest`.
+/// Copies `source` (on the team's PE `root`) into every team PE's `dest`. Zero bytes: nothing
+/// (every PE passes the same count), whatever the pointers — as for every collective here.
 pub(crate) fn broadcast(call: &str, team: &Team, dest: usize, source: CallerBuffer, root: c_int) {
     let root = root_pe(call, team, root);
+    if source.len() == 0 {
+        return;
+    }
     source.with_source(|bytes| match team {
         Team::World => {
             let target = At(job::region(call, dest, bytes.len()));
@@ -117,6 +119,9 @@ pub(crate) fn broadcast_keeping_root(
     root: c_int,
 ) {
     let root_pe = root_pe(call, team, root);
+    if source.len() == 0 {
+        return;
+    }
     let me = job::my_pe(call);
     let kept = (me == root_pe).then(|| {
         let mut bytes = Vec::new();
@@ -134,6 +139,9 @@ pub(crate) fn broadcast_keeping_root(
 /// Gathers every team PE's `source` (the same length on each) into every team PE's `dest`, in
 /// team order.
 pub(crate) fn fcollect(call: &str, team: &Team, dest: usize, source: CallerBuffer) {
+    if source.len() == 0 {
+        return;
+    }
     source.with_source(|bytes| match team {
         Team::World => {
             let size = job::n_pes(call);
@@ -162,6 +170,9 @@ pub(crate) fn collect(call: &str, team: &Team, dest: usize, source: CallerBuffer
             .map(|part| u64::from_le_bytes(part.as_slice().try_into().unwrap_or_default()) as usize)
             .collect();
         let before: usize = lengths[..member(call, team)].iter().sum();
+        if lengths.iter().sum::<usize>() == 0 {
+            return;
+        }
         job::region(call, dest, lengths.iter().sum());
         put_to_all(call, team, dest + before, bytes);
     });
@@ -179,6 +190,9 @@ pub(crate) fn alltoalls(
     nelems: usize,
 ) {
     let me = member(call, team);
+    if nelems == 0 {
+        return;
+    }
     let block = crate::rma::strided_bytes(call, nelems, sst, size);
     let pes = team.pes(call);
     // Round the team from this PE on, as the runtime's all_to_all does (no hot spot).
@@ -193,6 +207,9 @@ pub(crate) fn alltoalls(
 
 /// Sends block `j` of `source` to team PE `j`, which stores it as block `my_pe` of its `dest`.
 pub(crate) fn alltoall(call: &str, team: &Team, dest: usize, source: CallerBuffer) {
+    if source.len() == 0 {
+        return;
+    }
     match team {
         Team::World => source.with_source(|bytes| {
             let target = At(job::region(call, dest, bytes.len()));
@@ -226,6 +243,9 @@ pub(crate) fn reduce<T: Reducible>(
     op: ReduceOp,
 ) {
     let bytes = crate::rma::bytes(call, nreduce, std::mem::size_of::<T>());
+    if bytes == 0 {
+        return;
+    }
     let target = job::region(call, dest, bytes);
     let source = job::region(call, source, bytes);
     let set = match team {
@@ -250,14 +270,13 @@ pub(crate) fn reduce_long_double(
     op: ReduceOp,
 ) {
     let bytes = crate::rma::bytes(call, nreduce, long_double::LONG_DOUBLE_BYTES);
+    if bytes == 0 {
+        return;
+    }
     let target = job::region(call, dest, bytes);
     let source = job::region(call, source, bytes);
     let pes = team.pes(call);
     member(call, team);
-    if nreduce == 0 {
-        team.barrier(call);
-        return;
-    }
     team.barrier(call);
     let mut parts = vec![0u8; bytes * pes.len()];
     job::run(call, |shmem| {

@@ -7,7 +7,8 @@
 //! and places the block at the same offset (the call writes no heap byte, so a peer's put into
 //! the block cannot be lost), and `shmem_free` frees nothing before every PE has stopped using
 //! the block. A request the heap cannot hold returns null on every PE (the reason goes to
-//! `shmemx_last_error`); sizes that differ across PEs or a bad alignment end the PE with the
+//! `shmemx_last_error`), and so does an alignment that is not a power of two or is larger than
+//! the heap (the standard's "otherwise, NULL"); sizes that differ across PEs end the PE with the
 //! runtime's explanation.
 
 use std::ffi::c_void;
@@ -18,7 +19,7 @@ use crate::failure::record;
 use crate::job;
 
 /// Collective: `size` bytes aligned to `alignment` (`None`: the runtime's default, 64), or null
-/// for size 0 or when the heap cannot hold it. The block is whole aligned 32-bit words (size
+/// for size 0, an alignment the heap cannot give, or when the heap cannot hold it. The block is whole aligned 32-bit words (size
 /// rounded up, alignment at least 4), so a 16-bit value waited on lies in a symmetric word
 /// (`wait.rs`).
 fn allocate(call: &str, size: usize, alignment: Option<u64>) -> *mut c_void {
@@ -33,8 +34,12 @@ fn allocate(call: &str, size: usize, alignment: Option<u64>) -> *mut c_void {
     let outcome = job::run(call, |shmem| Ok(shmem.allocate_spec(&spec)));
     match outcome {
         Ok(record) => job::add_allocation(&record) as *mut c_void,
-        // The heap cannot hold it (the same verdict on every PE): null, as the standard says.
-        Err(error) if error.message().contains("heap is exhausted") => {
+        // The heap cannot hold it, or no block of it can have that alignment (the same verdict
+        // on every PE, after the cross-rank check): null, as the standard says.
+        Err(error)
+            if error.message().contains("heap is exhausted")
+                || error.message().starts_with("alignment ") =>
+        {
             record(call, &error.to_string());
             std::ptr::null_mut()
         }
@@ -92,8 +97,8 @@ pub extern "C" fn shmem_calloc(count: usize, size: usize) -> *mut c_void {
     address
 }
 
-/// Collective: `size` bytes at an address that is a multiple of `alignment` (a power of two up
-/// to 2 MiB), or null.
+/// Collective: `size` bytes at an address that is a multiple of `alignment` (any power of two
+/// up to the heap's size rounded up to one), or null.
 #[no_mangle]
 pub extern "C" fn shmem_align(alignment: usize, size: usize) -> *mut c_void {
     allocate("shmem_align", size, Some(alignment as u64))

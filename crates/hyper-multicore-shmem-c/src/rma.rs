@@ -41,8 +41,12 @@ pub(crate) fn strided_bytes(call: &str, nelems: usize, stride: isize, size: usiz
         .unwrap_or_else(|| fail(call, format!("{nelems} elements {stride} apart overflow")))
 }
 
-/// Copies `source` into PE `pe`'s copy of the symmetric `dest`.
+/// Copies `source` into PE `pe`'s copy of the symmetric `dest` (nothing at all for zero bytes,
+/// whatever the pointers: the standard's zero-length no-op).
 pub(crate) fn put(call: &str, dest: usize, source: CallerBuffer, pe: c_int, nbi: bool) {
+    if source.len() == 0 {
+        return;
+    }
     let word = if nbi { None } else { source.word() };
     if let Some(word) = word {
         return put_value(call, dest, word, pe);
@@ -62,8 +66,12 @@ pub(crate) fn put(call: &str, dest: usize, source: CallerBuffer, pe: c_int, nbi:
     });
 }
 
-/// Copies PE `pe`'s copy of the symmetric `source` into `target`.
+/// Copies PE `pe`'s copy of the symmetric `source` into `target` (nothing at all for zero
+/// bytes, whatever the pointers).
 pub(crate) fn get(call: &str, target: CallerBuffer, source: usize, pe: c_int, nbi: bool) {
+    if target.len() == 0 {
+        return;
+    }
     if target.len() == WORD && !nbi {
         return target.set_word(g(call, source, pe));
     }
@@ -128,7 +136,8 @@ pub(crate) fn iget(
 }
 
 /// Puts `source` into `dest` on PE `pe`, then updates the 64-bit signal word `signal` there
-/// (`sig_op`: [`SIGNAL_SET`] or [`SIGNAL_ADD`]): a PE that sees the signal sees the data.
+/// (`sig_op`: [`SIGNAL_SET`] or [`SIGNAL_ADD`]): a PE that sees the signal sees the data. With
+/// zero bytes only the signal is updated (`dest` is not looked at).
 pub(crate) fn put_signal(
     call: &str,
     dest: usize,
@@ -167,6 +176,10 @@ fn put_signal_from(
     pe: usize,
 ) {
     let bytes = source.as_ref();
+    if bytes.is_empty() {
+        let (signal, value, op) = signal;
+        return job::run(call, |shmem| shmem.signal_located(&signal, value, op, pe));
+    }
     let at = job::located(call, dest, bytes.len());
     // One reference captured (see `job::run`).
     let args = &(at, bytes, signal, pe);

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use hyper_multicore::world::{Group, World};
 use parking_lot::Mutex;
 
-use crate::failure::{check, fail};
+use crate::failure::{check, fail, record};
 use crate::job;
 
 /// The handle of `SHMEM_TEAM_WORLD`.
@@ -23,7 +23,7 @@ pub const TEAM_WORLD: usize = 1;
 /// The handle of `SHMEM_TEAM_SHARED`.
 pub const TEAM_SHARED: usize = 2;
 /// `SHMEM_TEAM_INVALID`.
-const TEAM_INVALID: usize = 0;
+pub(crate) const TEAM_INVALID: usize = 0;
 
 /// A team: every PE (the runtime's own collectives), or some PEs with their subgroup.
 #[derive(Clone)]
@@ -47,29 +47,46 @@ static TEAMS: Mutex<BTreeMap<usize, Arc<Members>>> = Mutex::new(BTreeMap::new())
 /// The next handle to give out.
 static NEXT: AtomicUsize = AtomicUsize::new(TEAM_SHARED + 1);
 
-/// The team behind `handle` (fails for an unknown or destroyed handle).
-pub(crate) fn team(call: &str, handle: usize) -> Team {
+/// The team behind `handle`, or `None` for a handle that names no team now: `SHMEM_TEAM_INVALID`,
+/// a destroyed team, a team of a runtime since finalized, or any handle while the library is
+/// not initialized. Calls with an error return return it for `None` (OpenSHMEM 1.5 §9.4, 1.6
+/// for finalized teams). A handle this library never gave out is not a team handle at all
+/// (garbage or a cast pointer, undefined behaviour in the standard): that ends the PE, saying so.
+pub(crate) fn lookup(call: &str, handle: usize) -> Option<Team> {
+    if handle >= NEXT.load(Ordering::Relaxed) {
+        fail(
+            call,
+            format!("{handle:#x} was never a team handle (not SHMEM_TEAM_WORLD, SHMEM_TEAM_SHARED, SHMEM_TEAM_INVALID nor a split team)"),
+        );
+    }
+    if !job::initialized() {
+        return None;
+    }
     match handle {
-        TEAM_WORLD => Team::World,
+        TEAM_INVALID => None,
+        TEAM_WORLD => Some(Team::World),
         TEAM_SHARED => {
             let (shared, all) = job::run(call, |shmem| {
                 Ok((shmem.shared_pes().to_vec(), shmem.size()))
             });
-            if shared.len() == all {
+            Some(if shared.len() == all {
                 Team::World
             } else {
                 // The PEs whose memory this PE maps (its host's), a team of their own.
                 Team::Some(members(call, shared))
-            }
+            })
         }
-        other => match TEAMS.lock().get(&other) {
-            Some(members) => Team::Some(Arc::clone(members)),
-            None => fail(
-                call,
-                format!("team handle {other:#x} is not a team (never made, or destroyed)"),
-            ),
-        },
+        other => TEAMS
+            .lock()
+            .get(&other)
+            .map(|members| Team::Some(Arc::clone(members))),
     }
+}
+
+/// Forgets every split team: the runtime they belonged to is finalized (their handles then
+/// name no team, see [`lookup`]).
+pub(crate) fn retire_all() {
+    TEAMS.lock().clear();
 }
 
 impl Team {
@@ -129,8 +146,32 @@ unsafe fn deliver(target: *mut usize, handle: usize) {
     }
 }
 
-/// Collective over `parent`: the team of its PEs `start`, `start + stride`, … (`size` PEs);
-/// PEs outside it get `SHMEM_TEAM_INVALID`. 0 on success.
+/// The world PEs that `start`, `start + stride`, … (`size` of them) pick from `parent_pes`, or
+/// `None` if that triplet is not valid: a PE outside the parent team, `size` below 1, `stride`
+/// 0 with `size` above 1.
+fn strided_pes(
+    parent_pes: &[usize],
+    start: c_int,
+    stride: c_int,
+    size: c_int,
+) -> Option<Vec<usize>> {
+    if size < 1 || (stride == 0 && size > 1) {
+        return None;
+    }
+    (0..i64::from(size))
+        .map(|i| {
+            let index = i64::from(start) + i * i64::from(stride);
+            usize::try_from(index)
+                .ok()
+                .and_then(|at| parent_pes.get(at).copied())
+        })
+        .collect()
+}
+
+/// Collective over `parent`: the team of its PEs `start`, `start + stride`, … (`size` PEs; a
+/// negative stride numbers them in reverse). PEs outside it get `SHMEM_TEAM_INVALID` and 0. An
+/// invalid parent or triplet gives `SHMEM_TEAM_INVALID` and nonzero (on every PE alike: they
+/// pass the same arguments), with the reason for `shmemx_last_error`.
 ///
 /// # Safety
 /// `new_team` must be valid for writing one `shmem_team_t`; `config` is not read.
@@ -145,39 +186,43 @@ pub unsafe extern "C" fn shmem_team_split_strided(
     new_team: *mut usize,
 ) -> c_int {
     const CALL: &str = "shmem_team_split_strided";
-    let parent_pes = team(CALL, parent).pes(CALL);
-    let picked: Option<Vec<usize>> = (|| {
-        let (start, stride, size) = (
-            usize::try_from(start).ok()?,
-            usize::try_from(stride).ok()?,
-            usize::try_from(size).ok().filter(|&s| s > 0)?,
+    let (handle, status) = split_strided(CALL, parent, [start, stride, size]);
+    // SAFETY: passed on from this function's contract.
+    unsafe { deliver(new_team, handle) };
+    status
+}
+
+/// [`shmem_team_split_strided`]'s new handle and return value.
+fn split_strided(call: &str, parent: usize, [start, stride, size]: [c_int; 3]) -> (usize, c_int) {
+    let Some(parent) = lookup(call, parent) else {
+        record(
+            call,
+            "the parent team is SHMEM_TEAM_INVALID (or names no team)",
         );
-        (0..size)
-            .map(|i| parent_pes.get(start + i * stride).copied())
-            .collect()
-    })();
-    let Some(pes) = picked else {
-        fail(
-            CALL,
-            format!(
+        return (TEAM_INVALID, -1);
+    };
+    let parent_pes = parent.pes(call);
+    let Some(pes) = strided_pes(&parent_pes, start, stride, size) else {
+        record(
+            call,
+            &format!(
                 "start {start}, stride {stride}, size {size} do not pick PEs of a team of {} PEs",
                 parent_pes.len()
             ),
         );
+        return (TEAM_INVALID, -1);
     };
-    let me = job::my_pe(CALL);
-    let handle = if pes.contains(&me) {
-        make_team(CALL, pes)
+    let me = job::my_pe(call);
+    if pes.contains(&me) {
+        (make_team(call, pes), 0)
     } else {
-        TEAM_INVALID
-    };
-    // SAFETY: passed on from this function's contract.
-    unsafe { deliver(new_team, handle) };
-    0
+        (TEAM_INVALID, 0)
+    }
 }
 
-/// Collective over `parent`: its PEs as a grid of rows of `xrange`; this PE's row becomes its
-/// x-team, its column its y-team. 0 on success.
+/// Collective over `parent`: its PEs as a grid of rows of `xrange` (at most the team's size);
+/// this PE's row becomes its x-team, its column its y-team. 0 on success; an invalid parent or
+/// an `xrange` below 1 gives `SHMEM_TEAM_INVALID` for both and nonzero.
 ///
 /// # Safety
 /// `xaxis_team` and `yaxis_team` must be valid for writing one `shmem_team_t`; the configs are
@@ -194,13 +239,32 @@ pub unsafe extern "C" fn shmem_team_split_2d(
     yaxis_team: *mut usize,
 ) -> c_int {
     const CALL: &str = "shmem_team_split_2d";
-    let parent = team(CALL, parent);
-    let pes = parent.pes(CALL);
-    let Some(xrange) = usize::try_from(xrange).ok().filter(|&x| x > 0) else {
-        fail(CALL, format!("xrange {xrange} must be positive"));
+    let ((x, y), status) = split_2d(CALL, parent, xrange);
+    // SAFETY: passed on from this function's contract.
+    unsafe {
+        deliver(xaxis_team, x);
+        deliver(yaxis_team, y);
+    }
+    status
+}
+
+/// [`shmem_team_split_2d`]'s new handles and return value.
+fn split_2d(call: &str, parent: usize, xrange: c_int) -> ((usize, usize), c_int) {
+    const NONE: ((usize, usize), c_int) = ((TEAM_INVALID, TEAM_INVALID), -1);
+    let Some(parent) = lookup(call, parent) else {
+        record(
+            call,
+            "the parent team is SHMEM_TEAM_INVALID (or names no team)",
+        );
+        return NONE;
     };
-    let Some(mine) = parent.my_pe(CALL) else {
-        fail(CALL, "this PE is not a member of the parent team");
+    let pes = parent.pes(call);
+    let Some(xrange) = usize::try_from(xrange).ok().filter(|&x| x > 0) else {
+        record(call, &format!("xrange {xrange} must be positive"));
+        return NONE;
+    };
+    let Some(mine) = parent.my_pe(call) else {
+        fail(call, "this PE is not a member of the parent team");
     };
     let xrange = xrange.min(pes.len());
     let row: Vec<usize> = pes
@@ -215,33 +279,27 @@ pub unsafe extern "C" fn shmem_team_split_2d(
         .skip(mine % xrange)
         .step_by(xrange)
         .collect();
-    let x = make_team(CALL, row);
-    let y = make_team(CALL, column);
-    // SAFETY: passed on from this function's contract.
-    unsafe {
-        deliver(xaxis_team, x);
-        deliver(yaxis_team, y);
-    }
-    0
+    ((make_team(call, row), make_team(call, column)), 0)
 }
 
-/// This PE's number in `team`, or -1 if it is not a member.
+/// This PE's number in `team`, or -1 if it is not a member or `team` names no team.
 #[no_mangle]
 pub extern "C" fn shmem_team_my_pe(team_handle: usize) -> c_int {
     const CALL: &str = "shmem_team_my_pe";
-    team(CALL, team_handle)
-        .my_pe(CALL)
+    lookup(CALL, team_handle)
+        .and_then(|team| team.my_pe(CALL))
         .map_or(-1, |pe| pe as c_int)
 }
 
-/// The number of PEs in `team`.
+/// The number of PEs in `team`, or -1 if `team` names no team.
 #[no_mangle]
 pub extern "C" fn shmem_team_n_pes(team_handle: usize) -> c_int {
     const CALL: &str = "shmem_team_n_pes";
-    team(CALL, team_handle).pes(CALL).len() as c_int
+    lookup(CALL, team_handle).map_or(-1, |team| team.pes(CALL).len() as c_int)
 }
 
-/// PE `src_pe` of `src_team` as a PE of `dest_team`, or -1 if it is not in it.
+/// PE `src_pe` of `src_team` as a PE of `dest_team`, or -1 if it is not in both or either
+/// handle names no team.
 #[no_mangle]
 pub extern "C" fn shmem_team_translate_pe(
     src_team: usize,
@@ -249,44 +307,56 @@ pub extern "C" fn shmem_team_translate_pe(
     dest_team: usize,
 ) -> c_int {
     const CALL: &str = "shmem_team_translate_pe";
-    let source = team(CALL, src_team).pes(CALL);
+    let (Some(source), Some(dest)) = (lookup(CALL, src_team), lookup(CALL, dest_team)) else {
+        return -1;
+    };
+    let source = source.pes(CALL);
     let Some(&world_pe) = usize::try_from(src_pe).ok().and_then(|pe| source.get(pe)) else {
         return -1;
     };
-    team(CALL, dest_team)
-        .pes(CALL)
+    dest.pes(CALL)
         .iter()
         .position(|&pe| pe == world_pe)
         .map_or(-1, |pe| pe as c_int)
 }
 
-/// The team's configuration: no contexts are reserved (`num_contexts` 0). 0 on success.
+/// The team's configuration: no contexts are reserved (`num_contexts` 0). 0 on success;
+/// nonzero, writing nothing, if `team` names no team.
 ///
 /// # Safety
 /// `config` must be null or valid for writing one `shmem_team_config_t`.
 #[no_mangle]
 pub unsafe extern "C" fn shmem_team_get_config(
     team_handle: usize,
-    _mask: c_long,
+    mask: c_long,
     config: *mut c_int,
 ) -> c_int {
-    team("shmem_team_get_config", team_handle);
-    if !config.is_null() {
+    if lookup("shmem_team_get_config", team_handle).is_none() {
+        return -1;
+    }
+    if mask != 0 && !config.is_null() {
         // SAFETY: writable for one shmem_team_config_t, whose first member is `int num_contexts`.
         unsafe { config.write(0) };
     }
     0
 }
 
-/// Collective over `team`: completes this PE's operations and waits for the team's PEs.
+/// Collective over `team`: completes this PE's operations and waits for the team's PEs. 0 on
+/// success; nonzero, doing nothing, if `team` names no team.
 #[no_mangle]
 pub extern "C" fn shmem_team_sync(team_handle: usize) -> c_int {
     const CALL: &str = "shmem_team_sync";
-    team(CALL, team_handle).barrier(CALL);
-    0
+    match lookup(CALL, team_handle) {
+        Some(team) => {
+            team.barrier(CALL);
+            0
+        }
+        None => -1,
+    }
 }
 
-/// Destroys a split team (the predefined teams cannot be destroyed).
+/// Destroys a split team; `SHMEM_TEAM_INVALID` (or a team already gone) does nothing. The
+/// predefined teams cannot be destroyed (undefined in the standard: this ends the PE, saying so).
 #[no_mangle]
 pub extern "C" fn shmem_team_destroy(team_handle: usize) {
     const CALL: &str = "shmem_team_destroy";
@@ -296,6 +366,32 @@ pub extern "C" fn shmem_team_destroy(team_handle: usize) {
             "SHMEM_TEAM_WORLD and SHMEM_TEAM_SHARED cannot be destroyed",
         );
     }
-    team(CALL, team_handle);
-    TEAMS.lock().remove(&team_handle);
+    if lookup(CALL, team_handle).is_some() {
+        TEAMS.lock().remove(&team_handle);
+    }
+}
+
+/// A local address of team PE `pe`'s copy of the symmetric `dest` (OpenSHMEM 1.6), as
+/// `shmem_ptr` gives; null if `team` names no team or `pe` is not one of its PEs.
+#[no_mangle]
+pub extern "C" fn shmem_team_ptr(
+    team_handle: usize,
+    dest: *const c_void,
+    pe: c_int,
+) -> *mut c_void {
+    const CALL: &str = "shmem_team_ptr";
+    let Some(team) = lookup(CALL, team_handle) else {
+        return std::ptr::null_mut();
+    };
+    let pes = team.pes(CALL);
+    match usize::try_from(pe).ok().and_then(|pe| pes.get(pe)) {
+        Some(&world_pe) => crate::setup::shmem_ptr(dest, world_pe as c_int),
+        None => {
+            record(
+                CALL,
+                &format!("PE {pe} is not a PE of the team's {}", pes.len()),
+            );
+            std::ptr::null_mut()
+        }
+    }
 }

@@ -76,7 +76,7 @@ use crate::shmem::process::{self, RUNTIME};
 use crate::shmem::registry::{check_leased, check_unmanaged};
 use crate::shmem::{
     debug_state_inactive, Allocation, AllocationRecord, AllocationSpec, DebugState, Element,
-    Joining, Region, Shmem, ShutdownError, MAX_ALIGNMENT,
+    max_alignment, Joining, Region, Shmem, ShutdownError,
 };
 use crate::world::World;
 use stage::StageFailure;
@@ -874,10 +874,11 @@ fn check_restart(
                 "replacement {index}: alignment {alignment} is not a power of two"
             )));
         }
-        if alignment > MAX_ALIGNMENT {
+        if alignment > max_alignment(heap_size) {
             return Err(invalid(format!(
-                "replacement {index}: alignment {alignment} must be no larger than the heap's \
-                 maximum, {MAX_ALIGNMENT} bytes"
+                "replacement {index}: alignment {alignment} must be no larger than the new \
+                 heap's maximum, {} bytes (its size rounded up to a power of two)",
+                max_alignment(heap_size)
             )));
         }
         let bytes = target.bytes().map_err(LocalFailure::from)?;

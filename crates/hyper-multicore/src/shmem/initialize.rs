@@ -15,7 +15,7 @@ use super::converge::converge;
 use super::liveness::Liveness;
 use super::process;
 use super::runtime::{Heap, Shmem, DEFAULT_ALIGNMENT};
-use super::segment::{Layout, Segment, MAX_ALIGNMENT};
+use super::segment::{max_alignment, Layout, Segment};
 use super::sync;
 use super::transport::{self, Locality, Transports};
 use crate::config::Config;
@@ -190,7 +190,7 @@ impl Shmem {
     /// Local check, no side effects: could a runtime of `pes` PEs (on this host) with
     /// `heap_size` bytes per PE be initialized, and would `specs`, allocated in order into its
     /// fresh heap, all fit with their alignments? Fails with the first problem (the spec is
-    /// named by its index): alignment not a power of two or above [`MAX_ALIGNMENT`], an
+    /// named by its index): alignment not a power of two or above [`max_alignment`], an
     /// overflowing shape, a heap that does not fit the address space or exceeds this host's
     /// memory for `pes` PEs, a spec the heap cannot hold. A restart makes this check in Preflight,
     /// before anything is torn down.
@@ -203,10 +203,12 @@ impl Shmem {
         let mut allocator = Allocator::new(heap_size);
         for (index, spec) in specs.iter().enumerate() {
             let alignment = spec.alignment.unwrap_or(DEFAULT_ALIGNMENT);
-            if !alignment.is_power_of_two() || alignment > MAX_ALIGNMENT {
+            let largest = max_alignment(heap_size);
+            if !alignment.is_power_of_two() || alignment > largest {
                 return Err(invalid(format!(
                     "target {index}: alignment {alignment} must be a power of two no larger \
-                     than {MAX_ALIGNMENT} (or None for the default {DEFAULT_ALIGNMENT})"
+                     than {largest}, the heap's size rounded up to one (or None for the \
+                     default {DEFAULT_ALIGNMENT})"
                 )));
             }
             let bytes = spec

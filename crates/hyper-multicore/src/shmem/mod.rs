@@ -59,8 +59,8 @@ pub use data::{AtomicOp, AtomicWord, Comparison, Located, LocatedCache, SignalOp
 pub(crate) use initialize::Joining;
 pub use process::{latest_failure, runtime_state, FailureRecord, RuntimeState};
 pub use reduce::{ReduceOp, ReduceSet, Reducible, HIERARCHICAL_REDUCE_MIN_BYTES};
+pub use segment::max_alignment;
 pub(crate) use segment::Segment;
-pub use segment::MAX_ALIGNMENT;
 /// True if the byte range `address..address + len` of this process overlaps any symmetric heap
 /// mapping alive in this process: a running runtime's (every PE's heap and the control block),
 /// or one kept mapped by [`Shmem::mapping_keepalive`] after a shutdown or restart. A

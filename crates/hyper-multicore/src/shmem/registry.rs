@@ -15,7 +15,7 @@ use super::allocation::{
 use super::arguments::HeapCall;
 use super::process;
 use super::runtime::{Shmem, DEFAULT_ALIGNMENT};
-use super::segment::MAX_ALIGNMENT;
+use super::segment::max_alignment;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::mapping::SharedMapping;
 
@@ -210,13 +210,15 @@ impl Shmem {
             .inspect_err(|e| process::record_failure(e, "argument check"))?;
         let result = (|| {
             let bytes = bytes?;
-            if !alignment.is_power_of_two() || alignment > MAX_ALIGNMENT {
+            let largest = max_alignment(self.heap_size());
+            if !alignment.is_power_of_two() || alignment > largest {
                 return Err(self.error(
                     ErrorKind::InvalidArgument,
                     OP,
                     format!(
                         "alignment {alignment} must be a power of two no larger than \
-                         {MAX_ALIGNMENT} (or None for the default {DEFAULT_ALIGNMENT})"
+                         {largest}, this heap's size rounded up to one (or None for the \
+                         default {DEFAULT_ALIGNMENT})"
                     ),
                 ));
             }

@@ -36,12 +36,19 @@ pub(crate) use crate::sys::segment_words::{ControlBlock, PeWords};
 pub(crate) const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"HMSHMEM1");
 /// Version of the layout described in the module docs.
 pub(crate) const LAYOUT_VERSION: u64 = 3;
-/// Alignment of the mapping and of every heap (so allocations aligned up to 2 MiB are aligned
-/// in every process's address space).
+/// Alignment of the mapping and of every heap in it.
 pub(crate) const HEAP_ALIGNMENT: usize = 2 << 20;
-/// Largest alignment an allocation may ask for (2 MiB: every heap starts on such a boundary
-/// in every process).
-pub const MAX_ALIGNMENT: u64 = HEAP_ALIGNMENT as u64;
+
+/// The largest alignment an allocation in a heap of `heap_size` bytes may ask for: the heap's
+/// size rounded up to a power of two, and at least 2 MiB. Each PE maps its segment so that its
+/// own heap starts on a multiple of that (of [`Layout::own_heap_alignment`], which is at least
+/// as large), so an offset aligned in the heap is an address aligned in every PE's own copy.
+pub fn max_alignment(heap_size: u64) -> u64 {
+    heap_size
+        .checked_next_power_of_two()
+        .unwrap_or(1 << 63)
+        .max(HEAP_ALIGNMENT as u64)
+}
 
 /// The sizes of one segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +113,16 @@ impl Layout {
         self.heaps_offset + pe * self.heap_stride
     }
 
+    /// The alignment of the address at which each PE maps its own heap: the heap's room (twice
+    /// the heap) rounded up to a power of two, so that every heap size the room holds, regrown
+    /// in place included, has its [`max_alignment`] satisfied.
+    pub(crate) fn own_heap_alignment(&self) -> usize {
+        let room = self.heap_stride - HEAP_ALIGNMENT;
+        room.checked_next_power_of_two()
+            .unwrap_or(1 << (usize::BITS - 1))
+            .max(HEAP_ALIGNMENT)
+    }
+
     /// This layout with heaps of `heap_size` bytes in the same places, if each heap's room
     /// holds them (the spare 2 MiB between heaps stays spare).
     pub(crate) fn regrown(&self, heap_size: u64) -> Option<Layout> {
@@ -135,7 +152,9 @@ pub(crate) struct Segment {
 impl Segment {
     /// Creates and maps a new segment (the group's leader), whose memfd ([`Segment::fd`]) it
     /// hands out.
-    pub(crate) fn create(layout: Layout, generation: u64) -> Result<Segment> {
+    /// `slot` is this PE's place among the segment's PEs (its own heap is aligned, see
+    /// [`max_alignment`]).
+    pub(crate) fn create(layout: Layout, generation: u64, slot: usize) -> Result<Segment> {
         const OP: &str = "initialize";
         let fd = memfd_create(
             "hyper_multicore-heap",
@@ -151,7 +170,7 @@ impl Segment {
         })?;
         fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
             .map_err(|e| Error::backend(OP, "cannot seal the heap segment", e.into()))?;
-        let mapping = map(&fd, layout)?;
+        let mapping = map(&fd, layout, slot)?;
         write_header(&mapping, layout, generation);
         Ok(Segment {
             mapping: Arc::new(mapping),
@@ -176,6 +195,7 @@ impl Segment {
         heap_size: u64,
         generation: u64,
         leader: bool,
+        slot: usize,
     ) -> Result<Option<Segment>> {
         let Some(layout) = self.layout.regrown(heap_size) else {
             return Ok(None);
@@ -186,7 +206,7 @@ impl Segment {
         let mapping = if Arc::strong_count(&self.mapping) == 1 {
             Arc::clone(&self.mapping)
         } else {
-            Arc::new(map(&fd, layout)?)
+            Arc::new(map(&fd, layout, slot)?)
         };
         if leader {
             mapping.zero(0, layout.heaps_offset);
@@ -223,10 +243,16 @@ impl Segment {
         }
     }
 
-    /// Maps a segment received from root rank 0 and checks that it is the expected one.
-    pub(crate) fn attach(fd: OwnedFd, layout: Layout, generation: u64) -> Result<Segment> {
+    /// Maps a segment received from root rank 0 and checks that it is the expected one; `slot`
+    /// as for [`Segment::create`].
+    pub(crate) fn attach(
+        fd: OwnedFd,
+        layout: Layout,
+        generation: u64,
+        slot: usize,
+    ) -> Result<Segment> {
         let segment = Segment {
-            mapping: Arc::new(map(&fd, layout)?),
+            mapping: Arc::new(map(&fd, layout, slot)?),
             layout,
             generation,
             fd,
@@ -377,8 +403,11 @@ fn write_header(mapping: &SharedMapping, layout: Layout, generation: u64) {
         .store(LAYOUT_VERSION, Ordering::Release);
 }
 
-fn map(fd: &impl AsFd, layout: Layout) -> Result<SharedMapping> {
-    SharedMapping::map(fd, layout.total, HEAP_ALIGNMENT).map_err(|e| {
+/// Maps the segment so that the heap in `slot` (this PE's own) is aligned to
+/// [`Layout::own_heap_alignment`].
+fn map(fd: &impl AsFd, layout: Layout, slot: usize) -> Result<SharedMapping> {
+    let alignment = layout.own_heap_alignment();
+    SharedMapping::map(fd, layout.total, alignment, layout.heap_offset(slot)).map_err(|e| {
         Error::backend(
             "initialize",
             &format!("cannot map the {}-byte heap segment", layout.total),

@@ -130,10 +130,16 @@ unsafe impl Send for SharedMapping {}
 unsafe impl Sync for SharedMapping {}
 
 impl SharedMapping {
-    /// Maps `len` bytes of `fd` read-write and shared, at an address that is a multiple of
-    /// `alignment` (a power of two, at least the page size).
-    pub(crate) fn map(fd: impl AsFd, len: usize, alignment: usize) -> io::Result<SharedMapping> {
-        assert!(alignment.is_power_of_two() && len > 0);
+    /// Maps `len` bytes of `fd` read-write and shared, where byte `aligned` of the mapping (a
+    /// multiple of the page size) lands on an address that is a multiple of `alignment` (a power
+    /// of two, at least the page size).
+    pub(crate) fn map(
+        fd: impl AsFd,
+        len: usize,
+        alignment: usize,
+        aligned: usize,
+    ) -> io::Result<SharedMapping> {
+        assert!(alignment.is_power_of_two() && len > 0 && aligned < len);
         let reserve = len
             .checked_add(alignment)
             .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "mapping size overflows"))?;
@@ -148,7 +154,8 @@ impl SharedMapping {
             )
         }?;
         let start = reserved as usize;
-        let aligned = (start + alignment - 1) & !(alignment - 1);
+        // The first address in the reservation whose byte `aligned` is on the boundary.
+        let aligned = ((start + aligned + alignment - 1) & !(alignment - 1)) - aligned;
         // SAFETY: [aligned, aligned + len) lies inside the reservation made above, which this
         // function owns, so MAP_FIXED replaces only our own PROT_NONE pages.
         let mapped = unsafe {
@@ -423,7 +430,7 @@ mod tests {
         let fd = rustix::fs::memfd_create("mapping-test", rustix::fs::MemfdFlags::CLOEXEC)
             .expect("memfd_create");
         rustix::fs::ftruncate(&fd, len as u64).expect("ftruncate");
-        SharedMapping::map(&fd, len, 4096).expect("map")
+        SharedMapping::map(&fd, len, 4096, 0).expect("map")
     }
 
     /// Every live mapping is seen, with fewer mappings than are published and with more (the

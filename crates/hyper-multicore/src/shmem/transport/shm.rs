@@ -66,6 +66,14 @@ fn socket_name(secret: &[u8], generation: u64, leader: usize) -> Vec<u8> {
     name
 }
 
+/// The place of `rank` among the PEs of its segment, `members`.
+fn own_slot(members: &[usize], rank: usize) -> usize {
+    members
+        .iter()
+        .position(|&pe| pe == rank)
+        .expect("a rank is a member of its own group")
+}
+
 impl Transport for ShmTransport {
     type Prepared = Prepared;
     type Peer = ShmPeer;
@@ -74,8 +82,11 @@ impl Transport for ShmTransport {
         let rank = start.plane.rank();
         let members = start.locality.members_of(rank);
         let leader = members[0] == rank;
+        let slot = own_slot(&members, rank);
         if let Some(previous) = start.previous.filter(|s| s.layout().pes == members.len()) {
-            if let Some(segment) = previous.regrow(start.heap_size, start.generation, leader)? {
+            if let Some(segment) =
+                previous.regrow(start.heap_size, start.generation, leader, slot)?
+            {
                 return Ok(Prepared::Regrown(segment, previous.generation()));
             }
         }
@@ -83,7 +94,7 @@ impl Transport for ShmTransport {
         if !leader {
             return Ok(Prepared::Awaited(layout));
         }
-        let segment = Segment::create(layout, start.generation)?;
+        let segment = Segment::create(layout, start.generation, slot)?;
         let listener = HandoffListener::bind(&socket_name(start.secret, start.generation, rank))?;
         Ok(Prepared::Created(segment, listener))
     }
@@ -113,7 +124,7 @@ impl Transport for ShmTransport {
             Prepared::Awaited(layout) => {
                 let name = socket_name(start.secret, start.generation, leader);
                 let fd = handoff::receive(&name, start.pids[leader], start.deadline)?;
-                Segment::attach(fd, layout, start.generation)?
+                Segment::attach(fd, layout, start.generation, own_slot(&members, rank))?
             }
             Prepared::Regrown(segment, _) => {
                 let mine = &published[rank];
@@ -131,10 +142,7 @@ impl Transport for ShmTransport {
                 segment
             }
         };
-        let own_slot = members
-            .iter()
-            .position(|&pe| pe == rank)
-            .expect("a rank is a member of its own group");
+        let own_slot = own_slot(&members, rank);
         Ok(ShmTransport {
             barrier_kind: segment.barrier_kind()?,
             mapping: Arc::clone(segment.mapping()),

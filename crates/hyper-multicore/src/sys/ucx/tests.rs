@@ -70,7 +70,7 @@ impl Pair {
 fn memfd_mapping(len: usize) -> Arc<SharedMapping> {
     let fd = memfd_create("hyper_multicore-ucx-test", MemfdFlags::CLOEXEC).expect("memfd");
     ftruncate(&fd, len as u64).expect("ftruncate");
-    Arc::new(SharedMapping::map(&fd, len, 4096).expect("map"))
+    Arc::new(SharedMapping::map(&fd, len, 4096, 0).expect("map"))
 }
 
 fn encode(address: &[u8], base: u64, rkey: &[u8]) -> Vec<u8> {
