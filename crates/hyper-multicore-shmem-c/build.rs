@@ -688,9 +688,7 @@ fn rust_calls() -> String {
             sync_calls(&mut out, t);
         }
         collective_calls(&mut out, t);
-        if t.families & LEGACY != 0 {
-            deprecated_amo_calls(&mut out, t);
-        }
+        deprecated_amo_calls(&mut out, t);
     }
     for &(bits, bytes) in SIZED {
         let sized = move |op: &str, suffix: &str| format!("shmem_{op}{bits}{suffix}");
@@ -726,7 +724,11 @@ fn generic_cases(out: &mut String, macro_name: &str, prefix: &str, family: u32) 
     write!(out, "#define {macro_name}(OP)").unwrap();
     for t in STANDARD_TYPES
         .iter()
-        .filter(|t| t.families & (family | GENERIC) == family | GENERIC)
+        .filter(|t| t.families & family == family)
+        .filter(|t| {
+            t.families & GENERIC != 0
+                || (family == REDUCE_BITWISE && t.families & GENERIC_REDUCE_BITWISE != 0)
+        })
     {
         write!(out, " \\\n  {}: {prefix}{}_##OP,", t.c, t.name).unwrap();
     }
@@ -754,12 +756,12 @@ fn c_header() -> String {
     x_macro(
         &mut out,
         "HMSHMEM_DEPRECATED_AMO_EXTENDED_TYPES",
-        LEGACY | AMO_EXTENDED,
+        AMO_EXTENDED,
     );
     x_macro(
         &mut out,
         "HMSHMEM_DEPRECATED_AMO_STANDARD_TYPES",
-        LEGACY | AMO_STANDARD,
+        AMO_STANDARD,
     );
     x_macro(&mut out, "HMSHMEM_RMA_GENERIC_TYPES", RMA | GENERIC);
     x_macro(

@@ -15,9 +15,9 @@ const SYNC: u32 = 1 << 4;
 /// Passed by value through the C ABI from Rust (`long double` is not: its `p`/`g` are inline
 /// functions of `shmem.h` over `putmem`/`getmem`).
 const VALUE: u32 = 1 << 6;
-/// Also in the deprecated atomic names (`shmem_TYPENAME_fadd`, `_finc`, `_cswap`, `_swap`,
-/// `_fetch`, `_set`, …).
-const LEGACY: u32 = 1 << 8;
+/// In the C11 `_Generic` list of the bitwise reductions only: the signed fixed-width types,
+/// whose C types (`signed char`, `short`, `int`, `long`) are in no other bitwise list.
+const GENERIC_REDUCE_BITWISE: u32 = 1 << 8;
 /// Team reductions `shmem_TYPENAME_{and,or,xor}_reduce`.
 const REDUCE_BITWISE: u32 = 1 << 7;
 /// Team reductions `shmem_TYPENAME_{min,max}_reduce`.
@@ -67,8 +67,8 @@ const SMALL: u32 = RMA | VALUE | ALL_REDUCE;
 
 /// The standard types, in the specification's order.
 const STANDARD_TYPES: &[StandardType] = &[
-    t("float", "float", "f32", EXT | LEGACY | GENERIC),
-    t("double", "double", "f64", EXT | LEGACY | GENERIC),
+    t("float", "float", "f32", EXT | GENERIC),
+    t("double", "double", "f64", EXT | GENERIC),
     // Its reductions move raw bytes and combine in C: Rust has no x87 80-bit arithmetic.
     t(
         "long double",
@@ -79,18 +79,18 @@ const STANDARD_TYPES: &[StandardType] = &[
     t("char", "char", "std::ffi::c_char", RMA | VALUE | NUMERIC | GENERIC),
     t("signed char", "schar", "i8", RMA | VALUE | NUMERIC | GENERIC),
     t("short", "short", "i16", RMA | VALUE | SYNC | NUMERIC | TO_ALL | GENERIC),
-    t("int", "int", "i32", STD | NUMERIC | TO_ALL | LEGACY | GENERIC),
-    t("long", "long", "i64", STD | NUMERIC | TO_ALL | LEGACY | GENERIC),
-    t("long long", "longlong", "i64", STD | NUMERIC | TO_ALL | LEGACY | GENERIC),
+    t("int", "int", "i32", STD | NUMERIC | TO_ALL | GENERIC),
+    t("long", "long", "i64", STD | NUMERIC | TO_ALL | GENERIC),
+    t("long long", "longlong", "i64", STD | NUMERIC | TO_ALL | GENERIC),
     t("unsigned char", "uchar", "u8", SMALL | GENERIC),
     t("unsigned short", "ushort", "u16", SMALL | SYNC | GENERIC),
     t("unsigned int", "uint", "u32", BIT | GENERIC),
     t("unsigned long", "ulong", "u64", BIT | GENERIC),
     t("unsigned long long", "ulonglong", "u64", BIT | GENERIC),
-    t("int8_t", "int8", "i8", SMALL),
-    t("int16_t", "int16", "i16", SMALL),
-    t("int32_t", "int32", "i32", BIT),
-    t("int64_t", "int64", "i64", BIT),
+    t("int8_t", "int8", "i8", SMALL | GENERIC_REDUCE_BITWISE),
+    t("int16_t", "int16", "i16", SMALL | GENERIC_REDUCE_BITWISE),
+    t("int32_t", "int32", "i32", BIT | GENERIC_REDUCE_BITWISE),
+    t("int64_t", "int64", "i64", BIT | GENERIC_REDUCE_BITWISE),
     t("uint8_t", "uint8", "u8", SMALL),
     t("uint16_t", "uint16", "u16", SMALL),
     t("uint32_t", "uint32", "u32", BIT),

@@ -340,6 +340,8 @@ void shmem_fence(void);
 void shmem_quiet(void);
 void shmem_barrier_all(void);
 void shmem_sync_all(void);
+/* Deprecated active-set form; in C11, shmem_sync(team) is shmem_team_sync (below). */
+void shmem_sync(int PE_start, int logPE_stride, int PE_size, long *pSync);
 int shmem_team_sync(shmem_team_t team);
 int shmem_team_my_pe(shmem_team_t team);
 int shmem_team_n_pes(shmem_team_t team);
@@ -493,6 +495,22 @@ struct hmshmem_never_selected;
 #define shmem_atomic_fetch_and_nbi(...) HMSHMEM_TYPED(AMO_BITWISE, atomic_fetch_and_nbi, 4, __VA_ARGS__)
 #define shmem_atomic_fetch_or_nbi(...) HMSHMEM_TYPED(AMO_BITWISE, atomic_fetch_or_nbi, 4, __VA_ARGS__)
 #define shmem_atomic_fetch_xor_nbi(...) HMSHMEM_TYPED(AMO_BITWISE, atomic_fetch_xor_nbi, 4, __VA_ARGS__)
+
+/* The deprecated atomic names, type-generic. */
+#define shmem_fetch(source, pe) HMSHMEM_GENERIC(AMO_EXTENDED, fetch, *(source))(source, pe)
+#define shmem_set(dest, ...) HMSHMEM_GENERIC(AMO_EXTENDED, set, *(dest))(dest, __VA_ARGS__)
+#define shmem_swap(dest, ...) HMSHMEM_GENERIC(AMO_EXTENDED, swap, *(dest))(dest, __VA_ARGS__)
+#define shmem_cswap(dest, ...) HMSHMEM_GENERIC(AMO_STANDARD, cswap, *(dest))(dest, __VA_ARGS__)
+#define shmem_fadd(dest, ...) HMSHMEM_GENERIC(AMO_STANDARD, fadd, *(dest))(dest, __VA_ARGS__)
+#define shmem_finc(dest, pe) HMSHMEM_GENERIC(AMO_STANDARD, finc, *(dest))(dest, pe)
+#define shmem_add(dest, ...) HMSHMEM_GENERIC(AMO_STANDARD, add, *(dest))(dest, __VA_ARGS__)
+#define shmem_inc(dest, pe) HMSHMEM_GENERIC(AMO_STANDARD, inc, *(dest))(dest, pe)
+
+/* shmem_sync(team) (OpenSHMEM 1.5) or the deprecated shmem_sync(PE_start, logPE_stride,
+ * PE_size, pSync), by the number of arguments. */
+#define HMSHMEM_SYNC_1 shmem_team_sync
+#define HMSHMEM_SYNC_4 shmem_sync
+#define shmem_sync(...) HMSHMEM_PASTE(HMSHMEM_SYNC_, HMSHMEM_COUNT(__VA_ARGS__))(__VA_ARGS__)
 
 #define shmem_and_reduce(team, dest, ...) HMSHMEM_GENERIC(REDUCE_BITWISE, and_reduce, *(dest))(team, dest, __VA_ARGS__)
 #define shmem_or_reduce(team, dest, ...) HMSHMEM_GENERIC(REDUCE_BITWISE, or_reduce, *(dest))(team, dest, __VA_ARGS__)

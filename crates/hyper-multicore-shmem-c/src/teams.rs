@@ -355,6 +355,15 @@ pub extern "C" fn shmem_team_sync(team_handle: usize) -> c_int {
     }
 }
 
+/// Deprecated active-set form of `shmem_sync` (`shmem.h` maps the C11 one-argument
+/// `shmem_sync(team)` to [`shmem_team_sync`]): waits for the active set's PEs, after completing
+/// this PE's operations (stronger than required); `pSync` is not needed.
+#[no_mangle]
+pub extern "C" fn shmem_sync(start: c_int, log_stride: c_int, size: c_int, _p_sync: *mut c_long) {
+    const CALL: &str = "shmem_sync";
+    crate::collectives::active_set(CALL, start, log_stride, size).barrier(CALL);
+}
+
 /// Destroys a split team; `SHMEM_TEAM_INVALID` (or a team already gone) does nothing. The
 /// predefined teams cannot be destroyed (undefined in the standard: this ends the PE, saying so).
 #[no_mangle]
