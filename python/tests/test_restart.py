@@ -213,14 +213,14 @@ def test_values_that_differ_across_ranks_fail_on_every_rank(runtime, xp):
         lambda: shmem.restart(
             heap_size_bytes=HEAP, replacements=[replace(a, (8 + RANK % 2,), "int32")]
         ),
-        "differ across root ranks",
+        "differ across Root ranks",
     )
     assert "root_ranks" in message or "root ranks" in message
     retryable(
         lambda: shmem.restart(
             heap_size_bytes=HEAP + 4096 * (RANK % 2), replacements=[replace(a, (8,), "int32")]
         ),
-        "differ across root ranks",
+        "differ across Root ranks",
     )
     retryable(
         lambda: shmem.restart(
@@ -228,7 +228,7 @@ def test_values_that_differ_across_ranks_fail_on_every_rank(runtime, xp):
             replacements=[replace(a, (8,), "int32")],
             preflight_hook=lambda: f"rank {RANK}",
         ),
-        "differ across root ranks",
+        "differ across Root ranks",
     )
     shmem.free(a)
 
@@ -288,7 +288,7 @@ def test_hook_values_are_compared_as_values(runtime):
                 replacements=[replace(a, (2,), "float32")],
                 preflight_hook=lambda: {"rank": RANK % 2, "padding": "x" * 500},
             ),
-            "differ across root ranks",
+            "differ across Root ranks",
         )
         assert "{'rank': 0, 'padding': 'xxx" in message and "{'rank': 1, " in message, message
         assert "x" * 400 not in message  # cut short

@@ -1,6 +1,7 @@
 """The lifecycle: :func:`acquire`, :func:`release`, :func:`restart` (with
 :class:`AllocationSpec`, :class:`AllocationReplacement`, :class:`RestartResult`), root groups,
-and introspection.
+and introspection; also the seed module's private names, for its callers (see "Seed
+compatibility" at the end).
 
 The logic is the Rust library's (``hyper_multicore::lifecycle``); this module chooses the root
 group's channel (a torch ``ProcessGroup``, a list of launcher world ranks, or the launcher's
@@ -23,6 +24,7 @@ from typing import Any
 from .. import _native
 from . import _backend
 from ._backend import Layout, check_alignment, check_int, check_shape
+from ._data_plane import host_barrier
 from ._errors import (
     HyperMulticoreError,
     InvalidArgumentError,
@@ -30,7 +32,11 @@ from ._errors import (
     ShmemError,
     native_style,
 )
-from ._registry import _NO_ALLOCATION, _live, _lock, _lookup, _region, _register, _retire
+from ._registry import _NO_ALLOCATION, _live, _lookup, _region, _register, _retire
+
+# The registry's lock under its own name: this module's ``_lock`` is the lifecycle's lock (the
+# seed's name; see the end of the module).
+from ._registry import _lock as _registry_lock
 
 #: The variable that carries the control plane's secret under torch.distributed (see
 #: :func:`_share_secret`).
@@ -46,6 +52,9 @@ _started_with_torch: bool | None = None
 #: True once a lifecycle call failed as terminal or convergence failure: the runtime is gone for
 #: good, and a later acquire must fail at once (natively), without any collective work first.
 _invalidated = False
+#: The references held when the lifecycle was invalidated (``None`` while it is not): what the
+#: seed's ``_reference_count()`` keeps reporting afterwards (the native count drops to 0).
+_references_at_invalidation: int | None = None
 
 
 def _torch_distributed() -> Any:
@@ -226,11 +235,14 @@ def _check_torch_state(operation: str, dist: Any) -> None:
     raise native_style(ShmemError, operation, "invalid state", message)
 
 
-def _note(error: HyperMulticoreError) -> None:
-    """Remembers that the lifecycle was invalidated, if ``error`` says so."""
-    global _invalidated
+def _note(error: HyperMulticoreError, held: int) -> None:
+    """Remembers that the lifecycle was invalidated, if ``error`` says so, and the references
+    ``held`` when the failing call began (the first invalidation's count is kept)."""
+    global _invalidated, _references_at_invalidation
     if error.recovery in ("terminal", "convergence failure"):
         _invalidated = True
+        if _references_at_invalidation is None:
+            _references_at_invalidation = held
 
 
 def _forget_if_gone() -> None:
@@ -239,7 +251,7 @@ def _forget_if_gone() -> None:
     global _started_with_torch
     if _native.reference_count() == 0:
         _started_with_torch = None
-        with _lock:
+        with _registry_lock:
             for allocation in list(_live.values()):
                 _retire(allocation)
 
@@ -275,7 +287,8 @@ def acquire(root_group: Any = None, *, heap_size_bytes: int | None = None) -> No
     with _lifecycle_lock:
         dist = _torch_distributed()
         _check_torch_state("acquire", dist)
-        first = _native.reference_count() == 0
+        held = _native.reference_count()
+        first = held == 0
         try:
             over_root_group(
                 root_group,
@@ -285,7 +298,7 @@ def acquire(root_group: Any = None, *, heap_size_bytes: int | None = None) -> No
                 channel=_native.acquire_channel,
             )
         except HyperMulticoreError as error:
-            _note(error)
+            _note(error, held)
             raise
         if first:
             _started_with_torch = dist is not None
@@ -330,11 +343,12 @@ def release() -> None:
     same way (Preflight, retryable), before any communication.
     """
     with _lifecycle_lock:
+        held = _native.reference_count()
         try:
             _check_torch_state("release", _torch_distributed())
             _native.release()
         except HyperMulticoreError as error:
-            _note(error)
+            _note(error, held)
             raise
         finally:
             _forget_if_gone()
@@ -502,7 +516,9 @@ def restart(
     with a bad argument still takes part, so nobody waits for it.
 
     Stages (each converged over the root): Preflight, Quiesce, PreserveData, ReleaseAllocations,
-    ValidateShutdown, Shutdown, Bootstrap, Initialize, RestoreAllocations.
+    ValidateShutdown, Shutdown, Bootstrap, Initialize, RestoreAllocations. A failure's message
+    begins as the seed's did: ``SHMEM restart failed during <Stage>``, and for values that
+    differ across ranks ``...: values differ across Root ranks (...)``.
 
     Raises:
         RetryableError: a failure before ReleaseAllocations (bad arguments on any rank, values
@@ -512,11 +528,14 @@ def restart(
         ConvergenceError: the ranks could not agree (a peer died); restart the process.
     """
     with _lifecycle_lock:
-        _check_torch_state("restart", _torch_distributed())
-        heap, requests, problem = _restart_requests(heap_size_bytes, replacements, preflight_hook)
-        hook = preflight_hook if callable(preflight_hook) else None
+        held = _native.reference_count()
         try:
-            with _lock:
+            _check_torch_state("restart", _torch_distributed())
+            heap, requests, problem = _restart_requests(
+                heap_size_bytes, replacements, preflight_hook
+            )
+            hook = preflight_hook if callable(preflight_hook) else None
+            with _registry_lock:
                 exported, stages = _native.restart(heap, requests, hook, problem)
                 for allocation in list(_live.values()):
                     _retire(allocation)
@@ -525,7 +544,8 @@ def restart(
                     for record, r in zip(exported, replacements)
                 )
         except HyperMulticoreError as error:
-            _note(error)
+            _note(error, held)
+            _with_seed_prefixes(error)
             raise
         finally:
             _forget_if_gone()
@@ -548,6 +568,79 @@ def n_pes() -> int:
 
 def debug_state() -> dict[str, Any]:
     """A snapshot of the runtime and the lifecycle, safe to call in any state (also from a
-    preflight hook): state, root rank/size, device, effective configuration, reference count,
-    heap usage, live allocations sorted by id, and the latest failure."""
-    return json.loads(_native.debug_state())
+    preflight hook): state, root rank/size, device (and the seed's ``device_index``: ``None``,
+    the heap is in host memory), effective configuration, reference count, heap usage, live
+    allocations sorted by id, and the latest failure."""
+    return with_device_index(json.loads(_native.debug_state()))
+
+
+def with_device_index(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with the seed's ``device_index`` key: ``None`` for a CPU heap (the only kind)."""
+    if "device" in state:
+        state.setdefault("device_index", None)
+    return state
+
+
+# ---------------------------------------------------------------------------------------------
+# Seed compatibility
+#
+# The module this one replaced (the seed reference implementation, also
+# ``hyper_multicore/shmem/_lifecycle.py``) had private names that its callers import. They are
+# kept here as thin aliases with the seed's semantics; docs/python.md, "Seed compatibility".
+
+#: The seed's restart entry point: :func:`restart` itself.
+_restart = restart
+_AllocationSpec = AllocationSpec
+_AllocationReplacement = AllocationReplacement
+_RestartResult = RestartResult
+#: The seed's barrier of the root over the control plane: :func:`host_barrier` itself.
+_host_barrier = host_barrier
+#: The lifecycle's lock (re-entrant), as in the seed: holding it keeps this process's
+#: ``acquire``, ``release`` and ``restart`` out. The registry's lock is ``_registry._lock``.
+_lock = _lifecycle_lock
+
+#: The seed's prefix of a restart failure's message ("SHMEM restart failed during <Stage>").
+_SEED_RESTART_PREFIX = "SHMEM "
+#: How the seed began the Preflight failure for values that differ across the root's ranks.
+_SEED_VALUES_DIFFER = "values differ across Root ranks"
+_NATIVE_RESTART_FAILED = "restart failed during "
+_NATIVE_VALUES_DIFFER = "values differ across root ranks"
+
+
+def _with_seed_prefixes(error: HyperMulticoreError) -> None:
+    """Rewords a restart failure in place to begin as the seed's did, the project's detail after:
+    ``restart failed during <Stage>[ on rank N]: <detail>`` becomes ``SHMEM restart failed
+    during <Stage>[ on rank N]: <detail>``, and a detail ``<kind>: values differ across root
+    ranks (...)`` (the manifests or the preflight hook's snapshots) becomes ``values differ
+    across Root ranks (...)`` (the kind stays in ``error.kind``). Other errors are left alone."""
+    if len(error.args) != 1 or not isinstance(error.args[0], str):
+        return
+    message = error.args[0]
+    if not message.startswith(_NATIVE_RESTART_FAILED):
+        return
+    head, separator, detail = message.partition(": ")
+    kind = f"{error.kind}: " if error.kind else ""
+    if separator and detail.startswith(kind + _NATIVE_VALUES_DIFFER):
+        detail = _SEED_VALUES_DIFFER + detail[len(kind + _NATIVE_VALUES_DIFFER) :]
+    error.args = (f"{_SEED_RESTART_PREFIX}{head}{separator}{detail}",)
+
+
+def _reference_count() -> int:
+    """The seed's lifecycle reference count: :func:`reference_count`, except that once the
+    lifecycle was invalidated (a terminal or convergence failure) it keeps reporting the
+    references held when that happened, as the seed's did (the runtime's own count is then 0)."""
+    if _references_at_invalidation is not None:
+        return _references_at_invalidation
+    return _native.reference_count()
+
+
+def _runtime_is_healthy() -> bool:
+    """The seed's health check: True when a reference is active and the runtime is Ready (not
+    invalidated, not finalized), else False. Never raises."""
+    try:
+        if _invalidated:
+            return False
+        state = json.loads(_native.debug_state())
+        return state.get("state") == "Ready" and (state.get("reference_count") or 0) > 0
+    except Exception:  # noqa: BLE001 - the seed's contract: a health check never raises
+        return False

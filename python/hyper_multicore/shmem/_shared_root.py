@@ -36,8 +36,12 @@ from .. import _native
 from . import _backend
 from ._allocation import _allocation_args, _size_args
 from ._errors import HyperMulticoreError, ShmemError, native_style
-from ._lifecycle import _heap_size, _note, over_root_group
+from ._lifecycle import _heap_size, _note, over_root_group, with_device_index
 from ._registry import _NO_ALLOCATION, _live, _lock, _lookup, _register, _retire
+
+#: The references an active shared root holds (the process's single one): what a failure of
+#: its close or of a growth leaves the seed's ``_reference_count()`` reporting, if it invalidates.
+_ACTIVE_REFERENCES = 1
 
 
 @dataclass(frozen=True)
@@ -383,6 +387,7 @@ class SharedRoot:
             raise native_style(
                 ShmemError, "activate", "invalid state", "the shared root is active already"
             )
+        held = _native.reference_count()
         try:
             native = over_root_group(
                 self._root_group,
@@ -404,7 +409,7 @@ class SharedRoot:
             }
             native.activate()
         except HyperMulticoreError as error:
-            _note(error)
+            _note(error, held)
             raise
         self._native = native
         for name, consumer in self._planned.items():
@@ -418,7 +423,7 @@ class SharedRoot:
         try:
             self._native.close()
         except HyperMulticoreError as error:
-            _note(error)
+            _note(error, _ACTIVE_REFERENCES)
             raise
         self._retire_all()
 
@@ -438,7 +443,7 @@ class SharedRoot:
                 "growths": [],
                 "epoch": 0,
             }
-        return json.loads(self._native.debug_state())
+        return with_device_index(json.loads(self._native.debug_state()))
 
     def grow(self, consumer: Consumer, budget_bytes: int) -> bool:
         """Collective: :meth:`Consumer.grow` of ``consumer``."""
@@ -458,7 +463,7 @@ class SharedRoot:
         try:
             growth = grow()
         except HyperMulticoreError as error:
-            _note(error)
+            _note(error, _ACTIVE_REFERENCES)
             if error.recovery in ("terminal", "convergence failure"):
                 self._retire_all()
             raise
