@@ -636,7 +636,8 @@ fn installed(py: Python<'_>) -> PyResult<&Py<Registry>> {
 ///
 /// Follows ``torch.empty``'s size conventions: ``empty(2, 3)``, ``empty((2, 3))`` or
 /// ``empty([2, 3])``. ``dtype`` defaults to ``torch.get_default_dtype()`` (float32 with NumPy).
-/// ``alignment`` (bytes) defaults to 64; otherwise a power of two up to 2 MiB. Every PE must
+/// ``alignment`` (bytes) defaults to 64; otherwise a power of two up to the heap's size rounded
+/// up to one (at least 2 MiB). Every PE must
 /// make the same call; arguments that differ across ranks raise ``InvalidArgumentError`` on
 /// every rank, and nothing is allocated. A rank whose own arguments are invalid raises its own
 /// error and still takes part in that check, so the other ranks fail at once.

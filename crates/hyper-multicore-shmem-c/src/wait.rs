@@ -10,6 +10,7 @@
 //! atomics ring the same doorbell, so such a wait wakes like any other; `shmem_malloc` rounds
 //! blocks to whole 32-bit words so the containing word is always symmetric.
 
+use std::cell::Cell;
 use std::ffi::c_int;
 
 use hyper_multicore::shmem::{AtomicWord, Comparison, Region};
@@ -94,7 +95,9 @@ fn comparison(call: &str, cmp: c_int) -> Comparison {
 pub(crate) enum Quantifier {
     /// Every active word.
     All,
-    /// At least one (the lowest index is reported).
+    /// At least one; the index reported first is the lowest at or after the one after the
+    /// index this thread's previous `_any` call reported (wrapping), so repeated calls over
+    /// words that all hold report each of them in turn (fairness, as programs expect).
     Any,
     /// At least one (every satisfying index is reported).
     Some,
@@ -161,8 +164,18 @@ pub(crate) fn wait_words<W: SyncValue>(
     });
     if !ready {
         satisfied.clear();
+    } else if quantifier == Quantifier::Any {
+        let start = NEXT_ANY.with(Cell::get);
+        let first = satisfied.partition_point(|&i| i < start) % satisfied.len();
+        satisfied.rotate_left(first);
+        NEXT_ANY.with(|next| next.set(satisfied[0] + 1));
     }
     satisfied
+}
+
+thread_local! {
+    /// Where this thread's next `_any` wait or test starts looking (see [`Quantifier::Any`]).
+    static NEXT_ANY: Cell<usize> = const { Cell::new(0) };
 }
 
 /// The symmetric word holding the value of type `W` at `address`: the value's own address for a

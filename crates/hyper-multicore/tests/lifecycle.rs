@@ -812,8 +812,8 @@ fn restart_checks_everything_it_can_before_teardown() {
             },
             preserve: false,
         };
-        // An alignment above the heap's maximum (2 MiB) that would fit the footprint check.
-        let error = lifecycle::restart(16 * MIB, &[target(Some(4 * MIB))], None).unwrap_err();
+        // An alignment above the new heap's maximum (its size rounded up to a power of two).
+        let error = lifecycle::restart(16 * MIB, &[target(Some(32 * MIB))], None).unwrap_err();
         report("ALIGNMENT", &error);
         assert_eq!(error.recovery(), Some(Recovery::Retryable), "{error}");
         assert_eq!(error.stage(), Some("Preflight"), "{error}");
@@ -825,7 +825,9 @@ fn restart_checks_everything_it_can_before_teardown() {
         assert_eq!(error.stage(), Some("Preflight"), "{error}");
         assert!(error.to_string().contains("of memory"), "{error}");
         // Still usable; a sound restart goes through.
-        let result = lifecycle::restart(8 * MIB, &[target(Some(2 * MIB))], None).unwrap();
+        // An alignment above 2 MiB, the heap's own alignment before OpenSHMEM's any-power-of-two
+        // shmem_align: each PE's own heap starts on a multiple of it.
+        let result = lifecycle::restart(8 * MIB, &[target(Some(4 * MIB))], None).unwrap();
         let b = result.allocation::<u8>(0).unwrap();
         assert!(result.allocation::<u32>(0).is_err(), "dtype checked");
         lifecycle::guarded("free", |s| s.free(b)).unwrap();
@@ -1072,5 +1074,54 @@ fn a_changed_root_mode_is_refused_by_acquire_and_by_release_preflight() {
     result.assert_all_succeeded();
     for pe in &result.pes {
         assert_eq!(pe.lines_with("MODE "), ["OK"], "{}", result.describe());
+    }
+}
+
+/// Rank 1 calls `lifecycle::global_exit(9)` while every other rank waits in the runtime's
+/// barrier (shared memory, or UCX under `HYPER_MULTICORE_SHMEM_TRANSPORT=ucx`): the others see
+/// rank 1 end through the runtime's own control plane, its abort word and its endpoints, and
+/// must end with 9 all the same, never report it lost.
+fn global_exit_during_a_runtime_barrier() {
+    lifecycle::acquire(None, Some(8 * MIB)).unwrap();
+    let rank = lifecycle::guarded("barrier", |shmem| {
+        shmem.barrier()?;
+        Ok(shmem.rank())
+    })
+    .unwrap();
+    if rank == 1 {
+        lifecycle::global_exit(9);
+    }
+    let outcome = lifecycle::guarded("barrier", |shmem| shmem.barrier());
+    println!("PAST THE BARRIER: {outcome:?}");
+    std::process::exit(99);
+}
+
+#[test]
+fn a_global_exit_ends_every_pe_waiting_in_the_runtime_s_barrier_with_its_status() {
+    if is_pe() {
+        return global_exit_during_a_runtime_barrier();
+    }
+    for transport in ["shm", "ucx"] {
+        let options = Options::default()
+            .env("HYPER_MULTICORE_SHMEM_TRANSPORT", transport)
+            .env("HYPER_MULTICORE_SHMEM_TIMEOUT_SEC", 600);
+        let job = Job::launch_with(
+            stringify!(
+                a_global_exit_ends_every_pe_waiting_in_the_runtime_s_barrier_with_its_status
+            ),
+            3,
+            options,
+        )
+        .wait();
+        for pe in &job.pes {
+            assert_eq!(
+                pe.status.code(),
+                Some(9),
+                "{transport}, rank {}: {}",
+                pe.rank,
+                job.describe()
+            );
+            assert!(!pe.stdout.contains("PAST THE"), "{}", job.describe());
+        }
     }
 }

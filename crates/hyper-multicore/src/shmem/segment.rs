@@ -4,6 +4,9 @@
 //! ```text
 //! 0                 ControlBlock: SegmentHeader | CentralWords | AbortWord
 //! size_of(Control)  PeWords × pes               (doorbells, barrier flags, argument slots)
+//! team_offset       team row × pes              (each PE's published collective words; with
+//!                                                at most TEAM_SIGNAL_MAX_PES PEs also its
+//!                                                team-signal counters, see `team_sync`)
 //! heaps_offset      heap of PE 0 | heap of PE 1 | …   (`heap_stride` apart: twice the heap
 //!                   rounded up to 2 MiB, plus 2 MiB so copies are never a power of two apart)
 //! ```
@@ -15,7 +18,8 @@
 //!
 //! Root rank 0 creates the memfd (close-on-exec, sized with `ftruncate`, sealed against resizing),
 //! writes the header — layout version last — and hands the descriptor to its local peers (see
-//! `handoff`). Every PE maps the whole segment once, at a 2 MiB-aligned address, and checks
+//! `handoff`). Every PE maps the whole segment once, its own heap on a boundary of the heap's
+//! room rounded up to a power of two (see [`max_alignment`]), and checks
 //! magic, layout version, generation and sizes before use. The kernel frees the memory when the
 //! last process unmaps it, so a killed job leaves nothing behind.
 
@@ -28,14 +32,16 @@ use rustix::fs::{fcntl_add_seals, ftruncate, memfd_create, MemfdFlags, SealFlags
 use super::sync::{
     self, BarrierFlags, BarrierKind, BarrierWords, CentralWords, Doorbell, MAX_SEGMENT_PES,
 };
+use super::team_sync::{PairWords, SignalCount, PUBLISHED_WORDS, TEAM_SIGNAL_MAX_PES};
 use crate::error::{Error, ErrorKind, Result};
+use crate::primitive::AtomicU32;
 use crate::sys::mapping::SharedMapping;
 pub(crate) use crate::sys::segment_words::{ControlBlock, PeWords};
 
 /// `"HMSHMEM1"` as a little-endian word: the first word of every segment.
 pub(crate) const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"HMSHMEM1");
 /// Version of the layout described in the module docs.
-pub(crate) const LAYOUT_VERSION: u64 = 3;
+pub(crate) const LAYOUT_VERSION: u64 = 4;
 /// Alignment of the mapping and of every heap in it.
 pub(crate) const HEAP_ALIGNMENT: usize = 2 << 20;
 
@@ -58,6 +64,14 @@ pub(crate) struct Layout {
     pub(crate) heap_stride: usize,
     pub(crate) heaps_offset: usize,
     pub(crate) total: usize,
+    /// Where the team rows start: one row per PE (see [`Layout::team_row`]).
+    pub(crate) team_offset: usize,
+    /// Bytes of one PE's team row: its published words on one cache line, then (when the
+    /// segment has at most [`TEAM_SIGNAL_MAX_PES`] PEs) the signals every PE sent it and the
+    /// signals it consumed from every PE, one 32-bit counter per PE each.
+    pub(crate) team_row: usize,
+    /// Whether the team rows hold the signal counters.
+    pub(crate) team_signals: bool,
 }
 
 impl Layout {
@@ -83,7 +97,19 @@ impl Layout {
                 ),
             )
         };
-        let control = std::mem::size_of::<ControlBlock>() + pes * std::mem::size_of::<PeWords>();
+        let team_offset =
+            std::mem::size_of::<ControlBlock>() + pes * std::mem::size_of::<PeWords>();
+        let team_signals = pes <= TEAM_SIGNAL_MAX_PES;
+        let counters = if team_signals {
+            2 * round_up(pes * 4, 64).ok_or_else(too_large)?
+        } else {
+            0
+        };
+        let team_row = 64 + counters;
+        let control = team_row
+            .checked_mul(pes)
+            .and_then(|rows| rows.checked_add(team_offset))
+            .ok_or_else(too_large)?;
         let heaps_offset = round_up(control, HEAP_ALIGNMENT).ok_or_else(too_large)?;
         let heap_size_usize = usize::try_from(heap_size).map_err(|_| too_large())?;
         let room = heap_size_usize.checked_mul(2).ok_or_else(too_large)?;
@@ -104,6 +130,9 @@ impl Layout {
             heap_stride,
             heaps_offset,
             total,
+            team_offset,
+            team_row,
+            team_signals,
         })
     }
 
@@ -351,6 +380,38 @@ impl Segment {
             .words(std::mem::size_of::<ControlBlock>() + pe * std::mem::size_of::<PeWords>())
     }
 
+    /// Word `index` (below [`PUBLISHED_WORDS`]) of the words PE `pe` publishes for a
+    /// collective in progress (written by that PE only, read by the others after a meeting).
+    #[inline]
+    pub(crate) fn published(&self, pe: usize, index: usize) -> &std::sync::atomic::AtomicU64 {
+        assert!(pe < self.layout.pes && index < PUBLISHED_WORDS);
+        let layout = &self.layout;
+        self.mapping
+            .words(layout.team_offset + pe * layout.team_row + 8 * index)
+    }
+
+    /// The team-signal counters of PE `owner` about PE `other`: the signals `other` sent it, or
+    /// (with `consumed`) those it consumed. `None` if this segment has none (more than
+    /// [`TEAM_SIGNAL_MAX_PES`] PEs).
+    #[inline]
+    fn counter(&self, owner: usize, other: usize, consumed: bool) -> Option<&AtomicU32> {
+        let layout = &self.layout;
+        if !layout.team_signals {
+            return None;
+        }
+        assert!(owner < layout.pes && other < layout.pes);
+        let half = (layout.team_row - 64) / 2;
+        let row = layout.team_offset + owner * layout.team_row + 64;
+        let offset = row + usize::from(consumed) * half + 4 * other;
+        Some(&self.mapping.words::<SignalCount>(offset).0)
+    }
+
+    /// Whether this segment's PEs can meet in teams through shared memory ([`PairWords`]).
+    #[inline]
+    pub(crate) fn has_team_signals(&self) -> bool {
+        self.layout.team_signals
+    }
+
     /// Every PE's doorbells (signal and barrier waits), in slot order.
     fn doorbells(&self) -> impl Iterator<Item = &Doorbell> {
         (0..self.layout.pes).flat_map(|pe| {
@@ -374,6 +435,22 @@ impl BarrierWords for Segment {
 
     fn flags(&self, pe: usize) -> &BarrierFlags {
         &self.pe_words(pe).barrier
+    }
+
+    fn bell(&self, pe: usize) -> &Doorbell {
+        &self.pe_words(pe).barrier_bell
+    }
+}
+
+impl PairWords for Segment {
+    fn signals(&self, to: usize, from: usize) -> &AtomicU32 {
+        self.counter(to, from, false)
+            .expect("team signals are used only where the segment has them")
+    }
+
+    fn consumed(&self, owner: usize, from: usize) -> &AtomicU32 {
+        self.counter(owner, from, true)
+            .expect("team signals are used only where the segment has them")
     }
 
     fn bell(&self, pe: usize) -> &Doorbell {
