@@ -146,7 +146,7 @@ pub fn encode_frames(frames: &[(Kind, Vec<u8>)]) -> Vec<u8> {
 }
 
 /// Every frame kind.
-pub const KINDS: [Kind; 8] = [
+pub const KINDS: [Kind; 11] = [
     Kind::Hello,
     Kind::Welcome,
     Kind::Reject,
@@ -155,6 +155,9 @@ pub const KINDS: [Kind; 8] = [
     Kind::Send,
     Kind::Abort,
     Kind::Bye,
+    Kind::Exit,
+    Kind::ExitAck,
+    Kind::ExitNow,
 ];
 
 /// The cargo-fuzz entry for the frame decoder. Byte 0 picks the cap (the handshake cap, the

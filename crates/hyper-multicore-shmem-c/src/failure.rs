@@ -1,7 +1,8 @@
 //! What a failing call does: the OpenSHMEM calls have no error returns, so a failure prints one
 //! line naming the PE, the call and the cause on stderr and exits the PE with status 1 (`hmrun`
 //! then fails the whole job fast). A few calls report a failure by their result instead (a null
-//! `shmem_malloc`, a null `shmem_ptr`); they record it for `shmemx_last_error`.
+//! `shmem_malloc`, a null `shmem_ptr`); they record it for `shmemx_last_error`. While a
+//! `shmem_global_exit` is under way a failure ends the PE with the global exit's status instead.
 
 use std::ffi::CString;
 use std::io::Write;
@@ -33,6 +34,9 @@ pub(crate) fn last_error() -> *const std::ffi::c_char {
 /// Prints the one-line diagnosis of `call` failing with `message` and exits this PE with
 /// status 1.
 pub(crate) fn fail(call: &str, message: impl std::fmt::Display) -> ! {
+    // While a global exit is under way, a failure is the other PEs ending (a lost peer, an
+    // aborted wait): this PE ends with the global exit's status, saying nothing.
+    hyper_multicore::lifecycle::end_if_global_exit();
     let message = message.to_string();
     record(call, &message);
     // One write, so a PE stopped right after cannot leave half a line.

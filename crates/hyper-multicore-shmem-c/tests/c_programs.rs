@@ -101,8 +101,22 @@ fn run_with(
     timeout: &str,
     envs: &[(&str, &str)],
 ) -> Finished {
+    run_launched(binary, pes, &[], args, timeout, envs)
+}
+
+/// [`run_with`] with `options` for hmrun itself (before the program).
+fn run_launched(
+    binary: &Path,
+    pes: usize,
+    options: &[&str],
+    args: &[&str],
+    timeout: &str,
+    envs: &[(&str, &str)],
+) -> Finished {
     let mut child = Command::new(hmrun())
-        .args(["-n", &pes.to_string(), "--"])
+        .args(["-n", &pes.to_string()])
+        .args(options)
+        .arg("--")
         .arg(binary)
         .args(args)
         .env("SHMEM_SYMMETRIC_SIZE", "32M")
@@ -275,15 +289,83 @@ fn fails_fast(mode: &str, pes: usize, code: impl Fn(i32) -> bool, stderr_has_one
 #[test]
 fn global_exit_from_one_pe_ends_the_job() {
     for pes in [1, 2, 4] {
-        // hmrun reports the first PE to end: the exiting one (7) or a survivor that saw it
-        // leave (1); the exiting PE's line is there either way.
+        // The last PE ends every PE with 7 while the others wait in a barrier.
         fails_fast(
             "global_exit",
             pes,
-            |code| code == 7 || (pes > 1 && code == 1),
+            |code| code == 7,
             &["shmem_global_exit(7)"],
         );
     }
+}
+
+/// Runs `global_exit EXITER STATUS OTHERS` on `pes` PEs under `hmrun --timeout 60` (a runtime
+/// deadline far beyond it, so only the global exit can end the job in time) and checks that
+/// hmrun exited with `status`, that every PE ended having flushed the line it left in stdio's
+/// buffer, that no PE went past its part or reported a failure (a lost peer, a timeout: only
+/// the exiter's own line is on stderr), and that no PE process is left.
+fn global_exit_ends_every_pe(
+    pes: usize,
+    exiter: usize,
+    status: i32,
+    others: &str,
+    envs: &[(&str, &str)],
+) {
+    let program = compile("global_exit");
+    let (exiter_arg, status_arg) = (exiter.to_string(), status.to_string());
+    let args = [exiter_arg.as_str(), status_arg.as_str(), others];
+    let options = ["--timeout", "60"];
+    let finished = run_launched(&program.binary, pes, &options, &args, "600", envs);
+    let context = format!("global_exit {args:?} on {pes} PEs, {envs:?}: {finished:?}");
+    assert_eq!(finished.code, Some(status), "{context}");
+    for pe in 0..pes {
+        let line = format!("PE {pe} BUFFERED");
+        assert!(
+            finished.stdout.lines().any(|l| l.ends_with(&line)),
+            "PE {pe} ended without flushing its output: {context}"
+        );
+    }
+    assert!(!finished.stdout.contains("reached the end"), "{context}");
+    let reports: Vec<&str> = finished
+        .stderr
+        .lines()
+        .filter(|line| line.contains("hmshmem: "))
+        .collect();
+    let own = format!("hmshmem: PE {exiter}: shmem_global_exit({status}): ending the job");
+    assert!(
+        reports.len() == 1 && reports[0].ends_with(&own),
+        "only the exiter's line: {context}"
+    );
+    let pids = pids(&finished.stdout);
+    assert_eq!(pids.len(), pes, "every PE must have started: {context}");
+    for pid in pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "PE process {pid} is still there: {context}"
+        );
+    }
+}
+
+#[test]
+fn global_exit_from_root_rank_0_ends_pes_waiting_in_a_barrier_with_its_status() {
+    for pes in [2, 4] {
+        global_exit_ends_every_pe(pes, 0, 0, "barrier", &[]);
+    }
+}
+
+#[test]
+fn global_exit_from_a_member_ends_pes_computing_without_calls_with_its_status() {
+    for pes in [2, 4] {
+        global_exit_ends_every_pe(pes, 1, 7, "compute", &[]);
+    }
+}
+
+#[test]
+fn global_exit_ends_every_pe_on_the_ucx_route() {
+    // Every pair of PEs through UCX, as between hosts: no shared-memory abort word joins them.
+    let ucx = [("HYPER_MULTICORE_SHMEM_TRANSPORT", "ucx")];
+    global_exit_ends_every_pe(3, 1, 7, "barrier", &ucx);
+    global_exit_ends_every_pe(2, 0, 0, "compute", &ucx);
 }
 
 #[test]

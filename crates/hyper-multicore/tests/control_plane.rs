@@ -601,3 +601,95 @@ fn a_local_member_of_another_user_is_refused() {
     );
     assert!(!job.pe(0).status.success(), "{}", job.describe());
 }
+
+/// A PE of a global-exit job: after a first barrier, the ranks in `HM_TEST_EXITERS` (comma
+/// separated) call `lifecycle::global_exit` with `HM_TEST_STATUS` plus their rank, while every
+/// other rank waits in a barrier of the world plane (`HM_TEST_OTHERS=barrier`) or computes
+/// without a call (`compute`: sleeps in 1 ms steps, for two minutes at most). Nothing of either
+/// may return: a PE that gets past its part says so and exits 99.
+fn global_exit_pe() {
+    let world = World::global().unwrap();
+    let variable = |name: &str| std::env::var(name).unwrap();
+    let exiters: Vec<usize> = variable("HM_TEST_EXITERS")
+        .split(',')
+        .map(|rank| rank.parse().unwrap())
+        .collect();
+    let status: i32 = variable("HM_TEST_STATUS").parse().unwrap();
+    world.control().barrier().unwrap();
+    let rank = world.rank();
+    if exiters.contains(&rank) {
+        hyper_multicore::lifecycle::global_exit(status + rank as i32);
+    }
+    if variable("HM_TEST_OTHERS") == "barrier" {
+        let outcome = world.control().barrier();
+        println!("PAST THE BARRIER: {outcome:?}");
+    } else {
+        for _ in 0..120_000 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        println!("PAST THE COMPUTATION");
+    }
+    std::process::exit(99);
+}
+
+/// Launches a global-exit job of `pes` PEs (see [`global_exit_pe`]) and returns every PE's
+/// exit code, checking that no PE wrote an error or got past its part.
+fn global_exit_codes(test: &str, pes: usize, exiters: &str, status: i32, others: &str) -> Vec<i32> {
+    let options = Options::default()
+        .env("HM_TEST_EXITERS", exiters)
+        .env("HM_TEST_STATUS", status)
+        .env("HM_TEST_OTHERS", others)
+        // Far beyond the test's watchdog: only the global exit can end the job in time.
+        .env(TIMEOUT_SEC, 600);
+    let job = Job::launch_with(test, pes, options).wait();
+    for pe in &job.pes {
+        assert!(!pe.stdout.contains("PAST THE"), "{}", job.describe());
+        assert!(
+            !pe.stderr.contains("ERROR") && !pe.stderr.contains("panicked"),
+            "{}",
+            job.describe()
+        );
+    }
+    job.pes
+        .iter()
+        .map(|pe| {
+            pe.status
+                .code()
+                .unwrap_or_else(|| panic!("rank {} was killed: {}", pe.rank, job.describe()))
+        })
+        .collect()
+}
+
+#[test]
+fn a_member_s_global_exit_ends_every_pe_waiting_in_a_barrier_with_its_status() {
+    if is_pe() {
+        return global_exit_pe();
+    }
+    let test =
+        stringify!(a_member_s_global_exit_ends_every_pe_waiting_in_a_barrier_with_its_status);
+    // Rank 2 (a member of the plane, not its root) exits with 5 + 2.
+    assert_eq!(global_exit_codes(test, 4, "2", 5, "barrier"), [7; 4]);
+}
+
+#[test]
+fn root_rank_0_s_global_exit_ends_every_computing_pe_with_its_status() {
+    if is_pe() {
+        return global_exit_pe();
+    }
+    let test = stringify!(root_rank_0_s_global_exit_ends_every_computing_pe_with_its_status);
+    assert_eq!(global_exit_codes(test, 3, "0", 0, "compute"), [0; 3]);
+}
+
+#[test]
+fn global_exits_at_once_end_every_pe_with_one_of_their_statuses() {
+    if is_pe() {
+        return global_exit_pe();
+    }
+    let test = stringify!(global_exits_at_once_end_every_pe_with_one_of_their_statuses);
+    // Ranks 1 and 3 exit with 11 and 13 at once: root rank 0 picks the first it hears of.
+    let codes = global_exit_codes(test, 4, "1,3", 10, "barrier");
+    assert!(
+        (codes[0] == 11 || codes[0] == 13) && codes.iter().all(|&code| code == codes[0]),
+        "{codes:?}"
+    );
+}

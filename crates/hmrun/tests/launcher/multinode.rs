@@ -581,6 +581,73 @@ fn a_pe_killed_on_one_host_fails_the_runtime_on_both() {
 /// the loss before its agent stopped it names a rank of host 1 (rank 3, or rank 2 if host 1's
 /// agent stopped it before root rank 0 noticed rank 3), host 0's ranks reported it (which of
 /// them first is a race with host 0's agent stopping the other), and nothing is left.
+/// A global exit spans hosts: world rank `HM_TEST_EXITER` calls `lifecycle::global_exit` with
+/// `HM_TEST_STATUS` while every other rank waits in the runtime's barrier (shared memory within
+/// a host, UCX between the hosts); no other rank may get past it.
+fn global_exit_across_hosts() {
+    use hyper_multicore::lifecycle;
+    let exiter: usize = std::env::var("HM_TEST_EXITER").unwrap().parse().unwrap();
+    let status: i32 = std::env::var("HM_TEST_STATUS").unwrap().parse().unwrap();
+    lifecycle::acquire(None, Some(HEAP_BEFORE)).unwrap();
+    let rank = lifecycle::guarded("barrier", |shmem| {
+        shmem.barrier()?;
+        Ok(shmem.rank())
+    })
+    .unwrap();
+    println!("READY {rank}");
+    // Every rank has said it is ready once this barrier lets the exiter through.
+    lifecycle::guarded("barrier", |shmem| shmem.barrier()).unwrap();
+    if rank == exiter {
+        lifecycle::global_exit(status);
+    }
+    let outcome = lifecycle::guarded("barrier", |shmem| shmem.barrier());
+    println!("PAST THE BARRIER: {outcome:?}");
+    std::process::exit(99);
+}
+
+/// `shmem_global_exit` across two hosts: a member on host 1 (world rank 3) ends the job with 7,
+/// then root rank 0 (host 0) with 0; each time every PE on both hosts ends with the status (none
+/// reports a lost peer), and both agents exit with it.
+#[test]
+fn a_global_exit_ends_every_pe_on_both_hosts_with_its_status() {
+    if is_pe() {
+        return global_exit_across_hosts();
+    }
+    let test = "multinode::a_global_exit_ends_every_pe_on_both_hosts_with_its_status";
+    let Some(hosts) = two_hosts_or_skip(test, "x") else {
+        return;
+    };
+    for (exiter, status) in [(3, 7), (0, 0)] {
+        let [node0, node1] = start_job_with(&hosts, test, |node| {
+            vec![
+                ("UCX_TLS", "tcp,self".to_string()),
+                ("UCX_NET_DEVICES", hosts.devices[node].clone()),
+                ("HM_TEST_EXITER", exiter.to_string()),
+                ("HM_TEST_STATUS", status.to_string()),
+            ]
+        });
+        let (node0, node1) = (node0.finish(), node1.finish());
+        for (node, finished) in [(0, &node0), (1, &node1)] {
+            let context = format!("rank {exiter} exiting {status}, node {node}: {finished:?}");
+            assert_eq!(finished.code(), status, "{context}");
+            let ready = finished
+                .stdout_lines()
+                .iter()
+                .filter(|l| l.contains("READY "))
+                .count();
+            assert_eq!(ready, 2, "{context}");
+            let lines = [finished.stdout_lines(), finished.stderr_lines()].concat();
+            assert!(
+                !lines.iter().any(|l| l.contains("PAST THE")
+                    || l.contains("lost")
+                    || l.contains("panicked")),
+                "{context}"
+            );
+            wait_until_nothing_left(&finished.marker);
+        }
+    }
+}
+
 fn assert_host_1_loss_failed_both(agents: [Job; 2]) {
     let [node0, node1] = agents.map(Job::finish);
     assert_ne!(node0.code(), 0, "{node0:?}");

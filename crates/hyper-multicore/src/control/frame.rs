@@ -45,6 +45,15 @@ pub enum Kind {
     Abort = 7,
     /// Either way: the sender is closing cleanly.
     Bye = 8,
+    /// Member → root: end the job with this exit status; root → member: a global exit with
+    /// this status is under way, record it and acknowledge. Payload: the status, i32 (see
+    /// `control/global_exit.rs`).
+    Exit = 9,
+    /// Member → root: the global exit's status is recorded here.
+    ExitAck = 10,
+    /// Root → member: every member has recorded the global exit; end the process with this
+    /// status (i32) now.
+    ExitNow = 11,
 }
 
 impl Kind {
@@ -58,6 +67,9 @@ impl Kind {
             6 => Kind::Send,
             7 => Kind::Abort,
             8 => Kind::Bye,
+            9 => Kind::Exit,
+            10 => Kind::ExitAck,
+            11 => Kind::ExitNow,
             _ => return None,
         })
     }

@@ -27,6 +27,7 @@
 mod channel;
 mod collectives;
 pub mod frame;
+pub(crate) mod global_exit;
 mod network;
 mod point_to_point;
 mod rendezvous;

@@ -59,14 +59,16 @@ impl Network {
             .stream
             .try_clone()
             .map_err(|e| Error::backend("rendezvous", "cannot clone the root connection", e))?;
+        let link = Arc::new(Link::new(writer, 1));
         let router = MemberRouter {
             shared: Arc::clone(shared),
             stream: connection.stream,
             decoder: connection.decoder,
+            link: Arc::clone(&link),
         };
         let handle = spawn_router(move || router.run())?;
         Ok(Network {
-            links: vec![Some(Arc::new(Link::new(writer, 1)))],
+            links: vec![Some(link)],
             router: Mutex::new(Some(handle)),
             wake: None,
         })

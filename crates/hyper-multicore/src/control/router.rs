@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use super::frame::{write_frame, Frame, FrameDecoder, Kind, WireError};
+use super::global_exit::{self, ExitRound};
 use crate::error::{Error, ErrorKind};
 
 /// How long a router keeps polling after it received something, and a waiter watches the inbox,
@@ -120,6 +121,11 @@ pub(crate) struct Inbox {
     pub(crate) root_gone: bool,
     /// This process is closing the plane; hang-ups are expected now.
     pub(crate) closing: bool,
+    /// Root only: the global exit under way on this plane (see `global_exit.rs`).
+    pub(crate) exit_round: Option<ExitRound>,
+    /// Member only: root rank 0 said to end the process for the global exit (the initiating
+    /// thread of this process waits for it).
+    pub(crate) exit_now: bool,
 }
 
 /// Called once when the plane breaks, from whichever thread noticed.
@@ -500,6 +506,9 @@ impl Shared {
         wire: WireError,
         completed: Option<u64>,
     ) -> (WireError, u64, bool) {
+        // While a global exit is under way every break is the others ending: this process
+        // ends with the global exit's status before anyone here learns of the break.
+        global_exit::end_if_announced();
         let mut inbox = self.inbox.lock();
         match &inbox.broken {
             Some(existing) => (existing.clone(), inbox.broken_after, false),
@@ -674,6 +683,12 @@ impl RootRouter {
                 }
             }
             Kind::Bye => self.shared.update(|inbox| inbox.departed[rank] = true),
+            Kind::Exit => {
+                let status = global_exit::parse_status(&frame.payload)
+                    .ok_or_else(|| format!("rank {rank} sent a truncated global exit"))?;
+                global_exit::serve_request(&self.shared, &self.links, status);
+            }
+            Kind::ExitAck => global_exit::acknowledged(&self.shared, rank),
             other => return Err(format!("rank {rank} sent an unexpected {other:?} frame")),
         }
         Ok(())
@@ -723,6 +738,8 @@ pub(crate) struct MemberRouter {
     pub(crate) shared: Arc<Shared>,
     pub(crate) stream: TcpStream,
     pub(crate) decoder: FrameDecoder,
+    /// The link to root rank 0 (for the router's own answers: a global exit's acknowledgement).
+    pub(crate) link: Arc<Link>,
 }
 
 impl MemberRouter {
@@ -791,6 +808,20 @@ impl MemberRouter {
                 None => self.lose_root("root rank 0 sent a truncated abort".into()),
             },
             Kind::Bye => self.shared.update(|inbox| inbox.root_departed = true),
+            Kind::Exit => match global_exit::parse_status(&frame.payload) {
+                Some(status) => {
+                    // Recorded before the acknowledgement leaves: nothing this process notices
+                    // of the others ending from then on is taken for a lost peer.
+                    global_exit::record(status);
+                    // A failed send means root rank 0 is gone; its hang-up is handled next.
+                    let _ = self.link.send(Kind::ExitAck, &[]);
+                }
+                None => self.lose_root("root rank 0 sent a truncated global exit".into()),
+            },
+            Kind::ExitNow => match global_exit::parse_status(&frame.payload) {
+                Some(status) => global_exit::exit_now(&self.shared, status),
+                None => self.lose_root("root rank 0 sent a truncated global exit".into()),
+            },
             other => self.lose_root(format!("root rank 0 sent an unexpected {other:?} frame")),
         }
     }

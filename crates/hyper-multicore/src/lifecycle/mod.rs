@@ -42,6 +42,7 @@
 //! the runtime's bare allocate/free are refused, and so is a [`guarded`] call outside the lease
 //! held ([`Lease::run`]).
 
+mod exit;
 mod fault;
 mod growth;
 mod hook;
@@ -58,6 +59,7 @@ use parking_lot::{const_reentrant_mutex, ReentrantMutex, RwLockReadGuard};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+pub use exit::{end_if_global_exit, global_exit, global_exit_status};
 pub use fault::FAULT_VARIABLE;
 pub use growth::{GrowableBuffer, Growth, GrowthRecord, DEFAULT_GROWTH_FACTOR};
 pub use hook::{PreflightHook, DESCRIBE_LIMIT};
@@ -1137,7 +1139,9 @@ fn with_runtime<R>(
     f: impl FnOnce(&Shmem) -> Result<R>,
 ) -> Result<R> {
     match runtime {
-        Some(shmem) => f(shmem),
+        // A call that fails while a global exit is under way fails because the others end:
+        // this process ends with the global exit's status instead (control/global_exit.rs).
+        Some(shmem) => f(shmem).inspect_err(|_| crate::control::global_exit::end_if_announced()),
         None => Err(Error::new(
             ErrorKind::InvalidState,
             operation,

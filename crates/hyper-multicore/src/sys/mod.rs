@@ -9,6 +9,7 @@ pub(crate) mod futex;
 pub(crate) mod gate;
 pub(crate) mod inherited_fd;
 pub(crate) mod mapping;
+pub(crate) mod process_exit;
 pub(crate) mod segment_words;
 pub(crate) mod socket_owner;
 pub(crate) mod spawn;

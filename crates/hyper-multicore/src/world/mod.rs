@@ -154,4 +154,9 @@ impl World {
         *global = Some(Arc::clone(&world));
         Ok(world)
     }
+
+    /// The process-wide world if [`World::global`] has created it (never creates it).
+    pub(crate) fn existing() -> Option<Arc<World>> {
+        GLOBAL_WORLD.lock().clone()
+    }
 }
