@@ -50,14 +50,23 @@ fn heap_size(call: &str) -> Option<u64> {
     }
 }
 
+/// Unmatched initialization calls: OpenSHMEM 1.6 pairs every `shmem_init` with a
+/// `shmem_finalize`, and only the last finalize ends the library.
+static INITIALIZATIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Set by the last `shmem_finalize`, cleared by the next initialization.
+static FINALIZED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn initialize(call: &str) {
     if job::initialized() {
+        INITIALIZATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return;
     }
     if set(DEBUG) && std::env::var_os(hyper_multicore::config::LOG_LEVEL).is_none() {
         std::env::set_var(hyper_multicore::config::LOG_LEVEL, "debug");
     }
     job::start(call, heap_size(call));
+    INITIALIZATIONS.store(1, std::sync::atomic::Ordering::Relaxed);
+    FINALIZED.store(false, std::sync::atomic::Ordering::Relaxed);
     if job::my_pe(call) == 0 {
         if set(VERSION) || set(INFO) {
             eprintln!(
@@ -78,7 +87,9 @@ fn initialize(call: &str) {
 }
 
 /// Collective: starts the library on every PE (joins the job `hmrun` started and maps the
-/// symmetric heap of `SHMEM_SYMMETRIC_SIZE` bytes). A second call does nothing.
+/// symmetric heap of `SHMEM_SYMMETRIC_SIZE` bytes). A call while initialized only counts (one
+/// more `shmem_finalize` is then needed); a call after the last `shmem_finalize` starts a fresh
+/// runtime (OpenSHMEM 1.6).
 #[no_mangle]
 pub extern "C" fn shmem_init() {
     initialize("shmem_init");
@@ -125,21 +136,71 @@ pub extern "C" fn start_pes(_npes: c_int) {
     initialize("start_pes");
 }
 
-/// Collective: frees what is still allocated and ends this PE's use of the library.
+/// Collective: the last call (one per initialization) frees what is still allocated, destroys
+/// every team and ends this PE's use of the library; an earlier one is a barrier. Without
+/// `shmem_init` it does nothing.
 #[no_mangle]
 pub extern "C" fn shmem_finalize() {
-    job::finish("shmem_finalize");
+    const CALL: &str = "shmem_finalize";
+    use std::sync::atomic::Ordering;
+    let left = INITIALIZATIONS.load(Ordering::Relaxed);
+    if left > 1 {
+        INITIALIZATIONS.store(left - 1, Ordering::Relaxed);
+        return job::run(CALL, |shmem| shmem.barrier());
+    }
+    if left == 1 {
+        crate::teams::retire_all();
+        job::finish(CALL);
+        INITIALIZATIONS.store(0, Ordering::Relaxed);
+        FINALIZED.store(true, Ordering::Relaxed);
+    }
 }
 
-/// Ends the whole job: this PE exits with `status` at once; the others see it leave and exit
-/// with a non-zero status naming it, so the launcher ends the job.
+/// Writes nonzero to `initialized` between an initialization and the last `shmem_finalize`,
+/// else zero (OpenSHMEM 1.6; callable in any state).
+///
+/// # Safety
+/// `initialized` must be null or valid for writing one `int`.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_query_initialized(initialized: *mut c_int) {
+    if !initialized.is_null() {
+        // SAFETY: non-null and writable for one int (function contract).
+        unsafe { initialized.write(c_int::from(job::initialized())) };
+    }
+}
+
+/// Writes nonzero to `finalized` after the last `shmem_finalize` (until the next
+/// initialization), else zero (callable in any state).
+///
+/// # Safety
+/// `finalized` must be null or valid for writing one `int`.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_query_finalized(finalized: *mut c_int) {
+    if !finalized.is_null() {
+        let done = FINALIZED.load(std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: non-null and writable for one int (function contract).
+        unsafe { finalized.write(c_int::from(done)) };
+    }
+}
+
+/// Sets the profiling level: this library has no profiling hooks, so it returns at once, as
+/// the standard allows. Declared variadic in `shmem.h` (`int level, ...`); the extra arguments
+/// are never read, which the C calling conventions of the supported targets allow.
+#[no_mangle]
+pub extern "C" fn shmem_pcontrol(_level: c_int) {}
+
+/// Ends the whole job: every PE exits with `status` — this one with `exit`, every other one
+/// whatever it is doing (waiting in a call, or computing without one), after flushing its
+/// output — so `hmrun` exits with `status` on every host. No PE reports the others' ending as
+/// a lost peer ([`hyper_multicore::lifecycle::global_exit`]). Callable in any state: before
+/// `shmem_init` in a process that never joined the job, this PE exits alone.
 #[no_mangle]
 pub extern "C" fn shmem_global_exit(status: c_int) -> ! {
     eprintln!(
         "hmshmem: PE {}: shmem_global_exit({status}): ending the job",
         job::rank().map_or_else(|| "?".to_string(), |r| r.to_string())
     );
-    std::process::exit(status)
+    hyper_multicore::lifecycle::global_exit(status)
 }
 
 /// This PE's number.

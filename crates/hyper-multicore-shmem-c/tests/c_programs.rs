@@ -213,6 +213,14 @@ fn setup_and_queries() {
     passes_on_1_2_4_pes("setup_queries");
 }
 
+/// Invalid team and context handles, invalid splits, zero-length calls with null pointers,
+/// alignments above 2 MiB and bad ones, `shmem_pcontrol`, and OpenSHMEM 1.6's paired
+/// initialization, finalized teams and re-initialization: each gets the standard's return.
+#[test]
+fn the_standard_error_returns_instead_of_aborts() {
+    passes("error_returns", &[1, 2, 4], &[("SHMEM_SYMMETRIC_SIZE", "32M")]);
+}
+
 #[test]
 fn symmetric_heap() {
     passes_on_1_2_4_pes("memory");

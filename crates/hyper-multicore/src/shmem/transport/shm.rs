@@ -82,7 +82,7 @@ impl Transport for ShmTransport {
         let rank = start.plane.rank();
         let members = start.locality.members_of(rank);
         let leader = members[0] == rank;
-        let slot = own_slot(&members, rank);
+        let slot = own_slot(members, rank);
         if let Some(previous) = start.previous.filter(|s| s.layout().pes == members.len()) {
             if let Some(segment) =
                 previous.regrow(start.heap_size, start.generation, leader, slot)?
