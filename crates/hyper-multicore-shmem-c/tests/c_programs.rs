@@ -221,6 +221,13 @@ fn the_standard_error_returns_instead_of_aborts() {
     passes("error_returns", &[1, 2, 4], &[("SHMEM_SYMMETRIC_SIZE", "32M")]);
 }
 
+/// The deprecated atomic names of every standard atomic type, typed and type-generic, both
+/// forms of `shmem_sync`, and the C11 bitwise reductions of the signed fixed-width types.
+#[test]
+fn deprecated_and_alternative_names() {
+    passes("deprecated_names", &[1, 2, 3, 4], &[]);
+}
+
 #[test]
 fn symmetric_heap() {
     passes_on_1_2_4_pes("memory");
