@@ -60,6 +60,15 @@ fn emit_with_context(out: &mut String, call: Call<'_>) {
 }
 
 /// A caller buffer of `len` (an expression) bytes at `pointer`, bound to `var`.
+/// The source of a collective (`sys/collective_source.rs`): the symmetric range it is, or its
+/// bytes.
+fn collective_source(len: &str) -> String {
+    format!(
+        "    // SAFETY: the caller passes `source` valid for these bytes (function contract).\n    \
+         let source = unsafe {{ CollectiveSource::new(source.cast::<u8>(), {len}) }};\n"
+    )
+}
+
 fn buffer(var: &str, pointer: &str, len: &str) -> String {
     format!(
         "    // SAFETY: the caller passes `{pointer}` valid for these bytes (function contract).\n    \
@@ -516,7 +525,7 @@ fn team_moves(out: &mut String, name: &dyn Fn(&str) -> String, r: &str, size: &s
             "alltoall",
             "collective: block `j` (`nelems` elements) of `source` to PE `j`'s block `my_pe`.",
             "",
-            "nelems * team.pes(CALL).len()",
+            "nelems * team.size(CALL)",
             "",
         ),
     ];
@@ -531,11 +540,7 @@ fn team_moves(out: &mut String, name: &dyn Fn(&str) -> String, r: &str, size: &s
                 ),
                 returns: "c_int",
                 body: String::from(TEAM_OR_NONZERO)
-                    + &buffer(
-                        "source",
-                        "source",
-                        &format!("rma::bytes(CALL, {elements}, {size})"),
-                    )
+                    + &collective_source(&format!("rma::bytes(CALL, {elements}, {size})"))
                     + &format!(
                         "    collectives::{op}(CALL, &team, dest as usize, source{argument});\n    0\n"
                     ),
@@ -552,11 +557,9 @@ fn team_moves(out: &mut String, name: &dyn Fn(&str) -> String, r: &str, size: &s
             ),
             returns: "c_int",
             body: String::from(TEAM_OR_NONZERO)
-                + &buffer(
-                    "source",
-                    "source",
-                    &format!("rma::strided_bytes(CALL, nelems * team.pes(CALL).len(), sst, {size})"),
-                )
+                + &collective_source(&format!(
+                    "rma::strided_bytes(CALL, nelems * team.size(CALL), sst, {size})"
+                ))
                 + &format!(
                     "    collectives::alltoalls(CALL, &team, dest as usize, source, [dst, sst], {size}, nelems);\n    0\n"
                 ),
@@ -624,7 +627,7 @@ fn legacy_sized_calls(out: &mut String, bits: u32, bytes: usize) {
         ("broadcast", "legacy broadcast over an active set (`root` counts in it): the root's `dest` is not written.", " root: c_int,", "nelems", "broadcast_keeping_root(CALL, &active, dest as usize, source, root)"),
         ("fcollect", "legacy fcollect over an active set.", "", "nelems", "fcollect(CALL, &active, dest as usize, source)"),
         ("collect", "legacy collect over an active set.", "", "nelems", "collect(CALL, &active, dest as usize, source)"),
-        ("alltoall", "legacy alltoall over an active set.", "", "nelems * active.pes(CALL).len()", "alltoall(CALL, &active, dest as usize, source)"),
+        ("alltoall", "legacy alltoall over an active set.", "", "nelems * active.size(CALL)", "alltoall(CALL, &active, dest as usize, source)"),
     ];
     emit(
         out,
@@ -636,11 +639,9 @@ fn legacy_sized_calls(out: &mut String, bits: u32, bytes: usize) {
             ),
             returns: "",
             body: String::from(active)
-                + &buffer(
-                    "source",
-                    "source",
-                    &format!("rma::strided_bytes(CALL, nelems * active.pes(CALL).len(), sst, {bytes})"),
-                )
+                + &collective_source(&format!(
+                    "rma::strided_bytes(CALL, nelems * active.size(CALL), sst, {bytes})"
+                ))
                 + &format!(
                     "    collectives::alltoalls(CALL, &active, dest as usize, source, [dst, sst], {bytes}, nelems);\n"
                 ),
@@ -657,11 +658,7 @@ fn legacy_sized_calls(out: &mut String, bits: u32, bytes: usize) {
                 ),
                 returns: "",
                 body: String::from(active)
-                    + &buffer(
-                        "source",
-                        "source",
-                        &format!("rma::bytes(CALL, {elements}, {bytes})"),
-                    )
+                    + &collective_source(&format!("rma::bytes(CALL, {elements}, {bytes})"))
                     + &format!("    collectives::{call};\n"),
             },
         );

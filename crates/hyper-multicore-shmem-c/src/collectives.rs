@@ -1,19 +1,22 @@
 //! Collectives: barrier and sync, broadcast, collect, fcollect, alltoall(s) and the reductions,
 //! in the team forms and the legacy active-set forms (`pSync`/`pWrk`, not needed).
 //!
-//! On every PE (`SHMEM_TEAM_WORLD`) each is the runtime's own collective (collect and alltoalls,
-//! which the runtime lacks, are its puts and barrier). On a split team, and on a legacy active
-//! set of some PEs (a team of its own: [`active_set`]), each is the runtime's puts into the
-//! members' copies followed by the team's barrier (`teams.rs`); reductions are the runtime's
-//! `Shmem::reduce` over the whole root or over the team's subgroup.
+//! Each is the runtime's collective over the team's PEs ([`ReduceSet`]: the whole root for
+//! `SHMEM_TEAM_WORLD`, else the world subgroup of a split team or of a legacy active set of some
+//! PEs, a team of its own: [`active_set`]). The source goes to the runtime as the symmetric
+//! range it is (`sys/collective_source.rs`), so on one host the bytes move once, heap to heap,
+//! and the team meets in shared memory (see the runtime's `shmem/collectives.rs` and
+//! `shmem/reduce.rs` for the algorithms).
 
 use std::ffi::{c_int, c_long};
 
-use hyper_multicore::shmem::{ReduceOp, ReduceSet, Reducible};
+use hyper_multicore::shmem::{
+    AllocationId, Contribution, ReduceOp, ReduceSet, Reducible, Region, RootTarget,
+};
 
 use crate::failure::fail;
-use crate::job::{self, At};
-use crate::sys::caller_memory::CallerBuffer;
+use crate::job;
+use crate::sys::collective_source::CollectiveSource;
 use crate::sys::long_double;
 use crate::teams::{self, Team};
 
@@ -56,57 +59,35 @@ pub(crate) fn active_set(call: &str, start: c_int, log_stride: c_int, size: c_in
     Team::Some(teams::members(call, pes))
 }
 
-/// This PE's block `bytes` at `target` (a region of its own `dest`) into the same place of every
-/// PE of `pes`, then the team's barrier.
-fn put_to_all(call: &str, team: &Team, target: usize, bytes: &[u8]) {
-    if bytes.is_empty() {
-        return team.barrier(call);
-    }
-    let block = job::region(call, target, bytes.len());
-    let pes = team.pes(call);
-    job::run(call, |shmem| {
-        pes.iter()
-            .try_for_each(|&pe| shmem.put_bytes(block, bytes, pe))
-    });
-    team.barrier(call);
-}
-
 /// This PE's number in `team` (fails if it is not a member).
 fn member(call: &str, team: &Team) -> usize {
     team.my_pe(call)
         .unwrap_or_else(|| fail(call, "this PE is not a member of the team"))
 }
 
-/// Copies `source` (on the team's PE `root`) into every team PE's `dest`. Zero bytes: nothing
-/// (every PE passes the same count), whatever the pointers — as for every collective here.
-pub(crate) fn broadcast(call: &str, team: &Team, dest: usize, source: CallerBuffer, root: c_int) {
-    let root = root_pe(call, team, root);
-    if source.len() == 0 {
-        return;
-    }
-    source.with_source(|bytes| match team {
-        Team::World => {
-            let target = At(job::region(call, dest, bytes.len()));
-            job::run(call, |shmem| shmem.broadcast::<u8>(&target, bytes, root));
-        }
-        Team::Some(_) if job::my_pe(call) == root => put_to_all(call, team, dest, bytes),
-        Team::Some(_) => {
-            job::region(call, dest, bytes.len());
-            team.barrier(call);
-        }
-    });
-}
-
 /// The world PE of the team's PE `root` (fails if there is none).
 fn root_pe(call: &str, team: &Team, root: c_int) -> usize {
-    let pes = team.pes(call);
-    match usize::try_from(root).ok().and_then(|r| pes.get(r)) {
-        Some(&pe) => pe,
+    let size = team.size(call);
+    match usize::try_from(root).ok().filter(|&r| r < size) {
+        Some(root) => team.world_pe(call, root),
         None => fail(
             call,
-            format!("root {root} is not a PE of the team's {}", pes.len()),
+            format!("root {root} is not a PE of the team's {size}"),
         ),
     }
+}
+
+/// Copies `source` (on the team's PE `root`) into every team PE's `dest`, the root's own too.
+/// Zero bytes: nothing (every PE passes the same count), whatever the pointers — as for every
+/// collective here.
+pub(crate) fn broadcast(
+    call: &str,
+    team: &Team,
+    dest: usize,
+    source: CollectiveSource,
+    root: c_int,
+) {
+    broadcast_to(call, team, dest, source, root, RootTarget::Receives);
 }
 
 /// The legacy broadcast: as [`broadcast`], but the root's `dest` keeps its contents (the
@@ -115,67 +96,71 @@ pub(crate) fn broadcast_keeping_root(
     call: &str,
     team: &Team,
     dest: usize,
-    source: CallerBuffer,
+    source: CollectiveSource,
     root: c_int,
 ) {
-    let root_pe = root_pe(call, team, root);
+    broadcast_to(call, team, dest, source, root, RootTarget::Keeps);
+}
+
+/// [`broadcast`] doing `root_target` with the root's `dest`. Only the root reads its `source`.
+fn broadcast_to(
+    call: &str,
+    team: &Team,
+    dest: usize,
+    source: CollectiveSource,
+    root: c_int,
+    root_target: RootTarget,
+) {
+    let root = root_pe(call, team, root);
+    member(call, team);
     if source.len() == 0 {
         return;
     }
-    let me = job::my_pe(call);
-    let kept = (me == root_pe).then(|| {
-        let mut bytes = Vec::new();
-        source.with_source(|s| bytes.resize(s.len(), 0));
-        let region = job::region(call, dest, bytes.len());
-        job::run(call, |shmem| shmem.get_bytes(&mut bytes, region, me));
-        (region, bytes)
-    });
-    broadcast(call, team, dest, source, root);
-    if let Some((region, bytes)) = kept {
-        job::run(call, |shmem| shmem.put_bytes(region, &bytes, me));
+    let target = job::region(call, dest, source.len());
+    let set = team.set();
+    let run = |source: Contribution<'_>| {
+        job::run(call, |shmem| {
+            shmem.broadcast_bytes(set, target, source, root, root_target)
+        })
+    };
+    if job::my_pe(call) == root {
+        source.with(run);
+    } else {
+        run(Contribution::Local(&[]));
     }
 }
 
 /// Gathers every team PE's `source` (the same length on each) into every team PE's `dest`, in
 /// team order.
-pub(crate) fn fcollect(call: &str, team: &Team, dest: usize, source: CallerBuffer) {
+pub(crate) fn fcollect(call: &str, team: &Team, dest: usize, source: CollectiveSource) {
+    member(call, team);
     if source.len() == 0 {
         return;
     }
-    source.with_source(|bytes| match team {
-        Team::World => {
-            let size = job::n_pes(call);
-            let target = At(job::region(call, dest, bytes.len() * size));
-            job::run(call, |shmem| shmem.all_gather::<u8>(&target, bytes));
-        }
-        Team::Some(_) => {
-            let at = dest + member(call, team) * bytes.len();
-            put_to_all(call, team, at, bytes);
-        }
-    });
+    let total = crate::rma::bytes(call, source.len(), team.size(call));
+    let target = job::region(call, dest, total);
+    let set = team.set();
+    source.with(|source| job::run(call, |shmem| shmem.all_gather_bytes(set, target, source)));
 }
 
 /// Gathers every team PE's `source` (its own length on each PE) into every team PE's `dest`, in
-/// team order: the lengths go round the control plane (the world's or the team's), then each PE
-/// puts its block at its place in every team PE's `dest` and all meet at the team's barrier.
-pub(crate) fn collect(call: &str, team: &Team, dest: usize, source: CallerBuffer) {
-    source.with_source(|bytes| {
-        let length = (bytes.len() as u64).to_le_bytes();
-        let parts = match team {
-            Team::World => job::run(call, |shmem| shmem.control().allgather(&length)),
-            Team::Some(members) => job::run(call, |_| members.group.control().allgather(&length)),
-        };
-        let lengths: Vec<usize> = parts
-            .iter()
-            .map(|part| u64::from_le_bytes(part.as_slice().try_into().unwrap_or_default()) as usize)
-            .collect();
-        let before: usize = lengths[..member(call, team)].iter().sum();
-        if lengths.iter().sum::<usize>() == 0 {
-            return;
-        }
-        job::region(call, dest, lengths.iter().sum());
-        put_to_all(call, team, dest + before, bytes);
+/// team order: the lengths go through the team PEs' shared words where the team is on one host
+/// (round the control plane otherwise), then each PE copies its block to its place in every
+/// team PE's `dest` and all meet.
+pub(crate) fn collect(call: &str, team: &Team, dest: usize, source: CollectiveSource) {
+    member(call, team);
+    // From `dest` to the end of its block: the most the gathered bytes may fill (a total of
+    // zero touches nothing, so `dest` may be anything then).
+    let target = job::region_to_end(dest).unwrap_or(Region {
+        id: AllocationId {
+            index: u64::MAX,
+            generation: 0,
+        },
+        heap_offset: 0,
+        bytes: 0,
     });
+    let set = team.set();
+    source.with(|source| job::run(call, |shmem| shmem.collect_bytes(set, target, source)));
 }
 
 /// Strided all-to-all: for every team PE `j`, the `nelems` elements of `size` bytes of block `j`
@@ -184,52 +169,40 @@ pub(crate) fn alltoalls(
     call: &str,
     team: &Team,
     dest: usize,
-    source: CallerBuffer,
+    source: CollectiveSource,
     [dst, sst]: [isize; 2],
     size: usize,
     nelems: usize,
 ) {
-    let me = member(call, team);
+    member(call, team);
     if nelems == 0 {
         return;
     }
-    let block = crate::rma::strided_bytes(call, nelems, sst, size);
-    let pes = team.pes(call);
-    // Round the team from this PE on, as the runtime's all_to_all does (no hot spot).
-    for j in (0..pes.len()).map(|step| (me + step) % pes.len()) {
-        let pe = pes[j];
-        let part = source.part(j * nelems * sst as usize * size, block);
-        let target = dest + me * nelems * dst as usize * size;
-        crate::rma::iput(call, target, part, [dst, sst], size, nelems, pe as c_int);
-    }
-    team.barrier(call);
+    let count = crate::rma::bytes(call, nelems, team.size(call));
+    let target = job::region(
+        call,
+        dest,
+        crate::rma::strided_bytes(call, count, dst, size),
+    );
+    // Both strides are positive (`strided_bytes` checked them).
+    let strides = [dst as usize, sst as usize];
+    let set = team.set();
+    source.with(|source| {
+        job::run(call, |shmem| {
+            shmem.all_to_all_strided(set, target, source, strides, size, nelems)
+        })
+    });
 }
 
 /// Sends block `j` of `source` to team PE `j`, which stores it as block `my_pe` of its `dest`.
-pub(crate) fn alltoall(call: &str, team: &Team, dest: usize, source: CallerBuffer) {
+pub(crate) fn alltoall(call: &str, team: &Team, dest: usize, source: CollectiveSource) {
+    member(call, team);
     if source.len() == 0 {
         return;
     }
-    match team {
-        Team::World => source.with_source(|bytes| {
-            let target = At(job::region(call, dest, bytes.len()));
-            job::run(call, |shmem| shmem.all_to_all::<u8>(&target, bytes));
-        }),
-        Team::Some(members) => {
-            let n = members.pes.len();
-            let block = source.len() / n.max(1);
-            let me = member(call, team);
-            let region = job::region(call, dest + me * block, block);
-            // Round the team from this PE on, as the runtime's all_to_all does (no hot spot).
-            for j in (0..n).map(|step| (me + step) % n) {
-                let pe = members.pes[j];
-                source.part(j * block, block).with_source(|bytes| {
-                    job::run(call, |shmem| shmem.put_bytes(region, bytes, pe))
-                });
-            }
-            team.barrier(call);
-        }
-    }
+    let target = job::region(call, dest, source.len());
+    let set = team.set();
+    source.with(|source| job::run(call, |shmem| shmem.all_to_all_bytes(set, target, source)));
 }
 
 /// Combines every team PE's `nreduce` elements at `source` with `op` into every team PE's
@@ -248,19 +221,17 @@ pub(crate) fn reduce<T: Reducible>(
     }
     let target = job::region(call, dest, bytes);
     let source = job::region(call, source, bytes);
-    let set = match team {
-        Team::World => ReduceSet::Root,
-        Team::Some(members) => ReduceSet::Group(&members.group),
-    };
+    let set: ReduceSet<'_> = team.set();
     job::run(call, |shmem| shmem.reduce::<T>(set, target, source, op));
 }
 
 /// [`reduce`] of C `long double` values (sum, prod, min, max), which the runtime cannot
 /// combine: after the team's barrier (every member's `source` is ready) this PE reads every
-/// member's `source` in team order with the runtime's gets, the team's barrier again (no member
-/// overwrites its `source` — `dest` may be the same array — while another still reads it), and
-/// the C helper (`sys/long_double.rs`) combines them in team order into this PE's `dest`: every
-/// member computes the same bits.
+/// member's `source` in team order with the runtime's gets (copies straight from the mapped
+/// heaps on one host), the team's barrier again (no member overwrites its `source` — `dest`
+/// may be the same array — while another still reads it), and the C helper
+/// (`sys/long_double.rs`) combines them in team order into this PE's `dest`: every member
+/// computes the same bits.
 pub(crate) fn reduce_long_double(
     call: &str,
     team: &Team,

@@ -772,6 +772,18 @@ fn located_in_tables(call: &str, address: usize, bytes: usize, epoch: u64) -> Lo
     locate_in_tables(address, bytes, epoch).unwrap_or_else(|why| fail(call, why))
 }
 
+/// The symmetric range from `address` to the end of the block holding it (a `shmem_malloc`
+/// allocation, or the program's data and bss), or `None` if `address` is in none: the most a
+/// collective of a length not known in advance (collect) may write there.
+pub(crate) fn region_to_end(address: usize) -> Option<Region> {
+    let block = find_block(address, 0).ok()?;
+    Some(Region {
+        id: block.id,
+        heap_offset: block.offset + (address - block.start) as u64,
+        bytes: (block.end - address) as u64,
+    })
+}
+
 /// [`located`] as a region (for the runtime's checked entries).
 pub(crate) fn region(call: &str, address: usize, bytes: usize) -> Region {
     located(call, address, bytes).region()

@@ -3,15 +3,17 @@
 //! queries, `shmem_team_translate_pe`, `shmem_team_get_config`, `shmem_team_destroy`.
 //!
 //! A split team is an ordered list of world PEs with the world's subgroup of those members
-//! (`World::subgroup`: its own control plane, formed by the members only, cached by the world):
-//! its barrier is that control plane's, after completing this PE's operations. Collectives on it
-//! are compositions of the runtime's puts and that barrier (`collectives.rs`).
+//! (`World::subgroup`: its own control plane, formed by the members only, cached by the world).
+//! Its barrier and its collectives are the runtime's over that subgroup (`collectives.rs`): where
+//! every member shares this host's heap segment the team meets through shared memory, else at
+//! the subgroup's control plane, after completing this PE's operations.
 
 use std::collections::BTreeMap;
 use std::ffi::{c_int, c_long, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use hyper_multicore::shmem::ReduceSet;
 use hyper_multicore::world::{Group, World};
 use parking_lot::Mutex;
 
@@ -43,7 +45,31 @@ pub(crate) struct Members {
 }
 
 /// Split teams alive, by handle.
-static TEAMS: Mutex<BTreeMap<usize, Arc<Members>>> = Mutex::new(BTreeMap::new());
+static TEAMS: Mutex<BTreeMap<usize, Split>> = Mutex::new(BTreeMap::new());
+
+/// A split team alive: its PEs, and the contexts its creation asked to reserve.
+struct Split {
+    members: Arc<Members>,
+    /// `shmem_team_config_t::num_contexts` as given at the split (0 unless asked):
+    /// `shmem_team_get_config` reports it (contexts are never scarce here, nothing is reserved).
+    num_contexts: c_int,
+}
+
+/// `SHMEM_TEAM_NUM_CONTEXTS`: the config mask bit of `num_contexts`.
+const TEAM_NUM_CONTEXTS: c_long = 1;
+
+/// The `num_contexts` a split's `config` and `mask` ask for (0 when the mask leaves it out).
+///
+/// # Safety
+/// `config` must be null or valid for reading one `shmem_team_config_t` when `mask` names a field.
+unsafe fn contexts_asked(config: *const c_void, mask: c_long) -> c_int {
+    if mask & TEAM_NUM_CONTEXTS == 0 || config.is_null() {
+        return 0;
+    }
+    // SAFETY: readable for one shmem_team_config_t (function contract), whose first member is
+    // `int num_contexts`.
+    unsafe { config.cast::<c_int>().read() }
+}
 /// The next handle to give out.
 static NEXT: AtomicUsize = AtomicUsize::new(TEAM_SHARED + 1);
 
@@ -79,7 +105,7 @@ pub(crate) fn lookup(call: &str, handle: usize) -> Option<Team> {
         other => TEAMS
             .lock()
             .get(&other)
-            .map(|members| Team::Some(Arc::clone(members))),
+            .map(|split| Team::Some(Arc::clone(&split.members))),
     }
 }
 
@@ -107,15 +133,35 @@ impl Team {
         }
     }
 
-    /// Completes this PE's operations and waits for every PE of the team.
-    pub(crate) fn barrier(&self, call: &str) {
+    /// The number of PEs in the team.
+    pub(crate) fn size(&self, call: &str) -> usize {
         match self {
-            Team::World => job::run(call, |shmem| shmem.barrier()),
-            Team::Some(members) => job::run(call, |shmem| {
-                shmem.try_quiet()?;
-                members.group.control().barrier()
-            }),
+            Team::World => job::n_pes(call),
+            Team::Some(members) => members.pes.len(),
         }
+    }
+
+    /// The world PE of the team's PE `pe` (below [`Team::size`]).
+    pub(crate) fn world_pe(&self, _call: &str, pe: usize) -> usize {
+        match self {
+            Team::World => pe,
+            Team::Some(members) => members.pes[pe],
+        }
+    }
+
+    /// The team as the runtime's set of PEs.
+    pub(crate) fn set(&self) -> ReduceSet<'_> {
+        match self {
+            Team::World => ReduceSet::Root,
+            Team::Some(members) => ReduceSet::Group(&members.group),
+        }
+    }
+
+    /// Completes this PE's operations and waits for every PE of the team (the runtime's barrier
+    /// of the set: in shared memory where every member shares this host's segment).
+    pub(crate) fn barrier(&self, call: &str) {
+        let set = self.set();
+        job::run(call, |shmem| shmem.barrier_set(set));
     }
 }
 
@@ -127,11 +173,18 @@ pub(crate) fn members(call: &str, pes: Vec<usize>) -> Arc<Members> {
     Arc::new(Members { pes, group })
 }
 
-/// Makes the team of world PEs `pes` (this PE among them): forms their subgroup (collective over
-/// them) and returns its handle.
-fn make_team(call: &str, pes: Vec<usize>) -> usize {
+/// Makes the team of world PEs `pes` (this PE among them), asking for `num_contexts`: forms
+/// their subgroup (collective over them) and returns its handle.
+fn make_team(call: &str, pes: Vec<usize>, num_contexts: c_int) -> usize {
     let handle = NEXT.fetch_add(1, Ordering::Relaxed);
-    TEAMS.lock().insert(handle, members(call, pes));
+    let members = members(call, pes);
+    TEAMS.lock().insert(
+        handle,
+        Split {
+            members,
+            num_contexts,
+        },
+    );
     handle
 }
 
@@ -174,26 +227,34 @@ fn strided_pes(
 /// pass the same arguments), with the reason for `shmemx_last_error`.
 ///
 /// # Safety
-/// `new_team` must be valid for writing one `shmem_team_t`; `config` is not read.
+/// `new_team` must be valid for writing one `shmem_team_t`; `config` null or valid for reading
+/// one `shmem_team_config_t` when `config_mask` names a field.
 #[no_mangle]
 pub unsafe extern "C" fn shmem_team_split_strided(
     parent: usize,
     start: c_int,
     stride: c_int,
     size: c_int,
-    _config: *const c_void,
-    _config_mask: c_long,
+    config: *const c_void,
+    config_mask: c_long,
     new_team: *mut usize,
 ) -> c_int {
     const CALL: &str = "shmem_team_split_strided";
-    let (handle, status) = split_strided(CALL, parent, [start, stride, size]);
+    // SAFETY: passed on from this function's contract.
+    let contexts = unsafe { contexts_asked(config, config_mask) };
+    let (handle, status) = split_strided(CALL, parent, [start, stride, size], contexts);
     // SAFETY: passed on from this function's contract.
     unsafe { deliver(new_team, handle) };
     status
 }
 
 /// [`shmem_team_split_strided`]'s new handle and return value.
-fn split_strided(call: &str, parent: usize, [start, stride, size]: [c_int; 3]) -> (usize, c_int) {
+fn split_strided(
+    call: &str,
+    parent: usize,
+    [start, stride, size]: [c_int; 3],
+    contexts: c_int,
+) -> (usize, c_int) {
     let Some(parent) = lookup(call, parent) else {
         record(
             call,
@@ -214,7 +275,7 @@ fn split_strided(call: &str, parent: usize, [start, stride, size]: [c_int; 3]) -
     };
     let me = job::my_pe(call);
     if pes.contains(&me) {
-        (make_team(call, pes), 0)
+        (make_team(call, pes, contexts), 0)
     } else {
         (TEAM_INVALID, 0)
     }
@@ -225,21 +286,28 @@ fn split_strided(call: &str, parent: usize, [start, stride, size]: [c_int; 3]) -
 /// an `xrange` below 1 gives `SHMEM_TEAM_INVALID` for both and nonzero.
 ///
 /// # Safety
-/// `xaxis_team` and `yaxis_team` must be valid for writing one `shmem_team_t`; the configs are
-/// not read.
+/// `xaxis_team` and `yaxis_team` must be valid for writing one `shmem_team_t`; each config null
+/// or valid for reading one `shmem_team_config_t` when its mask names a field.
 #[no_mangle]
 pub unsafe extern "C" fn shmem_team_split_2d(
     parent: usize,
     xrange: c_int,
-    _xaxis_config: *const c_void,
-    _xaxis_mask: c_long,
+    xaxis_config: *const c_void,
+    xaxis_mask: c_long,
     xaxis_team: *mut usize,
-    _yaxis_config: *const c_void,
-    _yaxis_mask: c_long,
+    yaxis_config: *const c_void,
+    yaxis_mask: c_long,
     yaxis_team: *mut usize,
 ) -> c_int {
     const CALL: &str = "shmem_team_split_2d";
-    let ((x, y), status) = split_2d(CALL, parent, xrange);
+    // SAFETY: passed on from this function's contract.
+    let contexts = unsafe {
+        [
+            contexts_asked(xaxis_config, xaxis_mask),
+            contexts_asked(yaxis_config, yaxis_mask),
+        ]
+    };
+    let ((x, y), status) = split_2d(CALL, parent, xrange, contexts);
     // SAFETY: passed on from this function's contract.
     unsafe {
         deliver(xaxis_team, x);
@@ -249,7 +317,12 @@ pub unsafe extern "C" fn shmem_team_split_2d(
 }
 
 /// [`shmem_team_split_2d`]'s new handles and return value.
-fn split_2d(call: &str, parent: usize, xrange: c_int) -> ((usize, usize), c_int) {
+fn split_2d(
+    call: &str,
+    parent: usize,
+    xrange: c_int,
+    [x, y]: [c_int; 2],
+) -> ((usize, usize), c_int) {
     const NONE: ((usize, usize), c_int) = ((TEAM_INVALID, TEAM_INVALID), -1);
     let Some(parent) = lookup(call, parent) else {
         record(
@@ -279,7 +352,7 @@ fn split_2d(call: &str, parent: usize, xrange: c_int) -> ((usize, usize), c_int)
         .skip(mine % xrange)
         .step_by(xrange)
         .collect();
-    ((make_team(call, row), make_team(call, column)), 0)
+    ((make_team(call, row, x), make_team(call, column, y)), 0)
 }
 
 /// This PE's number in `team`, or -1 if it is not a member or `team` names no team.
@@ -320,8 +393,9 @@ pub extern "C" fn shmem_team_translate_pe(
         .map_or(-1, |pe| pe as c_int)
 }
 
-/// The team's configuration: no contexts are reserved (`num_contexts` 0). 0 on success;
-/// nonzero, writing nothing, if `team` names no team.
+/// The team's configuration: `num_contexts` as its split asked (0 for the predefined teams and
+/// when not asked; nothing is reserved, contexts are never scarce here), written when `mask`
+/// names it. 0 on success; nonzero, writing nothing, if `team` names no team.
 ///
 /// # Safety
 /// `config` must be null or valid for writing one `shmem_team_config_t`.
@@ -334,9 +408,13 @@ pub unsafe extern "C" fn shmem_team_get_config(
     if lookup("shmem_team_get_config", team_handle).is_none() {
         return -1;
     }
-    if mask != 0 && !config.is_null() {
+    let contexts = TEAMS
+        .lock()
+        .get(&team_handle)
+        .map_or(0, |split| split.num_contexts);
+    if mask & TEAM_NUM_CONTEXTS != 0 && !config.is_null() {
         // SAFETY: writable for one shmem_team_config_t, whose first member is `int num_contexts`.
-        unsafe { config.write(0) };
+        unsafe { config.write(contexts) };
     }
     0
 }

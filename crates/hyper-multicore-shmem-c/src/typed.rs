@@ -7,6 +7,7 @@ use std::ffi::{c_int, c_void};
 use hyper_multicore::shmem::ReduceOp;
 
 use crate::sys::caller_memory::{read_array, write_array, CallerBuffer};
+use crate::sys::collective_source::CollectiveSource;
 use crate::{atomics, collectives, contexts, rma, teams, wait};
 
 include!(concat!(env!("OUT_DIR"), "/typed_calls.rs"));

@@ -572,6 +572,16 @@ fn reductions_every_operator_and_type_on_teams_and_active_sets() {
     passes_on_1_2_4_pes("reductions");
 }
 
+/// Every collective (team, split-team and active-set forms) at odd sizes — 0, 1 and 7 bytes,
+/// and past the runtime's size thresholds — on 1 to 5 PEs, against references the program
+/// computes; and with every pair over UCX (peers not mapped).
+#[test]
+fn every_collective_at_odd_sizes_and_pe_counts() {
+    passes("collectives_sizes", &[1, 2, 3, 4, 5], &[]);
+    let ucx = [("HYPER_MULTICORE_SHMEM_TRANSPORT", "ucx")];
+    passes("collectives_sizes", &[3], &ucx);
+}
+
 #[test]
 fn legacy_collectives_on_active_sets_of_some_pes() {
     passes_on_1_2_4_pes("active_sets");

@@ -1,14 +1,15 @@
-//! `Shmem::reduce` across real processes (2 and 4 PEs): every operator over every reducible
+//! `Shmem::reduce` across real processes (2 to 5 PEs): every operator over every reducible
 //! type, on the whole root and on subgroups (the even PEs, the odd ones, a single PE, the
-//! reversed root), in place and out of place, and the refused combinations; and the whole
-//! root spanning simulated hosts (`HYPER_MULTICORE_TEST_HOST`), where it combines
-//! hierarchically.
+//! reversed root), in place and out of place, at lengths on both sides of the size thresholds
+//! (combined whole by every member, in shares, over several chunks), and the refused
+//! combinations; and the whole root spanning simulated hosts (`HYPER_MULTICORE_TEST_HOST`),
+//! where it combines hierarchically.
 
 use hm_testkit::{is_pe, start_runtime, Job, Options};
 use hyper_multicore::config::TRANSPORT;
 use hyper_multicore::shmem::{
     ReduceOp, ReduceSet, Reducible, Shmem, Symmetric, HIERARCHICAL_REDUCE_MIN_BYTES,
-    TEST_HOST_VARIABLE,
+    REDUCE_LOCAL_MAX_BYTES, TEST_HOST_VARIABLE,
 };
 use hyper_multicore::world::{Group, World};
 use hyper_multicore::ErrorKind;
@@ -111,6 +112,61 @@ fn check_all_types(shmem: &Shmem, members: &[usize], group: Option<&Group>) {
     }
     each!(check_type: i8, u8, i16, u16, i32, u32, i64, u64, f32, f64);
     each!(check_complex: f32, f64);
+    check_lengths(shmem, members, group);
+}
+
+/// Element counts on both sides of the size thresholds: none, one, a few, just past the
+/// length every member combines whole ([`REDUCE_LOCAL_MAX_BYTES`] for one-byte elements), and
+/// several chunks that do not divide among the members.
+const LENGTHS: [usize; 6] = [0, 1, 7, REDUCE_LOCAL_MAX_BYTES + 1, 9001, 40_003];
+
+/// Sums, exclusive ors and maxima of `u8`, `i32` and `f64` vectors of every length of
+/// [`LENGTHS`] on `members`, out of place and in place, against the values combined here.
+fn check_lengths(shmem: &Shmem, members: &[usize], group: Option<&Group>) {
+    check_lengths_of::<u8>(shmem, members, group, ReduceOp::Max);
+    check_lengths_of::<i32>(shmem, members, group, ReduceOp::Xor);
+    check_lengths_of::<f64>(shmem, members, group, ReduceOp::Sum);
+}
+
+fn check_lengths_of<T: Sample>(
+    shmem: &Shmem,
+    members: &[usize],
+    group: Option<&Group>,
+    op: ReduceOp,
+) {
+    let set = group.map_or(ReduceSet::Root, ReduceSet::Group);
+    let rank = shmem.rank();
+    for len in LENGTHS {
+        let source = shmem.allocate::<T>(len, None).unwrap();
+        let target = shmem.allocate::<T>(len, None).unwrap();
+        let mine: Vec<T> = (0..len)
+            .map(|i| T::from_i64(sample(rank, i) as i64))
+            .collect();
+        let want: Vec<T> = (0..len)
+            .map(|i| T::from_i64(expected(members, i, op) as i64))
+            .collect();
+        for into in [&target, &source] {
+            shmem.put(&source, &mine, rank).unwrap();
+            shmem
+                .reduce::<T>(set, into.region(), source.region(), op)
+                .unwrap();
+            let mut out = vec![T::zeroed(); len];
+            shmem.get(&mut out, into, rank).unwrap();
+            let what = if std::ptr::eq(into, &source) {
+                "in place"
+            } else {
+                "out of place"
+            };
+            assert!(
+                out == want,
+                "{len} {} {op:?} {what} over {members:?}",
+                std::any::type_name::<T>()
+            );
+            shmem.barrier().unwrap();
+        }
+        shmem.free(target).unwrap();
+        shmem.free(source).unwrap();
+    }
 }
 
 /// PE `pe`'s complex number at index `i`, as `(re, im)`.
@@ -227,8 +283,9 @@ macro_rules! on_pes {
 }
 
 on_pes!(
-    every_pe: every_pe_2_pes = 2, every_pe_4_pes = 4;
-    subgroups: subgroups_2_pes = 2, subgroups_4_pes = 4;
+    every_pe: every_pe_2_pes = 2, every_pe_3_pes = 3, every_pe_4_pes = 4, every_pe_5_pes = 5;
+    subgroups: subgroups_2_pes = 2, subgroups_3_pes = 3, subgroups_4_pes = 4,
+        subgroups_5_pes = 5;
 );
 
 /// The simulated host of every rank of a job spanning hosts, comma-separated (set for every PE
@@ -416,19 +473,24 @@ fn cross_host_reads_are_one_per_other_group(shmem: &Shmem, groups: &[Vec<usize>]
 /// Target and source overlapping without being the same region (one element apart in one
 /// allocation): the result is the reduction of the sources as they were at the call.
 fn overlapping_target_and_source(shmem: &Shmem) {
-    const N: usize = 300;
+    // Short (combined whole by every member) and long (combined in shares).
+    overlapping_of(shmem, 300);
+    overlapping_of(shmem, 3001);
+}
+
+fn overlapping_of(shmem: &Shmem, n: usize) {
     let (rank, size) = (shmem.rank(), shmem.size());
-    let both = shmem.allocate::<u64>(N + 1, None).unwrap();
+    let both = shmem.allocate::<u64>(n + 1, None).unwrap();
     let value = |pe: usize, i: usize| (pe as u64 + 1) * 1_000_000 + i as u64;
-    for (source, target) in [(0..N, 1..N + 1), (1..N + 1, 0..N)] {
-        let mine: Vec<u64> = (0..N + 1).map(|i| value(rank, i)).collect();
+    for (source, target) in [(0..n, 1..n + 1), (1..n + 1, 0..n)] {
+        let mine: Vec<u64> = (0..n + 1).map(|i| value(rank, i)).collect();
         shmem.put(&both, &mine, rank).unwrap();
         let (from, into) = (
             both.view(source.clone()).unwrap(),
             both.view(target.clone()).unwrap(),
         );
         shmem.all_reduce(&into, &from, ReduceOp::Sum).unwrap();
-        let mut out = vec![0u64; N];
+        let mut out = vec![0u64; n];
         shmem.get(&mut out, &into, rank).unwrap();
         let want: Vec<u64> = source
             .clone()

@@ -320,14 +320,6 @@ pub struct View<'a, T: Element> {
 }
 
 impl<T: Element> View<'_, T> {
-    /// A view of `region` (the caller guarantees it lies inside a live allocation).
-    pub(crate) fn from_region(region: Region) -> Self {
-        View {
-            region,
-            _allocation: PhantomData,
-        }
-    }
-
     /// Elements `range` of this view, as a narrower view (fails if the range is past the end).
     pub fn view(&self, range: impl RangeBounds<usize>) -> Result<Self> {
         let len = Symmetric::len(self);

@@ -49,6 +49,8 @@ pub(crate) mod registry;
 mod runtime;
 mod segment;
 pub(crate) mod sync;
+mod team;
+pub(crate) mod team_sync;
 mod transport;
 
 pub use allocation::{
@@ -58,7 +60,11 @@ pub use allocation::{
 pub use data::{AtomicOp, AtomicWord, Comparison, Located, LocatedCache, SignalOp};
 pub(crate) use initialize::Joining;
 pub use process::{latest_failure, runtime_state, FailureRecord, RuntimeState};
-pub use reduce::{ReduceOp, ReduceSet, Reducible, HIERARCHICAL_REDUCE_MIN_BYTES};
+pub use collectives::{RootTarget, BROADCAST_PULL_MIN_BYTES};
+pub use reduce::{
+    ReduceOp, ReduceSet, Reducible, HIERARCHICAL_REDUCE_MIN_BYTES, REDUCE_LOCAL_MAX_BYTES,
+};
+pub use team::Contribution;
 pub use segment::max_alignment;
 pub(crate) use segment::Segment;
 /// True if the byte range `address..address + len` of this process overlaps any symmetric heap

@@ -6,8 +6,20 @@
 //!
 //! How the data moves, and in which order the values are combined:
 //!
-//! - A root on one host (one locality group), a subgroup, and a root whose every PE is its own
-//!   group (`HYPER_MULTICORE_SHMEM_TRANSPORT=ucx`): every PE gets every member's source over its
+//! - A root on one host (one locality group), or a subgroup whose members all share this
+//!   host's segment: after the members meet (every source ready), each member combines its
+//!   `1/n` share of the elements straight from every member's mapped source, in member order
+//!   (rank order for the root), a chunk at a time in a small private buffer on the stack, and
+//!   copies each combined chunk into every member's target (reduce-scatter and all-gather in
+//!   one pass: each member reads and writes the vector's length once, whatever `n`); the
+//!   members meet again. Only this member reads its share of any source, so a target that is
+//!   the source itself is overwritten only where nobody reads any more; a target overlapping
+//!   its source otherwise gets the share after another meeting. Vectors of at most
+//!   [`REDUCE_LOCAL_MAX_BYTES`] are combined whole by every member (into the stack buffer,
+//!   written into its own target after the second meeting): for them the copies into every
+//!   target cost more than reading every source.
+//! - A subgroup with members on other hosts, and a root whose every PE is its own group
+//!   (`HYPER_MULTICORE_SHMEM_TRANSPORT=ucx`): every PE gets every member's source over its
 //!   route and combines them in member order (rank order for the root).
 //! - A root spanning several locality groups (hosts), for vectors of at least
 //!   [`HIERARCHICAL_REDUCE_MIN_BYTES`] (smaller ones as above: their cost is the barriers, and
@@ -44,6 +56,7 @@ use crate::world::Group;
 use super::allocation::Region;
 use super::runtime::Shmem;
 use super::sync::Deadline;
+use super::team::Team;
 use super::transport::Route;
 
 /// The smallest vector (in bytes) a whole-root reduction across hosts combines hierarchically;
@@ -51,6 +64,18 @@ use super::transport::Route;
 /// 1 ms less for 8 bytes over TCP, while from 64 KiB on the hierarchical form is as fast or
 /// faster, 2× at 8 MiB — `bench/findings.md`).
 pub const HIERARCHICAL_REDUCE_MIN_BYTES: u64 = 64 << 10;
+
+/// The longest vector (in bytes) that every member of a team mapped on one host combines whole
+/// itself; longer ones are combined in shares (see the module documentation).
+pub const REDUCE_LOCAL_MAX_BYTES: usize = 4 << 10;
+
+/// The elements a member combines at a time, in bytes: two buffers of it on the stack (the
+/// running result and the next member's values), which stay in the first-level cache.
+const CHUNK_BYTES: usize = 8 << 10;
+
+/// Vectors up to this many bytes are combined in buffers of this size (two zeroed on the stack
+/// per call: for a word or two, zeroing two whole chunks would cost more than the combine).
+const SMALL_BYTES: usize = 256;
 
 /// Reduction operators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +104,24 @@ pub trait Reducible: bytemuck::Pod + Send + Sync {
 
     /// Combines two values with `op` (one [`Reducible::supports`]; any other returns `self`).
     fn combine(self, other: Self, op: ReduceOp) -> Self;
+
+    /// `into[i] = into[i].combine(other[i], op)` for every element of the shorter of the two.
+    /// The provided types override it with one loop per operator, which the compiler
+    /// vectorises.
+    fn combine_slices(into: &mut [Self], other: &[Self], op: ReduceOp) {
+        for (a, b) in into.iter_mut().zip(other) {
+            *a = a.combine(*b, op);
+        }
+    }
+}
+
+/// `into[i] = f(into[i], other[i])` for every element: one loop with nothing else in it, for
+/// the compiler to vectorise.
+#[inline(always)]
+fn zip_with<T: Copy>(into: &mut [T], other: &[T], f: impl Fn(T, T) -> T) {
+    for (a, b) in into.iter_mut().zip(other) {
+        *a = f(*a, *b);
+    }
 }
 
 macro_rules! reducible_integers {
@@ -97,6 +140,18 @@ macro_rules! reducible_integers {
                     ReduceOp::And => self & other,
                     ReduceOp::Or => self | other,
                     ReduceOp::Xor => self ^ other,
+                }
+            }
+
+            fn combine_slices(into: &mut [Self], other: &[Self], op: ReduceOp) {
+                match op {
+                    ReduceOp::Sum => zip_with(into, other, <$ty>::wrapping_add),
+                    ReduceOp::Prod => zip_with(into, other, <$ty>::wrapping_mul),
+                    ReduceOp::Min => zip_with(into, other, Ord::min),
+                    ReduceOp::Max => zip_with(into, other, Ord::max),
+                    ReduceOp::And => zip_with(into, other, |a, b| a & b),
+                    ReduceOp::Or => zip_with(into, other, |a, b| a | b),
+                    ReduceOp::Xor => zip_with(into, other, |a, b| a ^ b),
                 }
             }
         }
@@ -120,6 +175,16 @@ macro_rules! reducible_floats {
                     ReduceOp::And | ReduceOp::Or | ReduceOp::Xor => self,
                 }
             }
+
+            fn combine_slices(into: &mut [Self], other: &[Self], op: ReduceOp) {
+                match op {
+                    ReduceOp::Sum => zip_with(into, other, |a, b| a + b),
+                    ReduceOp::Prod => zip_with(into, other, |a, b| a * b),
+                    ReduceOp::Min => zip_with(into, other, <$ty>::min),
+                    ReduceOp::Max => zip_with(into, other, <$ty>::max),
+                    ReduceOp::And | ReduceOp::Or | ReduceOp::Xor => {}
+                }
+            }
         }
 
         /// A complex number `[re, im]` (the layout of C's `_Complex`): sum and product.
@@ -141,14 +206,15 @@ macro_rules! reducible_floats {
 }
 reducible_floats!(f32, f64);
 
-/// The PEs a reduction runs over.
+/// The PEs a collective (a reduction, [`Shmem::broadcast_bytes`], …) runs over.
 #[derive(Clone, Copy, Debug)]
 pub enum ReduceSet<'a> {
-    /// Every PE of the root; they meet at the shared-memory barrier.
+    /// Every PE of the root; they meet at the root's barrier.
     Root,
     /// The members of a subgroup of the world ([`crate::world::World::subgroup`], whose
-    /// members are ranks of this root, this PE among them); they meet at its control plane's
-    /// barrier. Only the members call.
+    /// members are ranks of this root, this PE among them), in the group's order; they meet
+    /// through shared memory when every member shares this host's segment, else at the group's
+    /// control plane's barrier. Only the members call.
     Group(&'a Group),
 }
 
@@ -194,49 +260,179 @@ impl Shmem {
                 return self.reduce_across_groups::<T>(target, source, op);
             }
         }
-        let members: Vec<usize> = match pes {
-            ReduceSet::Root => (0..self.size).collect(),
-            ReduceSet::Group(group) => {
-                let members = group.members();
-                if let Some(&outside) = members.iter().find(|&&pe| pe >= self.size) {
-                    return Err(self.error(
-                        ErrorKind::InvalidArgument,
-                        OP,
-                        format!(
-                            "the group's member {outside} is not a PE of this root of {} PEs",
-                            self.size
-                        ),
-                    ));
-                }
-                members.to_vec()
-            }
-        };
-        let meet = || match pes {
-            ReduceSet::Root => self.data_barrier(OP),
-            ReduceSet::Group(group) => {
-                self.try_quiet()?;
-                group.control().barrier()
-            }
-        };
+        let team = self.team(OP, pes)?;
+        if team.mapped() {
+            return self.reduce_mapped::<T>(&team, target, source, op);
+        }
+        // Routed: every member's whole source over its route, combined in member order.
         let len = (source.bytes / width) as usize;
         let mut result = vec![T::zeroed(); len];
         let mut peer = vec![T::zeroed(); len];
-        meet()?;
-        for (i, &pe) in members.iter().enumerate() {
+        self.team_meet(OP, &team)?;
+        for i in 0..team.len() {
             let into = if i == 0 { &mut result } else { &mut peer };
-            self.get_bytes(bytemuck::cast_slice_mut(into), source, pe)?;
+            self.get_bytes(bytemuck::cast_slice_mut(into), source, team.pe(i))?;
             if i > 0 {
-                for (r, p) in result.iter_mut().zip(&peer) {
-                    *r = r.combine(*p, op);
-                }
+                T::combine_slices(&mut result, &peer, op);
             }
         }
         if source.id == target.id {
             // Peers may still be reading this PE's source.
-            meet()?;
+            self.team_meet(OP, &team)?;
         }
         self.put_bytes(target, bytemuck::cast_slice(&result), self.rank)?;
-        meet()
+        self.team_meet(OP, &team)
+    }
+
+    /// [`Shmem::reduce`] over a team whose every member's heap is mapped here (see the module
+    /// documentation): whole by every member up to [`REDUCE_LOCAL_MAX_BYTES`], else in shares.
+    fn reduce_mapped<T: Reducible>(
+        &self,
+        team: &Team<'_>,
+        target: Region,
+        source: Region,
+        op: ReduceOp,
+    ) -> Result<()> {
+        const OP: &str = "reduce";
+        // The allocation state is the same on every PE, so a freed or foreign region fails on
+        // every PE alike, before any PE waits for the others.
+        self.check_region(OP, source)?;
+        self.check_region(OP, target)?;
+        let width = std::mem::size_of::<T>();
+        let len = source.bytes as usize / width;
+        if len == 0 {
+            return Ok(());
+        }
+        if team.len() == 1 {
+            self.copy_between(
+                self.rank,
+                source.heap_offset,
+                self.rank,
+                target.heap_offset,
+                source.bytes as usize,
+            );
+            return Ok(());
+        }
+        // Every member's source is ready (every put made before the call is visible).
+        self.team_meet(OP, team)?;
+        if source.bytes as usize <= SMALL_BYTES {
+            return with_buffers::<T, _, { SMALL_BYTES / 8 }>(|result, peer| {
+                self.reduce_whole(team, target, source, op, result, peer)
+            });
+        }
+        with_buffers::<T, _, { CHUNK_BYTES / 8 }>(|result, peer| {
+            if source.bytes as usize <= REDUCE_LOCAL_MAX_BYTES {
+                return self.reduce_whole(team, target, source, op, result, peer);
+            }
+            self.reduce_shares(team, target, source, op, result, peer)
+        })
+    }
+
+    /// Every member combines the whole vector (it fits `result`) and writes its own target
+    /// once nobody reads a source any more (the team met before: every source is ready).
+    fn reduce_whole<T: Reducible>(
+        &self,
+        team: &Team<'_>,
+        target: Region,
+        source: Region,
+        op: ReduceOp,
+        result: &mut [T],
+        peer: &mut [T],
+    ) -> Result<()> {
+        const OP: &str = "reduce";
+        let len = source.bytes as usize / std::mem::size_of::<T>();
+        let (result, peer) = (&mut result[..len], &mut peer[..len]);
+        self.combine_members(team, source, 0, result, peer, op);
+        // Nobody reads a source any more: this PE's target may be its source.
+        self.team_meet(OP, team)?;
+        self.copy_into(bytemuck::cast_slice(result), self.rank, target.heap_offset);
+        Ok(())
+    }
+
+    /// Every member combines its share of the elements, a chunk (`result.len()` elements) at a
+    /// time, into every member's target (the team met before: every source is ready).
+    fn reduce_shares<T: Reducible>(
+        &self,
+        team: &Team<'_>,
+        target: Region,
+        source: Region,
+        op: ReduceOp,
+        result: &mut [T],
+        peer: &mut [T],
+    ) -> Result<()> {
+        const OP: &str = "reduce";
+        let width = std::mem::size_of::<T>();
+        let len = source.bytes as usize / width;
+        let (index, n) = (team.index(), team.len());
+        let share = len * index / n..len * (index + 1) / n;
+        let overlapping = source.id == target.id
+            && source.heap_offset != target.heap_offset
+            && source.heap_offset < target.heap_offset + target.bytes
+            && target.heap_offset < source.heap_offset + source.bytes;
+        let step = result.len();
+        if overlapping {
+            // The target overlaps other members' shares of the sources: the whole share is
+            // combined first, and written once nobody reads a source any more.
+            let mut combined = vec![T::zeroed(); share.len()];
+            for (first, into) in share.clone().step_by(step).zip(combined.chunks_mut(step)) {
+                let count = into.len();
+                self.combine_members(team, source, first, into, &mut peer[..count], op);
+            }
+            self.team_meet(OP, team)?;
+            let at = target.heap_offset + (share.start * width) as u64;
+            for j in team.round_from_me() {
+                self.copy_into(bytemuck::cast_slice(&combined), team.pe(j), at);
+            }
+        } else {
+            for first in share.clone().step_by(step) {
+                let count = step.min(share.end - first);
+                let (result, peer) = (&mut result[..count], &mut peer[..count]);
+                self.combine_members(team, source, first, result, peer, op);
+                let at = target.heap_offset + (first * width) as u64;
+                for j in team.round_from_me() {
+                    self.copy_into(bytemuck::cast_slice(result), team.pe(j), at);
+                }
+            }
+        }
+        // Every share is in every target, and nobody reads a source any more.
+        self.team_meet(OP, team)
+    }
+
+    /// Elements `first..first + result.len()` of every member's `source` combined in member
+    /// order into `result` (`peer` as long: the next member's values).
+    fn combine_members<T: Reducible>(
+        &self,
+        team: &Team<'_>,
+        source: Region,
+        first: usize,
+        result: &mut [T],
+        peer: &mut [T],
+        op: ReduceOp,
+    ) {
+        let at = source.heap_offset + (first * std::mem::size_of::<T>()) as u64;
+        self.copy_out(team.pe(0), at, bytemuck::cast_slice_mut(result));
+        for i in 1..team.len() {
+            self.copy_out(team.pe(i), at, bytemuck::cast_slice_mut(peer));
+            T::combine_slices(result, peer, op);
+        }
+    }
+}
+
+/// Calls `f` with two buffers of as many whole `T` as fit in `WORDS` 64-bit words: on the
+/// stack for every element type aligned to at most 8 bytes whose size divides them (all the
+/// provided ones), else on the heap.
+fn with_buffers<T: Reducible, R, const WORDS: usize>(f: impl FnOnce(&mut [T], &mut [T]) -> R) -> R {
+    let mut words = [[0u64; WORDS]; 2];
+    let [result, peer] = &mut words;
+    match (
+        bytemuck::try_cast_slice_mut::<u64, T>(result),
+        bytemuck::try_cast_slice_mut::<u64, T>(peer),
+    ) {
+        (Ok(result), Ok(peer)) if !result.is_empty() => f(result, peer),
+        _ => {
+            let count = (WORDS * 8 / std::mem::size_of::<T>().max(1)).max(1);
+            f(&mut vec![T::zeroed(); count], &mut vec![T::zeroed(); count])
+        }
     }
 }
 
@@ -292,7 +488,7 @@ impl Shmem {
                 let into = if i == 0 { &mut partial } else { &mut peer };
                 self.get_bytes(bytemuck::cast_slice_mut(into), part(source), pe)?;
                 if i > 0 {
-                    combine_into(&mut partial, &peer, op);
+                    T::combine_slices(&mut partial, &peer, op);
                 }
             }
         }
@@ -326,7 +522,7 @@ impl Shmem {
                 if g == 0 {
                     result.copy_from_slice(theirs);
                 } else {
-                    combine_into(&mut result, theirs, op);
+                    T::combine_slices(&mut result, theirs, op);
                 }
             }
         }
@@ -362,12 +558,5 @@ impl Shmem {
         return super::transport::UcxTransport::replies_in_flight();
         #[cfg(not(all(feature = "ucx", not(loom))))]
         return 0;
-    }
-}
-
-/// `into[i] = into[i] ⊕ other[i]` for every element.
-fn combine_into<T: Reducible>(into: &mut [T], other: &[T], op: ReduceOp) {
-    for (a, b) in into.iter_mut().zip(other) {
-        *a = a.combine(*b, op);
     }
 }

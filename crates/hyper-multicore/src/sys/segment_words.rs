@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicU64;
 use super::mapping::SharedWords;
 use crate::shmem::arguments::ArgumentSlots;
 use crate::shmem::sync::{AbortWord, BarrierFlags, CentralWords, Doorbell};
+use crate::shmem::team_sync::SignalCount;
 
 /// The first words of the segment, written once by root rank 0.
 #[repr(C, align(64))]
@@ -52,3 +53,5 @@ unsafe impl SharedWords for ControlBlock {}
 // SAFETY: repr(C), made only of atomic-only repr(C) words (the doorbells, the barrier flags,
 // the argument slots).
 unsafe impl SharedWords for PeWords {}
+// SAFETY: repr(transparent) over one atomic: valid for every bit pattern, all-zero included.
+unsafe impl SharedWords for SignalCount {}
