@@ -724,7 +724,8 @@ fn generic_cases(out: &mut String, macro_name: &str, prefix: &str, family: u32) 
         .filter(|t| t.families & family == family)
         .filter(|t| {
             t.families & GENERIC != 0
-                || (family == REDUCE_BITWISE && t.families & GENERIC_REDUCE_BITWISE != 0)
+                || (matches!(family, REDUCE_BITWISE | AMO_BITWISE)
+                    && t.families & GENERIC_BITWISE != 0)
         })
     {
         write!(out, " \\\n  {}: {prefix}{}_##OP,", t.c, t.name).unwrap();

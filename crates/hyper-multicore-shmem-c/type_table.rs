@@ -15,9 +15,10 @@ const SYNC: u32 = 1 << 4;
 /// Passed by value through the C ABI from Rust (`long double` is not: its `p`/`g` are inline
 /// functions of `shmem.h` over `putmem`/`getmem`).
 const VALUE: u32 = 1 << 6;
-/// In the C11 `_Generic` list of the bitwise reductions only: the signed fixed-width types,
-/// whose C types (`signed char`, `short`, `int`, `long`) are in no other bitwise list.
-const GENERIC_REDUCE_BITWISE: u32 = 1 << 8;
+/// In the C11 `_Generic` lists of the bitwise families only (atomics and reductions): the signed
+/// fixed-width types, whose C types (`signed char`, `short`, `int`, `long`) are in no bitwise
+/// family themselves.
+const GENERIC_BITWISE: u32 = 1 << 8;
 /// Team reductions `shmem_TYPENAME_{and,or,xor}_reduce`.
 const REDUCE_BITWISE: u32 = 1 << 7;
 /// Team reductions `shmem_TYPENAME_{min,max}_reduce`.
@@ -87,10 +88,10 @@ const STANDARD_TYPES: &[StandardType] = &[
     t("unsigned int", "uint", "u32", BIT | GENERIC),
     t("unsigned long", "ulong", "u64", BIT | GENERIC),
     t("unsigned long long", "ulonglong", "u64", BIT | GENERIC),
-    t("int8_t", "int8", "i8", SMALL | GENERIC_REDUCE_BITWISE),
-    t("int16_t", "int16", "i16", SMALL | GENERIC_REDUCE_BITWISE),
-    t("int32_t", "int32", "i32", BIT | GENERIC_REDUCE_BITWISE),
-    t("int64_t", "int64", "i64", BIT | GENERIC_REDUCE_BITWISE),
+    t("int8_t", "int8", "i8", SMALL | GENERIC_BITWISE),
+    t("int16_t", "int16", "i16", SMALL | GENERIC_BITWISE),
+    t("int32_t", "int32", "i32", BIT | GENERIC_BITWISE),
+    t("int64_t", "int64", "i64", BIT | GENERIC_BITWISE),
     t("uint8_t", "uint8", "u8", SMALL),
     t("uint16_t", "uint16", "u16", SMALL),
     t("uint32_t", "uint32", "u32", BIT),

@@ -1,6 +1,6 @@
 /* Names older and other OpenSHMEM programs use: the deprecated atomic names for every standard
  * atomic type (typed and C11 type-generic), shmem_sync in both its forms, and the C11 bitwise
- * reductions over the signed fixed-width types. */
+ * atomics and reductions over the signed fixed-width types. */
 #include <shmem.h>
 #include <stdint.h>
 
@@ -59,6 +59,28 @@ static void syncs(void) {
     shmem_sync_all();
 }
 
+static int32_t bits32;
+static int64_t bits64;
+
+static void signed_bitwise_atomics(void) {
+    bits32 = -1;
+    bits64 = 0;
+    shmem_barrier_all();
+    shmem_atomic_and(&bits32, ~(int32_t)(1 << (me % 31)), 0);
+    shmem_atomic_or(SHMEM_CTX_DEFAULT, &bits64, (int64_t)1 << me, 0);
+    shmem_quiet();
+    CHECK((shmem_atomic_fetch_xor(&bits64, 0, 0) & ((int64_t)1 << me)) != 0);
+    shmem_barrier_all();
+    if (me == 0) {
+        int32_t expect32 = -1;
+        for (int pe = 0; pe < n; pe++)
+            expect32 &= ~(int32_t)(1 << (pe % 31));
+        CHECK(bits32 == expect32);
+        CHECK(bits64 == ((int64_t)1 << n) - 1);
+    }
+    shmem_barrier_all();
+}
+
 static void signed_bitwise_reductions(void) {
     int8_t *source8 = shmem_malloc(sizeof(int8_t)), *dest8 = shmem_malloc(sizeof(int8_t));
     int64_t *source64 = shmem_malloc(sizeof(int64_t)), *dest64 = shmem_malloc(sizeof(int64_t));
@@ -84,6 +106,7 @@ int main(void) {
     typed_names();
     generic_names();
     syncs();
+    signed_bitwise_atomics();
     signed_bitwise_reductions();
     PASS("deprecated_names");
     shmem_finalize();
