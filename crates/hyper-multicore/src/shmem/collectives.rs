@@ -10,14 +10,14 @@
 //!   from heap to heap, or from this PE's private bytes into a heap ([`Contribution`]), and the
 //!   members meet at the root's shared-memory barrier or, for a subgroup, the team barrier
 //!   through shared memory (`team_sync`). Broadcast: the root copies its source into every
-//!   member's target, then the team meets ("push"; two members, or fewer than
-//!   [`BROADCAST_PULL_MIN_BYTES`]); with more members and larger sources, the root makes its
-//!   bytes readable (its own target, or its symmetric source), the team meets, every member
-//!   copies them into its own target in parallel ("pull"), and the team meets again before the
-//!   root may reuse them. All-gather and all-to-all: each member copies its blocks into every
-//!   member's target, then the team meets. Collect: each member publishes its length in its
-//!   segment words, the team meets, each copies its block to its place in every target, the
-//!   team meets again.
+//!   member's target and signals the members, which wait for it ("push"; two members, or
+//!   fewer than [`BROADCAST_PULL_MIN_BYTES`]); with more members and larger sources, the root
+//!   makes its bytes readable (its own target, or its symmetric source), signals the members,
+//!   every member copies them into its own target in parallel ("pull") and signals the root,
+//!   which waits for all before it may reuse them. All-gather and all-to-all: each member
+//!   copies its blocks into every member's target, then the team meets. Collect: each member
+//!   publishes its length in its segment words, the team meets, each copies its block to its
+//!   place in every target, the team meets again.
 //! - Otherwise (members on other hosts, or `HYPER_MULTICORE_SHMEM_TRANSPORT=ucx`) each copy
 //!   is a put over the member's route, and the members meet at the root's barrier (hierarchical
 //!   across hosts) or the subgroup's control plane; collect's lengths go round the control
@@ -234,8 +234,11 @@ impl Shmem {
             }
             return self.team_meet(OP, &team);
         }
+        let root_index = team.position(root).unwrap_or(0);
         if team.len() < 3 || len < BROADCAST_PULL_MIN_BYTES {
-            // Push: the root copies into every target (its own last), then the team meets.
+            // Push: the root copies into every target (its own last), then tells the members,
+            // which wait for it; the root does not wait for them (every target was ready
+            // before the call, and its source is free again once copied).
             if is_root {
                 for i in team.round_from_me().skip(1) {
                     self.contribute(&source, 0, len, team.pe(i), at);
@@ -244,11 +247,11 @@ impl Shmem {
                     self.contribute(&source, 0, len, root, at);
                 }
             }
-            return self.team_meet(OP, &team);
+            return self.team_release(OP, &team, root_index);
         }
         // Pull: the root says where its bytes are (its target, which it fills first, or its
-        // symmetric source), the team meets, every member copies them, the team meets again
-        // (the root's bytes stay put until every member has them).
+        // symmetric source) and tells the members; every member copies them and tells the
+        // root, which waits for all (its bytes stay put until every member has them).
         if is_root {
             let from = match source {
                 _ if receives => {
@@ -265,7 +268,7 @@ impl Shmem {
             };
             self.publish(PUBLISHED_SOURCE, from.map_or(0, |offset| offset + 1));
         }
-        self.team_meet(OP, &team)?;
+        self.team_release(OP, &team, root_index)?;
         if !is_root {
             if let Some(from) = self.published(root, PUBLISHED_SOURCE).checked_sub(1) {
                 if from
@@ -285,7 +288,7 @@ impl Shmem {
                 self.copy_between(root, from, self.rank, at, len);
             }
         }
-        self.team_meet(OP, &team)
+        self.team_gather(OP, &team, root_index)
     }
 
     /// Gathers every member's `source` (the same length on each) into every member's `target`,

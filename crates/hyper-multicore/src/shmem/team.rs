@@ -19,6 +19,15 @@ use super::sync::{Deadline, WaitPolicy};
 use super::team_sync;
 use crate::error::{ErrorKind, Result};
 
+/// Which way a one-way meeting goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    /// The root tells the others.
+    FromRoot,
+    /// The others tell the root.
+    ToRoot,
+}
+
 /// A collective's PEs as this PE sees them.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Team<'a> {
@@ -199,6 +208,64 @@ impl Shmem {
                 group.members()
             )
         })
+    }
+
+    /// Member `root` tells every other member that its part is done (its copies are visible
+    /// to them after this), and every other member waits for that — a one-way meeting, where
+    /// the root does not wait. Through the pair counters where the team is mapped here (see
+    /// `team_sync`); elsewhere (or on a segment without them) the team meets instead.
+    pub(crate) fn team_release(&self, operation: &str, team: &Team<'_>, root: usize) -> Result<()> {
+        self.one_way(operation, team, root, Direction::FromRoot)
+    }
+
+    /// Every member but `root` tells member `root` that its part is done, and `root` waits for
+    /// all of them — the other one-way meeting ([`Shmem::team_release`]).
+    pub(crate) fn team_gather(&self, operation: &str, team: &Team<'_>, root: usize) -> Result<()> {
+        self.one_way(operation, team, root, Direction::ToRoot)
+    }
+
+    fn one_way(
+        &self,
+        operation: &str,
+        team: &Team<'_>,
+        root: usize,
+        direction: Direction,
+    ) -> Result<()> {
+        if !(team.mapped && self.segment.has_team_signals()) {
+            return self.team_meet(operation, team);
+        }
+        self.try_quiet()?;
+        let words = &*self.segment;
+        let (me, root_slot) = (self.slot_of(self.rank), self.slot_of(team.pe(root)));
+        let sends = (team.index == root) == (direction == Direction::FromRoot);
+        if sends {
+            if team.index == root {
+                for i in (0..team.len).filter(|&i| i != root) {
+                    team_sync::signal(words, me, self.slot_of(team.pe(i)));
+                }
+            } else {
+                team_sync::signal(words, me, root_slot);
+            }
+            return Ok(());
+        }
+        let policy = WaitPolicy {
+            spin: self.spin,
+            deadline: Deadline::After(self.config.timeout),
+        };
+        let abort = self.transport.abort_word();
+        let from: &mut dyn Iterator<Item = usize> = if team.index == root {
+            &mut (0..team.len).filter(|&i| i != root)
+        } else {
+            &mut std::iter::once(root)
+        };
+        for i in from {
+            let outcome =
+                team_sync::await_signal(words, me, self.slot_of(team.pe(i)), abort, &policy);
+            self.wait_outcome(operation, outcome, || {
+                format!("PE {} of the collective did not arrive", team.pe(i))
+            })?;
+        }
+        Ok(())
     }
 
     /// The slot of mapped rank `pe` in this process's segment.

@@ -289,7 +289,7 @@ mod tests {
     }
 }
 
-#[cfg(loom)]
+#[cfg(all(test, loom))]
 mod loom_tests {
     //! The team barrier of two and three PEs under every interleaving (within a preemption
     //! bound), the futex modelled without timeouts: a lost wake-up is a deadlock to loom.
