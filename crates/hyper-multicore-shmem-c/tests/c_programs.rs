@@ -218,7 +218,11 @@ fn setup_and_queries() {
 /// initialization, finalized teams and re-initialization: each gets the standard's return.
 #[test]
 fn the_standard_error_returns_instead_of_aborts() {
-    passes("error_returns", &[1, 2, 4], &[("SHMEM_SYMMETRIC_SIZE", "32M")]);
+    passes(
+        "error_returns",
+        &[1, 2, 4],
+        &[("SHMEM_SYMMETRIC_SIZE", "32M")],
+    );
 }
 
 /// The deprecated atomic names of every standard atomic type, typed and type-generic, both
@@ -714,4 +718,29 @@ fn a_static_link_through_pkg_config_runs() {
         finished.code == Some(0) && passed == pes,
         "static_link on {pes} PEs: {finished:?}"
     );
+}
+
+/// `CC=hmcc ./configure` (how autotools suites are built) exports `CC=hmcc` to the build: hmcc
+/// must not then run itself as the compiler (it recursed forever), and `HMCC_CC` picks one.
+#[test]
+fn hmcc_never_runs_itself_as_the_compiler() {
+    let hmcc = env!("CARGO_BIN_EXE_hmcc");
+    let first_word = |envs: &[(&str, &str)]| {
+        let output = Command::new(hmcc)
+            .args(["--showme", "prog.c"])
+            .env_remove("HMCC_CC")
+            .envs(envs.iter().copied())
+            .output()
+            .expect("run hmcc --showme");
+        assert!(output.status.success(), "{output:?}");
+        let line = String::from_utf8(output.stdout).expect("UTF-8");
+        line.split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(first_word(&[("CC", hmcc)]), "cc");
+    assert_eq!(first_word(&[("CC", "hmcc")]), "cc");
+    assert_eq!(first_word(&[("CC", "gcc")]), "gcc");
+    assert_eq!(first_word(&[("CC", hmcc), ("HMCC_CC", "clang")]), "clang");
 }

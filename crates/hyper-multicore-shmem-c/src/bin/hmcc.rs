@@ -1,6 +1,7 @@
 //! `hmcc`: the C compiler wrapper of libhmshmem (what `oshcc` is to OSHMEM).
 //!
-//! Runs `$CC` (default `cc`) with the caller's arguments plus `-I<dir>/include` and, when
+//! Runs the C compiler — `$HMCC_CC`, else `$CC` unless that names `hmcc` itself (an autotools
+//! build configured with `CC=hmcc` exports it), else `cc` — with the caller's arguments plus `-I<dir>/include` and, when
 //! linking, `-L<dir> -Wl,-rpath,<dir> -lhmshmem`, where `<dir>` is the directory holding this
 //! very executable (`target/<profile>/` after `cargo build`: the library, the headers and this
 //! wrapper are built side by side).
@@ -12,7 +13,7 @@
 //! ```
 
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 /// Arguments that stop the compiler before linking.
@@ -42,7 +43,7 @@ fn main() -> ExitCode {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let show = args.iter().any(|a| a == "--showme");
     args.retain(|a| a != "--showme");
-    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let compiler = compiler(&me);
     let mut command = Command::new(&compiler);
     command.arg(format!("-I{}", include.display())).args(&args);
     if !args.iter().any(|a| NO_LINK.contains(&a.as_str())) {
@@ -59,6 +60,42 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let error = command.exec();
-    eprintln!("hmcc: cannot run the C compiler `{compiler}` (set CC to choose another): {error}");
+    eprintln!(
+        "hmcc: cannot run the C compiler `{compiler}` (set HMCC_CC or CC to choose another): \
+         {error}"
+    );
     ExitCode::FAILURE
+}
+
+/// The compiler to run: `$HMCC_CC`; else `$CC` unless it is this wrapper (`CC=hmcc ./configure`
+/// exports `CC=hmcc` to the build, and running it would call this wrapper again forever); else
+/// `cc`.
+fn compiler(me: &Path) -> String {
+    if let Ok(chosen) = std::env::var("HMCC_CC") {
+        return chosen;
+    }
+    match std::env::var("CC") {
+        Ok(cc) if !cc.is_empty() && !is_this_wrapper(&cc, me) => cc,
+        _ => "cc".to_string(),
+    }
+}
+
+/// True if the compiler `cc` (a path, or a name found on `PATH`) is this executable, `me`, or is
+/// called `hmcc`.
+fn is_this_wrapper(cc: &str, me: &Path) -> bool {
+    let path = Path::new(cc);
+    if path.file_name().is_some_and(|name| name == "hmcc") {
+        return true;
+    }
+    let found = if cc.contains('/') {
+        Some(path.to_path_buf())
+    } else {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(cc))
+                .find(|candidate| candidate.is_file())
+        })
+    };
+    let canonical = |p: &Path| std::fs::canonicalize(p).ok();
+    found.is_some_and(|found| canonical(&found).is_some() && canonical(&found) == canonical(me))
 }
