@@ -2,7 +2,9 @@
 # Runs every benchmark in a release build — `hm-bench shmem` (2, 4, 8, 16, 32 PEs) and the
 # managed restart's timings (`examples/restart_timings`, 2 PEs), Open MPI
 # OSHMEM's run of the same patterns (if `oshcc`/`oshrun` are installed), the same patterns'
-# source built with `hmcc` against our OpenSHMEM C API (2 PEs), the UCX route (ours with
+# source built with `hmcc` against our OpenSHMEM C API (2 PEs), issue 40's rows of how real
+# programs call us (`hm-bench programs`, `oshmem_bench --programs` built with oshcc and with hmcc;
+# 2, 4, 8 PEs), the UCX route (ours with
 # `--transport ucx` next to OSHMEM's `spml ucx`, both over UCX_TLS=tcp,self, on loopback and
 # across two namespace hosts), `hm-bench control`, the Python front next to the Rust API and the
 # MoE example next to torch.distributed gloo — into bench/results/, then regenerates docs/benchmarks.md and docs/benchmarks/*.png with
@@ -23,6 +25,8 @@
 # rounds of ours and OSHMEM (also those of the two namespace hosts), HM_BENCH_TWO_HOSTS=0 to skip
 # the UCX route across two namespace hosts (it needs root), HM_BENCH_CONTROL=0 to skip the
 # control plane, HM_BENCH_PYTHON=0 to skip the Python front (it needs torch and maturin),
+# HM_BENCH_PROGRAMS=0 to skip issue 40's programs rows, HM_BENCH_PROGRAMS_PES (default "2 4 8")
+# for their PE counts and HM_BENCH_PROGRAMS_MAX_BYTES for their largest transfer (a short look),
 # HM_BENCH_QUICK=1 for the smoke-test method everywhere (to check the plumbing; its figures mean
 # nothing). A step that is skipped leaves its earlier results in bench/results/ as they were.
 set -euo pipefail
@@ -154,14 +158,17 @@ fi
 # The C API: bench/oshmem/oshmem_bench.c unchanged, built with hmcc (libhmshmem) and run under
 # hmrun. Its rows carry the source's labels ("oshmem", "reference_oshmem") behind hmrun's "[0] "
 # prefix; they are stored as layers "c-api" and "reference_c-api".
-if [[ "${HM_BENCH_C_API:-1}" != 0 ]]; then
-    c_api_bench="$target/oshmem_bench_hm"
+c_api_bench="$target/oshmem_bench_hm"
+relabel='s/"layer":"\(reference_\)\{0,1\}oshmem"/"layer":"\1c-api"/'
+build_c_api() {
     printf 'cargo build --release -p hyper-multicore-shmem-c -p hmrun\n' >>"$commands"
     cargo build --release -p hyper-multicore-shmem-c -p hmrun
     printf '%s -O2 -std=gnu11 -o %s bench/oshmem/oshmem_bench.c\n' "$target/release/hmcc" \
         "$c_api_bench" >>"$commands"
     "$target/release/hmcc" -O2 -std=gnu11 -o "$c_api_bench" bench/oshmem/oshmem_bench.c
-    relabel='s/"layer":"\(reference_\)\{0,1\}oshmem"/"layer":"\1c-api"/'
+}
+if [[ "${HM_BENCH_C_API:-1}" != 0 ]]; then
+    build_c_api
 fi
 
 # Rounds of the 2-PE comparisons — ours, OSHMEM, the C API, one after the other — so that the
@@ -224,6 +231,57 @@ fi
 
 if [[ $shared_memory == 1 ]]; then
     echo "load average after: $(cat /proc/loadavg)" >>"$results/machine.txt"
+fi
+
+# How real programs call us (issue 40): put/get with the local buffer in the heap or in private
+# memory, windows of puts, a PE's memcpy while its peer waits in a barrier (2 PEs), and every
+# collective at 8 B … 16 MiB, legacy and team forms — the Rust API (`hm-bench programs`), OSHMEM
+# and the C API (`oshmem_bench --programs` built with oshcc and with hmcc), one PE count at a
+# time in that order, so the three meet the same minutes. The symmetric heap each C run needs:
+# 4 N × the largest collective (the strided all-to-all's source and target) + 6 × it + 64 MiB.
+if [[ "${HM_BENCH_PROGRAMS:-1}" != 0 ]]; then
+    commands="$results/programs_commands.txt"
+    notes="$results/programs_oshmem.txt"
+    rm -f "$results"/{programs,c_api_programs,oshmem_programs}.jsonl \
+        "$results"/programs_{machine,commands,oshmem}.txt
+    touch "$commands"
+    describe_machine >"$results/programs_machine.txt"
+    build
+    build_c_api
+    programs_largest=$((16 << 20))
+    [[ ${#quick[@]} == 0 ]] || programs_largest=$((64 << 10))
+    max_bytes=()
+    if [[ -n "${HM_BENCH_PROGRAMS_MAX_BYTES:-}" ]]; then
+        programs_largest="$HM_BENCH_PROGRAMS_MAX_BYTES"
+        max_bytes=(--max-bytes "$HM_BENCH_PROGRAMS_MAX_BYTES")
+    fi
+    oshrun=(timeout 1800 oshrun --allow-run-as-root --oversubscribe --mca osc ucx)
+    for n in ${HM_BENCH_PROGRAMS_PES:-2 4 8}; do
+        heap=$(((4 * n + 6) * programs_largest + (64 << 20)))
+        run "$results/programs.jsonl" "$hm_bench" programs --json --pes "$n" "${quick[@]}" \
+            "${max_bytes[@]}"
+        if [[ $have_oshmem == 1 ]]; then
+            oshmem "$results/oshmem_programs.jsonl" -np "$n" -x SHMEM_SYMMETRIC_HEAP_SIZE="$heap" \
+                -x SHMEM_SYMMETRIC_SIZE="$heap" "$oshmem_bench" --programs "${quick[@]}" \
+                "${max_bytes[@]}"
+        fi
+        c_api_run=(env SHMEM_SYMMETRIC_SIZE="$heap" "$target/release/hmrun" -n "$n" --
+            "$c_api_bench" --programs "${quick[@]}" "${max_bytes[@]}")
+        printf "%s | sed -n 's/^\\[0\\] //p' | sed '%s' >>%s\n" "${c_api_run[*]}" "$relabel" \
+            "$results/c_api_programs.jsonl" >>"$commands"
+        "${c_api_run[@]}" | sed -n 's/^\[0\] //p' | sed "$relabel" >>"$results/c_api_programs.jsonl"
+    done
+    if [[ $have_oshmem == 1 ]]; then
+        {
+            echo "Open MPI OSHMEM: $(ompi_info --version 2>/dev/null | head -1)"
+            echo "launcher: ${oshrun[*]}"
+            oshmem_stderr
+        } >>"$notes"
+    else
+        echo "OSHMEM not run (oshcc/oshrun not installed)" >"$notes"
+    fi
+    echo "load average after: $(cat /proc/loadavg)" >>"$results/programs_machine.txt"
+    printf 'python3 bench/report.py\n' >>"$commands"
 fi
 
 # The UCX route, 2 PEs on this host, every pair through UCX over TCP on loopback: ours

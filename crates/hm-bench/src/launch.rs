@@ -3,8 +3,8 @@
 //! The driver plans the job with [`JobPlan`] (the environment `hmrun` would give), starts each
 //! PE as `hm-bench <pe-subcommand> …`, and reads every PE's stdout on a thread of its own that
 //! timestamps each line as it arrives. The driver waits on one channel with a deadline: the job
-//! is killed when it outlives [`WATCHDOG`], and a PE that fails ends the run with its stderr.
-//! PEs report with [`emit`].
+//! is killed when it outlives [`WATCHDOG`] (or the watchdog given to [`run_job_within`]), and a
+//! PE that fails ends the run with its stderr. PEs report with [`emit`].
 //!
 //! ```ignore
 //! // Driver side:
@@ -101,6 +101,11 @@ enum Event {
 /// Launches `size` PEs running this binary with `args`, waits for all of them (at most
 /// [`WATCHDOG`]) and returns their output; fails with a PE's stderr if any PE fails.
 pub fn run_job(size: usize, args: &[&str]) -> Result<JobOutput> {
+    run_job_within(size, args, WATCHDOG)
+}
+
+/// [`run_job`] with a watchdog of its own: the job is killed once it has run for `watchdog`.
+pub fn run_job_within(size: usize, args: &[&str], watchdog: Duration) -> Result<JobOutput> {
     let config = Config::from_env().context("read the runtime configuration")?;
     let plan = JobPlan::new(size, &config).context("plan the job")?;
     let program = std::env::current_exe().context("find the hm-bench binary")?;
@@ -134,7 +139,7 @@ pub fn run_job(size: usize, args: &[&str]) -> Result<JobOutput> {
     // The PEs hold what they need; rank 0 has its own copy of the world listener.
     drop(plan);
     drop(sender);
-    let lines = job.wait(size, started, events)?;
+    let lines = job.wait(size, started, watchdog, events)?;
     Ok(JobOutput {
         started,
         spawned,
@@ -189,14 +194,15 @@ impl RunningJob {
     }
 
     /// Collects each PE's lines until every PE has exited, the first failure, or the watchdog
-    /// ([`WATCHDOG`] after `started`).
+    /// (`watchdog` after `started`).
     fn wait(
         mut self,
         size: usize,
         started: Instant,
+        watchdog: Duration,
         events: mpsc::Receiver<Event>,
     ) -> Result<Vec<Vec<TimedLine>>> {
-        let deadline = started + WATCHDOG;
+        let deadline = started + watchdog;
         let mut lines: Vec<Vec<TimedLine>> = (0..size).map(|_| Vec::new()).collect();
         while self.pids.iter().any(Option::is_some) {
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -219,7 +225,7 @@ impl RunningJob {
                     self.kill_all();
                     bail!(
                         "watchdog: PEs {stuck:?} of a job of {size} still ran after \
-                         {WATCHDOG:?}; killed the job"
+                         {watchdog:?}; killed the job"
                     );
                 }
                 Err(RecvTimeoutError::Disconnected) => {

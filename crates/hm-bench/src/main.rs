@@ -9,16 +9,20 @@
 //! cargo run --release -p hm-bench -- control                # table
 //! cargo run --release -p hm-bench -- control --json --quick --pes 2,4
 //! cargo run --release -p hm-bench -- shmem --json --pes 2,4,8,16,32
+//! cargo run --release -p hm-bench -- programs --json --pes 2,4,8
 //! ```
 //!
 //! Unsafe code is denied except in `shared_word.rs` (raw atomics on the symmetric heap, the
-//! floor the data plane is compared with).
+//! floor the data plane is compared with) and `own_heap.rs` (a PE's own copy of a symmetric
+//! allocation as a slice: the heap-side buffers of `programs`).
 
 #![deny(unsafe_code)]
 #![warn(clippy::missing_docs_in_private_items)]
 
 mod control;
 mod launch;
+mod own_heap;
+mod programs;
 mod reference;
 mod report;
 mod shared_word;
@@ -53,6 +57,12 @@ enum Command {
     /// One PE of a data-plane job (started by `shmem`, not by hand).
     #[command(hide = true)]
     PeShmem(shmem::PeArgs),
+    /// How real programs call the runtime: put/get with heap and private buffers, windows of
+    /// puts, a peer waiting in a barrier, every collective at 8 B to 16 MiB on 2, 4, 8 PEs.
+    Programs(programs::DriverArgs),
+    /// One PE of a programs job (started by `programs`, not by hand).
+    #[command(hide = true)]
+    PePrograms(programs::PeArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -61,5 +71,7 @@ fn main() -> anyhow::Result<()> {
         Command::PeControl(args) => control::run_pe(&args),
         Command::Shmem(args) => shmem::drive(&args),
         Command::PeShmem(args) => shmem::run_pe(&args),
+        Command::Programs(args) => programs::drive(&args),
+        Command::PePrograms(args) => programs::run_pe(&args),
     }
 }

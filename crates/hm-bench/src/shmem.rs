@@ -326,7 +326,7 @@ fn report_start_up(
 }
 
 /// The method: [`Method::new`], but ≈ 2 ms batches in quick mode.
-fn method(quick: bool) -> Method {
+pub(crate) fn method(quick: bool) -> Method {
     let mut method = Method::new(quick);
     if quick {
         method.batch_target = Duration::from_millis(2);
@@ -695,7 +695,7 @@ fn guarded_on_root<'b>(
 /// Initializes a runtime over every rank of `world` (collective): root rank 0 creates the
 /// unique ID and the world's control plane carries it to the others. `transport` overrides
 /// HYPER_MULTICORE_SHMEM_TRANSPORT.
-fn initialize_over(world: &World, heap: u64, transport: Option<&str>) -> Result<Shmem> {
+pub(crate) fn initialize_over(world: &World, heap: u64, transport: Option<&str>) -> Result<Shmem> {
     let mut config = hyper_multicore::config::Config::from_env()?;
     if let Some(transport) = transport {
         config.transport =
@@ -719,7 +719,7 @@ fn initialize_over(world: &World, heap: u64, transport: Option<&str>) -> Result<
 }
 
 /// The CPUs this process may use (before any pinning).
-fn allowed_cpus() -> Result<Vec<usize>> {
+pub(crate) fn allowed_cpus() -> Result<Vec<usize>> {
     let allowed = sched_getaffinity(None).context("read the CPU affinity")?;
     let cpus: Vec<usize> = (0..CpuSet::MAX_CPU)
         .filter(|&cpu| allowed.is_set(cpu))
@@ -729,7 +729,7 @@ fn allowed_cpus() -> Result<Vec<usize>> {
 }
 
 /// Pins the calling thread to CPU `rank % n` of the `n` CPUs `cpus`.
-fn pin_main_thread(rank: usize, cpus: &[usize]) -> Result<()> {
+pub(crate) fn pin_main_thread(rank: usize, cpus: &[usize]) -> Result<()> {
     let cpu = cpus[rank % cpus.len()];
     let mut set = CpuSet::new();
     set.set(cpu);
@@ -1545,7 +1545,7 @@ impl<'s> Bench<'s> {
 /// `batch` made collective: each call starts right after a barrier on the shared heap, and
 /// root rank 0's duration is broadcast over the control plane (after the clock stops) and
 /// returned on every rank, so every rank calibrates the same way and makes the same calls.
-fn together<'b>(
+pub(crate) fn together<'b>(
     shmem: &'b Shmem,
     mut batch: impl FnMut(u64) -> Result<Duration> + 'b,
 ) -> Batch<'b> {
@@ -1557,7 +1557,7 @@ fn together<'b>(
 }
 
 /// The duration root rank 0 broadcast (nanoseconds, little-endian).
-fn root_duration(bytes: Vec<u8>) -> Result<Duration> {
+pub(crate) fn root_duration(bytes: Vec<u8>) -> Result<Duration> {
     let nanos: [u8; 8] = bytes
         .try_into()
         .map_err(|bytes| anyhow::anyhow!("root rank 0 broadcast a malformed duration {bytes:?}"))?;
@@ -1565,7 +1565,7 @@ fn root_duration(bytes: Vec<u8>) -> Result<Duration> {
 }
 
 /// A private byte buffer that starts on a cache line (64 bytes), every byte written.
-struct LineAligned {
+pub(crate) struct LineAligned {
     /// The storage, 63 bytes longer than the buffer.
     storage: Vec<u8>,
     /// Where the buffer starts in `storage`.
@@ -1576,7 +1576,7 @@ struct LineAligned {
 
 impl LineAligned {
     /// `len` bytes of `fill`.
-    fn new(len: usize, fill: u8) -> LineAligned {
+    pub(crate) fn new(len: usize, fill: u8) -> LineAligned {
         let storage = vec![fill; len + 63];
         let start = storage.as_ptr().align_offset(64);
         LineAligned {
@@ -1587,12 +1587,12 @@ impl LineAligned {
     }
 
     /// The buffer.
-    fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         &self.storage[self.start..self.start + self.len]
     }
 
     /// The buffer, writable.
-    fn bytes_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.storage[self.start..self.start + self.len]
     }
 }
@@ -1636,6 +1636,6 @@ fn compute_for(window: Duration) {
 }
 
 /// A duration in whole nanoseconds (saturating).
-fn nanos(duration: Duration) -> u64 {
+pub(crate) fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }

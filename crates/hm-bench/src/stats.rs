@@ -123,15 +123,57 @@ pub fn time_batches(method: &Method, batch: impl FnMut(u64) -> Result<Duration>)
 /// a reference and the operation compared with it see the same machine (on a shared VM the
 /// cost of a cache-line transfer can change several-fold when the host moves a virtual CPU).
 pub fn time_interleaved(method: &Method, batches: &mut [Batch<'_>]) -> Result<Vec<Timing>> {
+    interleaved(method, batches, None)
+}
+
+/// The fewest trials [`time_interleaved_within`] leaves when a budget cuts them (or all of
+/// [`Method::trials`] if that is fewer): a median of three long calls.
+pub const MIN_TRIALS: usize = 3;
+
+/// With an aiming calibration, a single call lasting this many batch targets is a batch at
+/// once, without a second to confirm it (no smaller batch exists; the second call would cost
+/// as much as a trial).
+const LONG_CALL: u32 = 5;
+
+/// [`time_interleaved`], with a budget for the trials: when [`Method::trials`] trials of the
+/// group (one batch of each, their calibrated durations summed) would last longer than
+/// `budget`, only as many as fit, but at least [`MIN_TRIALS`]. The durations are the ones the
+/// batches return — root rank 0's on every rank for a collective batch — so every rank makes
+/// the same number of calls. For groups whose calls are long (collectives of 16 MiB on 8 PEs
+/// sharing 2 cores), where 11 trials would make the run last too long to be run at all.
+///
+/// With a budget the calibration also aims: a batch short of the target grows the calls to
+/// what should last 1.1× the target (at least 1.25×, at most 64× as many) instead of doubling,
+/// so the warm-up takes a few batches, not one per doubling (each batch of a collective row is
+/// a round of barriers, which on an oversubscribed or busy machine costs more than the calls),
+/// and the batches last about the target rather than up to twice it (the doubling's
+/// overshoot). It still settles on a size at which two batches in a row reach the target, but
+/// for a single call that lasts [`LONG_CALL`] targets or more, which is taken at once.
+pub fn time_interleaved_within(
+    method: &Method,
+    batches: &mut [Batch<'_>],
+    budget: Duration,
+) -> Result<Vec<Timing>> {
+    interleaved(method, batches, Some(budget))
+}
+
+/// [`time_interleaved`] (no budget, doubling calibration) or [`time_interleaved_within`]
+/// (`budget`, aiming calibration).
+fn interleaved(
+    method: &Method,
+    batches: &mut [Batch<'_>],
+    budget: Option<Duration>,
+) -> Result<Vec<Timing>> {
     let mut sizes = Vec::with_capacity(batches.len());
+    let mut trial = Duration::ZERO;
     for batch in batches.iter_mut() {
-        sizes.push(calibrate(method, batch)?);
+        let (ops, last) = calibrate(method, batch, budget.is_some())?;
+        sizes.push(ops);
+        trial += last;
     }
-    let mut samples: Vec<Vec<f64>> = batches
-        .iter()
-        .map(|_| Vec::with_capacity(method.trials))
-        .collect();
-    for _ in 0..method.trials {
+    let trials = trials_within(method.trials, trial, budget);
+    let mut samples: Vec<Vec<f64>> = batches.iter().map(|_| Vec::with_capacity(trials)).collect();
+    for _ in 0..trials {
         for ((batch, &ops), samples) in batches.iter_mut().zip(&sizes).zip(&mut samples) {
             samples.push(batch(ops)?.as_nanos() as f64 / ops as f64);
         }
@@ -148,18 +190,56 @@ pub fn time_interleaved(method: &Method, batches: &mut [Batch<'_>]) -> Result<Ve
         .collect()
 }
 
-/// The calls per batch: doubles until two batches in a row reach the target.
-fn calibrate(method: &Method, batch: &mut Batch<'_>) -> Result<u64> {
+/// The largest factor an aiming calibration grows a batch by.
+const MAX_GROWTH: u64 = 64;
+
+/// The calls of the next batch after `ops` calls took `took`, short of `target`: as many as
+/// should last 1.1 × `target`, but at least 1.25× as many (and one more) and at most
+/// [`MAX_GROWTH`]× as many.
+fn aim_at(ops: u64, target: Duration, took: Duration) -> u64 {
+    let aimed = (u128::from(ops) * target.as_nanos() * 11).div_ceil(took.as_nanos().max(1) * 10);
+    let least = ops.saturating_add((ops / 4).max(1));
+    let most = ops.saturating_mul(MAX_GROWTH);
+    u64::try_from(aimed).unwrap_or(most).clamp(least, most)
+}
+
+/// How many trials of `trial` each fit in `budget`: `trials` without a budget or when they
+/// fit, else as many as fit but at least [`MIN_TRIALS`] (or `trials`, if fewer).
+fn trials_within(trials: usize, trial: Duration, budget: Option<Duration>) -> usize {
+    let Some(budget) = budget else {
+        return trials;
+    };
+    if trial.is_zero() || trial * trials as u32 <= budget {
+        return trials;
+    }
+    let fit = (budget.as_nanos() / trial.as_nanos()) as usize;
+    fit.max(MIN_TRIALS.min(trials)).min(trials)
+}
+
+/// The calls per batch: doubles (or with `aim`, grows as [`aim_at`] says) until two batches
+/// in a row reach the target. Returns that size and the second batch's duration.
+fn calibrate(method: &Method, batch: &mut Batch<'_>, aim: bool) -> Result<(u64, Duration)> {
     let mut ops: u64 = 1;
-    while batch(ops)? < method.batch_target || batch(ops)? < method.batch_target {
-        ops = ops
-            .checked_mul(2)
-            .filter(|&ops| ops <= MAX_BATCH_OPS)
-            .context(
+    loop {
+        let first = batch(ops)?;
+        if aim && ops == 1 && first >= method.batch_target * LONG_CALL {
+            return Ok((1, first));
+        }
+        if first >= method.batch_target {
+            let second = batch(ops)?;
+            if second >= method.batch_target {
+                return Ok((ops, second));
+            }
+        }
+        let next = if aim {
+            Some(aim_at(ops, method.batch_target, first))
+        } else {
+            ops.checked_mul(2)
+        };
+        ops = next.filter(|&ops| ops <= MAX_BATCH_OPS).context(
             "a batch of 2^40 calls still took less than the batch target; is the clock working?",
         )?;
     }
-    Ok(ops)
 }
 
 #[cfg(test)]
@@ -258,6 +338,55 @@ mod tests {
         );
         assert_eq!(timings[0].per_op.median_ns, 50_000.0);
         assert_eq!(timings[1].per_op.median_ns, 30_000.0);
+    }
+
+    #[test]
+    fn a_budget_cuts_long_groups_to_what_fits_but_not_below_the_least() {
+        let second = Duration::from_secs(1);
+        // No budget, or trials that fit: every trial.
+        assert_eq!(trials_within(11, second, None), 11);
+        assert_eq!(trials_within(11, second, Some(Duration::from_secs(11))), 11);
+        // 11 trials of 1 s in 8 s: 8.
+        assert_eq!(trials_within(11, second, Some(Duration::from_secs(8))), 8);
+        // In 2 s: the least, MIN_TRIALS; and never more than asked.
+        assert_eq!(
+            trials_within(11, second, Some(Duration::from_secs(2))),
+            MIN_TRIALS
+        );
+        assert_eq!(trials_within(3, second, Some(Duration::from_secs(1))), 3);
+        let method = Method {
+            batch_target: Duration::from_micros(100),
+            trials: 11,
+            launches: 1,
+        };
+        // An aiming calibration: at 1 µs per call, 1 call grows ×64 (the most), then 64 calls
+        // to the 110 that should last 1.1× the 100 µs target, confirmed by a second batch.
+        let mut sizes = Vec::new();
+        let mut batches: [Batch<'_>; 1] = [Box::new(|ops| {
+            sizes.push(ops);
+            Ok(Duration::from_micros(ops))
+        })];
+        let timings =
+            time_interleaved_within(&method, &mut batches, Duration::from_secs(1)).unwrap();
+        drop(batches);
+        assert_eq!(sizes[..4], [1, 64, 110, 110]);
+        assert_eq!((timings[0].batch_ops, sizes.len()), (110, 4 + 11));
+        let target = Duration::from_micros(100);
+        assert_eq!(aim_at(8, target, Duration::ZERO), 8 * MAX_GROWTH);
+        // Just short of the target: at least 1.25× (and one more call).
+        assert_eq!(aim_at(100, target, Duration::from_micros(99)), 125);
+        assert_eq!(aim_at(1, target, Duration::from_micros(99)), 2);
+        let mut calls = 0;
+        // One call of 1 ms per batch (10 targets: a batch at once, unconfirmed): 11 trials
+        // would take 11 ms, 6 fit in a budget of 6.5 ms.
+        let mut batches: [Batch<'_>; 1] = [Box::new(|_| {
+            calls += 1;
+            Ok(Duration::from_millis(1))
+        })];
+        let timings =
+            time_interleaved_within(&method, &mut batches, Duration::from_micros(6500)).unwrap();
+        drop(batches);
+        assert_eq!((timings[0].per_op.trials, calls), (6, 1 + 6));
     }
 
     #[test]
