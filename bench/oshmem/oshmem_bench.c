@@ -130,18 +130,22 @@ static int aiming = 0;
 #define LONG_CALL 5
 
 /* The calls per batch: doubles until two batches in a row reach the target; *last_ns is the
- * second one's duration (PE 0's, so every PE gets the same). When `aiming`, a batch short of
+ * second one's duration (PE 0's, so every PE gets the same), *first_trial 1 when the batch
+ * that settled it was a long call taken at once (below), so the first trial. When `aiming`, a batch short of
  * the target grows the calls to what should last 1.1x the target (at least 1.25x and one more,
  * at most MAX_GROWTH x) instead of doubling: a few batches of warm-up, not one per doubling
  * (each is a round of barriers, costly on an oversubscribed or busy machine), and batches of
  * about the target rather than up to twice it. A single call that lasts LONG_CALL targets or
- * more is taken at once, unconfirmed (no smaller batch exists; a second call costs a trial). */
-static uint64_t calibrate(batch_fn batch, void *state, uint64_t *last_ns) {
+ * more is taken at once, unconfirmed (no smaller batch exists; a second call costs a trial),
+ * and counts as the first trial. */
+static uint64_t calibrate(batch_fn batch, void *state, uint64_t *last_ns, int *first_trial) {
     uint64_t ops = 1;
+    *first_trial = 0;
     for (;;) {
         uint64_t first = together(batch, ops, state);
         if (aiming && ops == 1 && (double)first >= LONG_CALL * batch_target_ns) {
             *last_ns = first;
+            *first_trial = 1;
             return 1;
         }
         if ((double)first >= batch_target_ns) {
@@ -176,12 +180,15 @@ static double trial_budget_ns = 0;
  * in order, per trial (a reference and its operation see the same machine). */
 static void time_interleaved(int n, batch_fn *batches, void **states, timing_t *out) {
     uint64_t ops[MAX_BATCHES], last_ns[MAX_BATCHES];
+    int taken[MAX_BATCHES];
     static double samples[MAX_BATCHES][64];
     if (n > MAX_BATCHES)
         die("too many interleaved batches");
     double trial_ns = 0;
     for (int b = 0; b < n; b++) {
-        ops[b] = calibrate(batches[b], states[b], &last_ns[b]);
+        ops[b] = calibrate(batches[b], states[b], &last_ns[b], &taken[b]);
+        if (taken[b])
+            samples[b][0] = (double)last_ns[b];
         trial_ns += (double)last_ns[b];
     }
     int count = trials;
@@ -191,9 +198,12 @@ static void time_interleaved(int n, batch_fn *batches, void **states, timing_t *
         if (count < least)
             count = least;
     }
+    /* A long call's calibration was its first trial already. */
     for (int t = 0; t < count; t++)
         for (int b = 0; b < n; b++)
-            samples[b][t] = (double)together(batches[b], ops[b], states[b]) / (double)ops[b];
+            if (taken[b] + t < count)
+                samples[b][taken[b] + t] =
+                    (double)together(batches[b], ops[b], states[b]) / (double)ops[b];
     for (int b = 0; b < n; b++)
         out[b] = summarise(samples[b], count, ops[b]);
 }
@@ -597,7 +607,7 @@ static const size_t collective_bytes[] = {8, 4 << 10, 64 << 10, 1 << 20, 16 << 2
 #define QUICK_COLLECTIVE_LARGEST (64 << 10)
 #define QUICK_PROGRAMS_TRIALS 3
 /* --programs' trial budget per group of interleaved batches (see trial_budget_ns). */
-#define PROGRAMS_TRIAL_BUDGET_NS 10e9
+#define PROGRAMS_TRIAL_BUDGET_NS 5e9
 
 /* PE 0's process ID, for the other PEs to open its semaphore. */
 static long semaphore_owner;

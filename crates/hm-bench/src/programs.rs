@@ -75,7 +75,7 @@ const COLLECTIVE_BYTES: [usize; 5] = [8, 4 << 10, 64 << 10, 1 << 20, 16 << 20];
 const QUICK_COLLECTIVE_LARGEST: usize = 64 << 10;
 /// When every trial of a group would make the group's trials last longer than this, only as
 /// many as fit, but at least [`crate::stats::MIN_TRIALS`].
-const TRIAL_BUDGET: Duration = Duration::from_secs(10);
+const TRIAL_BUDGET: Duration = Duration::from_secs(5);
 /// Trials per row in `--quick` mode.
 const QUICK_TRIALS: usize = 3;
 /// Longest one job (one PE count, every group) may run.

@@ -148,7 +148,8 @@ const LONG_CALL: u32 = 5;
 /// a round of barriers, which on an oversubscribed or busy machine costs more than the calls),
 /// and the batches last about the target rather than up to twice it (the doubling's
 /// overshoot). It still settles on a size at which two batches in a row reach the target, but
-/// for a single call that lasts [`LONG_CALL`] targets or more, which is taken at once.
+/// for a single call that lasts [`LONG_CALL`] targets or more, which is taken at once and
+/// counts as the first trial.
 pub fn time_interleaved_within(
     method: &Method,
     batches: &mut [Batch<'_>],
@@ -165,17 +166,21 @@ fn interleaved(
     budget: Option<Duration>,
 ) -> Result<Vec<Timing>> {
     let mut sizes = Vec::with_capacity(batches.len());
+    let mut samples: Vec<Vec<f64>> = Vec::with_capacity(batches.len());
     let mut trial = Duration::ZERO;
     for batch in batches.iter_mut() {
-        let (ops, last) = calibrate(method, batch, budget.is_some())?;
+        let (ops, last, first_trial) = calibrate(method, batch, budget.is_some())?;
         sizes.push(ops);
+        samples.push(first_trial.into_iter().collect());
         trial += last;
     }
     let trials = trials_within(method.trials, trial, budget);
-    let mut samples: Vec<Vec<f64>> = batches.iter().map(|_| Vec::with_capacity(trials)).collect();
     for _ in 0..trials {
         for ((batch, &ops), samples) in batches.iter_mut().zip(&sizes).zip(&mut samples) {
-            samples.push(batch(ops)?.as_nanos() as f64 / ops as f64);
+            // A long call's calibration was its first trial already (see `calibrate`).
+            if samples.len() < trials {
+                samples.push(batch(ops)?.as_nanos() as f64 / ops as f64);
+            }
         }
     }
     samples
@@ -217,18 +222,24 @@ fn trials_within(trials: usize, trial: Duration, budget: Option<Duration>) -> us
 }
 
 /// The calls per batch: doubles (or with `aim`, grows as [`aim_at`] says) until two batches
-/// in a row reach the target. Returns that size and the second batch's duration.
-fn calibrate(method: &Method, batch: &mut Batch<'_>, aim: bool) -> Result<(u64, Duration)> {
+/// in a row reach the target. Returns that size, the second batch's duration, and with `aim`
+/// for a single call of [`LONG_CALL`] targets or more (taken at once) that call's nanoseconds:
+/// a batch of the final size, so the first trial.
+fn calibrate(
+    method: &Method,
+    batch: &mut Batch<'_>,
+    aim: bool,
+) -> Result<(u64, Duration, Option<f64>)> {
     let mut ops: u64 = 1;
     loop {
         let first = batch(ops)?;
         if aim && ops == 1 && first >= method.batch_target * LONG_CALL {
-            return Ok((1, first));
+            return Ok((1, first, Some(first.as_nanos() as f64)));
         }
         if first >= method.batch_target {
             let second = batch(ops)?;
             if second >= method.batch_target {
-                return Ok((ops, second));
+                return Ok((ops, second, None));
             }
         }
         let next = if aim {
@@ -377,8 +388,8 @@ mod tests {
         assert_eq!(aim_at(100, target, Duration::from_micros(99)), 125);
         assert_eq!(aim_at(1, target, Duration::from_micros(99)), 2);
         let mut calls = 0;
-        // One call of 1 ms per batch (10 targets: a batch at once, unconfirmed): 11 trials
-        // would take 11 ms, 6 fit in a budget of 6.5 ms.
+        // One call of 1 ms per batch (10 targets: a batch at once, unconfirmed, and the first
+        // trial): 11 trials would take 11 ms, 6 fit in a budget of 6.5 ms.
         let mut batches: [Batch<'_>; 1] = [Box::new(|_| {
             calls += 1;
             Ok(Duration::from_millis(1))
@@ -386,7 +397,7 @@ mod tests {
         let timings =
             time_interleaved_within(&method, &mut batches, Duration::from_micros(6500)).unwrap();
         drop(batches);
-        assert_eq!((timings[0].per_op.trials, calls), (6, 1 + 6));
+        assert_eq!((timings[0].per_op.trials, calls), (6, 6));
     }
 
     #[test]
