@@ -13,6 +13,7 @@ use std::ffi::{c_int, c_long};
 use hyper_multicore::shmem::{
     AllocationId, Contribution, ReduceOp, ReduceSet, Reducible, Region, RootTarget,
 };
+use hyper_multicore::{Error, ErrorKind};
 
 use crate::failure::fail;
 use crate::job;
@@ -151,7 +152,8 @@ pub(crate) fn collect(call: &str, team: &Team, dest: usize, source: CollectiveSo
     member(call, team);
     // From `dest` to the end of its block: the most the gathered bytes may fill (a total of
     // zero touches nothing, so `dest` may be anything then).
-    let target = job::region_to_end(dest).unwrap_or(Region {
+    let found = job::region_to_end(dest);
+    let target = found.unwrap_or(Region {
         id: AllocationId {
             index: u64::MAX,
             generation: 0,
@@ -160,7 +162,25 @@ pub(crate) fn collect(call: &str, team: &Team, dest: usize, source: CollectiveSo
         bytes: 0,
     });
     let set = team.set();
-    source.with(|source| job::run(call, |shmem| shmem.collect_bytes(set, target, source)));
+    source.with(|source| {
+        job::run(call, |shmem| {
+            shmem.collect_bytes(set, target, source).map_err(|error| {
+                match (found, error.kind(), error.rank()) {
+                    (None, ErrorKind::InvalidArgument, Some(rank)) => Error::new(
+                        error.kind(),
+                        error.operation(),
+                        format!(
+                            "{}; dest {dest:#x} is not symmetric (memory from shmem_malloc, or \
+                             a global or static variable)",
+                            error.message()
+                        ),
+                    )
+                    .on_rank(rank),
+                    _ => error,
+                }
+            })
+        })
+    });
 }
 
 /// Strided all-to-all: for every team PE `j`, the `nelems` elements of `size` bytes of block `j`
