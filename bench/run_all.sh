@@ -238,7 +238,7 @@ fi
 # collective at 8 B … 16 MiB, legacy and team forms — the Rust API (`hm-bench programs`), OSHMEM
 # and the C API (`oshmem_bench --programs` built with oshcc and with hmcc), one PE count at a
 # time in that order, so the three meet the same minutes. The symmetric heap each C run needs:
-# 4 N × the largest collective (the strided all-to-all's source and target) + 6 × it + 64 MiB.
+# 4 N × the largest transfer (the strided all-to-all's source and target) + 6 × it + 64 MiB.
 if [[ "${HM_BENCH_PROGRAMS:-1}" != 0 ]]; then
     commands="$results/programs_commands.txt"
     notes="$results/programs_oshmem.txt"

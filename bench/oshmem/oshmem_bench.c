@@ -11,7 +11,7 @@
  * below): put/get with the local buffer in the heap or in private memory, windows of puts and
  * the waiting peer at 2 PEs, every collective (legacy and, with OpenSHMEM 1.5, team forms) at
  * any PE count; `hm-bench programs` measures the same through the Rust API. Its heap needs
- * (4 N + 6) x the largest collective + 64 MiB (SHMEM_SYMMETRIC_SIZE; OSHMEM:
+ * (4 N + 6) x the largest transfer + 64 MiB (SHMEM_SYMMETRIC_SIZE; OSHMEM:
  * SHMEM_SYMMETRIC_HEAP_SIZE).
  *
  * With 2 PEs every pattern is timed; with any other count only the barrier. --init-only times
@@ -577,7 +577,7 @@ static timing_t one_trial(double ns) {
 
 /* ---- --programs: the patterns real programs use (issue 40) --------------------------------
  *
- * RMA (2 PEs): put (+ quiet) and get of 1 B to 4 MiB (powers of 4) from PE 0 to PE 1, with the
+ * RMA (2 PEs): put (+ quiet) and get of 1 B to 16 MiB (powers of 4) from PE 0 to PE 1, with the
  * local side in the symmetric heap (a shmem_malloc'd source or landing buffer: put_heap,
  * get_heap) and in private memory (malloc'd: put_private, get_private); message rate: windows
  * of RATE_WINDOW puts then one quiet, 8 B and 4 KiB (per put); the waiting peer: PE 0's memcpy
@@ -597,7 +597,7 @@ static timing_t one_trial(double ns) {
 
 #define RATE_WINDOW 64
 #define WAITING_BYTES (1 << 20)
-#define RMA_LARGEST (4 << 20)
+#define RMA_LARGEST (16 << 20)
 #define ALLTOALLS_STRIDE 2
 #define COLLECTIVE_LARGEST (16 << 20)
 static const size_t rate_bytes[] = {8, 4096};
@@ -784,23 +784,28 @@ static void check_put_get(rma_t *r, const char *source, size_t bytes) {
 }
 
 static void programs_rma(size_t max_bytes) {
+    size_t largest = 1;
+    while (largest * 4 <= RMA_LARGEST && largest * 4 <= max_bytes)
+        largest *= 4;
+    /* The buffers also serve the rate rows (4 KiB) and the waiting peer's copy (1 MiB). */
+    size_t span = largest > WAITING_BYTES ? largest : WAITING_BYTES;
     rma_t r;
-    r.remote = symmetric_or_die(RMA_LARGEST);
-    r.heap_src = symmetric_or_die(RMA_LARGEST);
-    r.heap_dst = symmetric_or_die(RMA_LARGEST);
-    r.priv_src = private_buffer(RMA_LARGEST, 0);
-    r.priv_dst = private_buffer(RMA_LARGEST, 0xa5);
-    r.copy = private_buffer(RMA_LARGEST, 0x5a);
-    for (size_t i = 0; i < RMA_LARGEST; i++)
+    r.remote = symmetric_or_die(span);
+    r.heap_src = symmetric_or_die(span);
+    r.heap_dst = symmetric_or_die(span);
+    r.priv_src = private_buffer(span, 0);
+    r.priv_dst = private_buffer(span, 0xa5);
+    r.copy = private_buffer(span, 0x5a);
+    for (size_t i = 0; i < span; i++)
         r.priv_src[i] = r.heap_src[i] = (char)(i % 251);
-    memset(r.heap_dst, 0xa5, RMA_LARGEST);
+    memset(r.heap_dst, 0xa5, span);
     shmem_barrier_all();
-    check_put_get(&r, r.heap_src, RMA_LARGEST);
-    check_put_get(&r, r.priv_src, RMA_LARGEST);
+    check_put_get(&r, r.heap_src, largest);
+    check_put_get(&r, r.priv_src, largest);
     if (me == 0) {
-        memset(r.heap_dst, 0, RMA_LARGEST);
-        shmem_getmem(r.heap_dst, r.remote, RMA_LARGEST, 1);
-        if (memcmp(r.heap_dst, r.priv_src, RMA_LARGEST) != 0)
+        memset(r.heap_dst, 0, largest);
+        shmem_getmem(r.heap_dst, r.remote, largest, 1);
+        if (memcmp(r.heap_dst, r.priv_src, largest) != 0)
             die("a get into the heap moved the wrong bytes");
     }
     shmem_barrier_all();
@@ -808,7 +813,7 @@ static void programs_rma(size_t max_bytes) {
     timing_t t[5];
     alone_t copy = {batch_copy, &r};
     const char *ref = "memcpy of the same size, PE 1 asleep";
-    for (size_t bytes = 1; bytes <= RMA_LARGEST && bytes <= max_bytes; bytes *= 4) {
+    for (size_t bytes = 1; bytes <= largest; bytes *= 4) {
         r.bytes = bytes;
         batch_fn fns[] = {batch_alone, batch_put_private, batch_put_heap, batch_get_private,
                           batch_get_heap};
@@ -1268,8 +1273,7 @@ int main(int argc, char **argv) {
         pin();
 
     if (programs) {
-        /* Transfers up to 16 MiB (the RMA rows stop at RMA_LARGEST), QUICK_COLLECTIVE_LARGEST
-         * with --quick, or --max-bytes. */
+        /* Transfers up to 16 MiB, QUICK_COLLECTIVE_LARGEST with --quick, or --max-bytes. */
         size_t largest = quick ? QUICK_COLLECTIVE_LARGEST : COLLECTIVE_LARGEST;
         if (quick)
             trials = QUICK_PROGRAMS_TRIALS;

@@ -9,7 +9,8 @@
 //! Rows, each next to a reference measured in the same job and interleaved with it:
 //! - `rma` (2 PEs): `put_private`, `put_heap` (put + quiet from PE 0 to PE 1, the source a
 //!   private buffer or PE 0's copy of a symmetric allocation) and `get_private`, `get_heap` (the
-//!   landing buffer likewise), 1 B to 4 MiB in powers of 4; reference `memcpy` of the same size.
+//!   landing buffer likewise), 1 B to 16 MiB in powers of 4; reference `memcpy` of the same
+//!   size.
 //! - `message-rate` (2 PEs): `put_rate_private`, `put_rate_heap`: windows of
 //!   [`RATE_WINDOW`] puts then one quiet, 8 B and 4 KiB, reported per put; reference
 //!   `memcpy_rate`, one memcpy of the same size.
@@ -62,7 +63,7 @@ const LAYER: &str = "shmem";
 const REFERENCE: &str = "reference";
 
 /// The largest put or get of the `rma` rows (sizes 1, 4, 16, … bytes up to it).
-const RMA_LARGEST: usize = 4 << 20;
+const RMA_LARGEST: usize = 16 << 20;
 /// Puts per window (one quiet after them) in the `message-rate` rows.
 const RATE_WINDOW: u64 = 64;
 /// Sizes of the `message-rate` rows.
@@ -104,7 +105,7 @@ pub struct DriverArgs {
     #[arg(long, value_delimiter = ',', value_enum)]
     only: Vec<Group>,
     /// Largest transfer of the `rma` rows and largest collective (default 16 MiB, 64 KiB with
-    /// `--quick`; the `rma` rows stop at 4 MiB whatever it is).
+    /// `--quick`).
     #[arg(long, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     max_bytes: Option<usize>,
 }
@@ -112,7 +113,7 @@ pub struct DriverArgs {
 /// Groups of rows, for `--only`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Group {
-    /// `put_private`, `put_heap`, `get_private`, `get_heap`, 1 B … 4 MiB (2 PEs).
+    /// `put_private`, `put_heap`, `get_private`, `get_heap`, 1 B … 16 MiB (2 PEs).
     Rma,
     /// `put_rate_private`, `put_rate_heap`: windows of 64 puts, 8 B and 4 KiB (2 PEs).
     MessageRate,
@@ -248,9 +249,9 @@ pub fn drive(args: &DriverArgs) -> Result<()> {
     Ok(())
 }
 
-/// The heap each PE needs for `groups` at `pes` PEs with collectives up to `largest` bytes:
+/// The heap each PE needs for `groups` at `pes` PEs with transfers up to `largest` bytes:
 /// the all_gather/all_to_all target (`pes × largest`), the broadcast target and the four
-/// reduction vectors, the three buffers of the point-to-point rows, and slack.
+/// reduction vectors, the three buffers of the `rma` rows, and slack.
 fn heap_bytes(pes: usize, largest: usize, groups: &[Group]) -> Result<usize> {
     let collectives = if groups.contains(&Group::Collectives) {
         pes.checked_add(5).and_then(|n| n.checked_mul(largest))
@@ -258,7 +259,7 @@ fn heap_bytes(pes: usize, largest: usize, groups: &[Group]) -> Result<usize> {
         Some(0)
     };
     let point_to_point = if groups.iter().any(|g| g.two_pes_only()) {
-        3 * RMA_LARGEST
+        3 * RMA_LARGEST.min(largest)
     } else {
         0
     };
@@ -337,18 +338,24 @@ impl Programs<'_> {
         Ok(self.shmem.barrier()?)
     }
 
-    /// Put + quiet and get, 1 B … 4 MiB, the local side private or in the heap, next to memcpy
+    /// Put + quiet and get, 1 B … 16 MiB, the local side private or in the heap, next to memcpy
     /// of the same size.
     fn rma(&self) -> Result<()> {
         let shmem = self.shmem;
-        let remote = shmem.allocate::<u8>(RMA_LARGEST, None)?;
-        let mut source_block = OwnHeapBytes::allocate(shmem, RMA_LARGEST)?;
-        let mut landing_block = OwnHeapBytes::allocate(shmem, RMA_LARGEST)?;
-        let mut source = LineAligned::new(RMA_LARGEST, 0);
+        let sizes: Vec<usize> = std::iter::successors(Some(1usize), |b| b.checked_mul(4))
+            .take_while(|&b| b <= RMA_LARGEST.min(self.max_bytes))
+            .collect();
+        let Some(&largest) = sizes.last() else {
+            return Ok(());
+        };
+        let remote = shmem.allocate::<u8>(largest, None)?;
+        let mut source_block = OwnHeapBytes::allocate(shmem, largest)?;
+        let mut landing_block = OwnHeapBytes::allocate(shmem, largest)?;
+        let mut source = LineAligned::new(largest, 0);
         fill_pattern(source.bytes_mut(), 0);
         fill_pattern(source_block.bytes_mut(shmem)?, 0);
-        let mut landing = LineAligned::new(RMA_LARGEST, 0xa5);
-        let mut copy = LineAligned::new(RMA_LARGEST, 0x5a);
+        let mut landing = LineAligned::new(largest, 0xa5);
+        let mut copy = LineAligned::new(largest, 0x5a);
         // Touch every page of the target on every PE (a fresh page is faulted in on first use).
         shmem.put(&remote, copy.bytes(), shmem.rank())?;
         shmem.barrier()?;
@@ -375,9 +382,7 @@ impl Programs<'_> {
         }
         shmem.barrier()?;
         let reference = "memcpy of the same size, PE 1 asleep";
-        for bytes in std::iter::successors(Some(1usize), |b| b.checked_mul(4))
-            .take_while(|&b| b <= RMA_LARGEST.min(self.max_bytes))
-        {
+        for bytes in sizes {
             let target = remote.view(..bytes)?;
             let (source, heap_source) = (&source[..bytes], &heap_source[..bytes]);
             let copy = &mut copy.bytes_mut()[..bytes];
