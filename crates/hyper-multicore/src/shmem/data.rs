@@ -22,6 +22,7 @@ use super::runtime::Shmem;
 use super::sync::{Deadline, WaitError, WaitPolicy};
 use super::transport::{Rmw, Width};
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::mapping::{LocalSource, LocalTarget, Strides};
 
 /// How a signal updates its word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -382,21 +383,146 @@ impl Shmem {
     /// [`Shmem::put_bytes`] into a range located before (see [`Located`]).
     #[inline(always)]
     pub fn put_located(&self, target: &Located, source: &[u8], pe: usize) -> Result<()> {
-        let offset = match self.still_located(target, source.len(), pe) {
-            true => target.region.heap_offset as usize,
-            false => self.refused(|| self.locate_bytes("put", target.region, source.len(), pe))?,
-        };
-        self.transport.put(pe, offset, source)
+        self.put_located_from(target, source.into(), pe)
     }
 
     /// [`Shmem::get_bytes`] out of a range located before (see [`Located`]).
     #[inline(always)]
     pub fn get_located(&self, target: &mut [u8], source: &Located, pe: usize) -> Result<()> {
-        let offset = match self.still_located(source, target.len(), pe) {
-            true => source.region.heap_offset as usize,
-            false => self.refused(|| self.locate_bytes("get", source.region, target.len(), pe))?,
-        };
+        self.get_located_into(target.into(), source, pe)
+    }
+
+    /// [`Shmem::put_located`] of a [`LocalSource`]: the bytes are read in place, whatever
+    /// memory they lie in — private, this PE's heap, a C program's symmetric data — and move
+    /// once (one raw copy into the target's mapping on the shared-memory route; UCX reads them
+    /// itself on the other). Source and target may overlap (a put to this PE): the target then
+    /// holds what the source held before the call.
+    #[inline(always)]
+    pub fn put_located_from(
+        &self,
+        target: &Located,
+        source: LocalSource<'_>,
+        pe: usize,
+    ) -> Result<()> {
+        let offset = self.located_bytes("put", target, source.len(), pe)?;
+        self.transport.put(pe, offset, source)
+    }
+
+    /// [`Shmem::get_located`] into a [`LocalTarget`]: the bytes are written in place, whatever
+    /// memory it is, and move once (see [`Shmem::put_located_from`]).
+    #[inline(always)]
+    pub fn get_located_into(
+        &self,
+        target: LocalTarget<'_>,
+        source: &Located,
+        pe: usize,
+    ) -> Result<()> {
+        let offset = self.located_bytes("get", source, target.len(), pe)?;
         self.transport.get(pe, offset, target)
+    }
+
+    /// [`Shmem::put_located_from`] that may complete only at the next [`Shmem::quiet`].
+    #[inline]
+    pub fn put_located_from_nbi(
+        &self,
+        target: &Located,
+        source: LocalSource<'_>,
+        pe: usize,
+    ) -> Result<()> {
+        let offset = self.located_bytes("put_nbi", target, source.len(), pe)?;
+        self.transport.put_nbi(pe, offset, source)
+    }
+
+    /// [`Shmem::get_located_into`] whose target is valid after the next [`Shmem::quiet`] (it is
+    /// complete on return today).
+    #[inline]
+    pub fn get_located_into_nbi(
+        &self,
+        target: LocalTarget<'_>,
+        source: &Located,
+        pe: usize,
+    ) -> Result<()> {
+        let offset = self.located_bytes("get_nbi", source, target.len(), pe)?;
+        self.transport.get_nbi(pe, offset, target)
+    }
+
+    /// A strided put into a range located before: `strides.count` elements of `strides.size`
+    /// bytes, `strides.local_stride` bytes apart in `source`, to `strides.stride` bytes apart
+    /// in PE `pe`'s copy of `target` (which must span exactly from the first element's start to
+    /// the last one's end). Each element moves once: on the shared-memory route one raw copy
+    /// per element in one call, with one check of the whole range.
+    pub fn put_located_strided(
+        &self,
+        target: &Located,
+        source: LocalSource<'_>,
+        strides: Strides,
+        pe: usize,
+    ) -> Result<()> {
+        let span = self.strided_span("iput", &strides, source.len())?;
+        let offset = self.located_bytes("iput", target, span, pe)?;
+        self.transport.put_strided(pe, offset, source, strides)
+    }
+
+    /// A strided get out of a range located before, the other way round of
+    /// [`Shmem::put_located_strided`]: elements `strides.stride` bytes apart in PE `pe`'s copy
+    /// of `source` to `strides.local_stride` apart in `target`.
+    pub fn get_located_strided(
+        &self,
+        target: LocalTarget<'_>,
+        source: &Located,
+        strides: Strides,
+        pe: usize,
+    ) -> Result<()> {
+        let span = self.strided_span("iget", &strides, target.len())?;
+        let offset = self.located_bytes("iget", source, span, pe)?;
+        self.transport.get_strided(pe, offset, target, strides)
+    }
+
+    /// The symmetric side's span of `strides`, after checking that the local side's fits in
+    /// `local_bytes`.
+    fn strided_span(
+        &self,
+        operation: &str,
+        strides: &Strides,
+        local_bytes: usize,
+    ) -> Result<usize> {
+        let span = |stride| Strides::span(strides.count, stride, strides.size);
+        match (span(strides.stride), span(strides.local_stride)) {
+            (Some(symmetric), Some(local)) if local <= local_bytes => Ok(symmetric),
+            (Some(_), Some(local)) => Err(self.error(
+                ErrorKind::InvalidArgument,
+                operation,
+                format!(
+                    "the local buffer has {local_bytes} bytes but {} elements of {} bytes, {} \
+                     apart, span {local}",
+                    strides.count, strides.size, strides.local_stride
+                ),
+            )),
+            _ => Err(self.error(
+                ErrorKind::InvalidArgument,
+                operation,
+                format!(
+                    "{} elements of {} bytes overflow",
+                    strides.count, strides.size
+                ),
+            )),
+        }
+    }
+
+    /// The heap offset of `at` (located before) for `bytes` bytes on PE `pe`: checked as
+    /// [`Shmem::still_located`] does, else the checked entry's error.
+    #[inline(always)]
+    fn located_bytes(
+        &self,
+        operation: &str,
+        at: &Located,
+        bytes: usize,
+        pe: usize,
+    ) -> Result<usize> {
+        match self.still_located(at, bytes, pe) {
+            true => Ok(at.region.heap_offset as usize),
+            false => self.refused(|| self.locate_bytes(operation, at.region, bytes, pe)),
+        }
     }
 
     /// The atomic `op` on PE `pe`'s copy of the one-`W` word `target`, located before (see
@@ -450,13 +576,13 @@ impl Shmem {
     /// [`Shmem::put`] of raw bytes into a [`Region`].
     pub fn put_bytes(&self, target: Region, source: &[u8], pe: usize) -> Result<()> {
         let offset = self.locate_bytes("put", target, source.len(), pe)?;
-        self.transport.put(pe, offset, source)
+        self.transport.put(pe, offset, source.into())
     }
 
     /// [`Shmem::get`] of raw bytes out of a [`Region`].
     pub fn get_bytes(&self, target: &mut [u8], source: Region, pe: usize) -> Result<()> {
         let offset = self.locate_bytes("get", source, target.len(), pe)?;
-        self.transport.get(pe, offset, target)
+        self.transport.get(pe, offset, target.into())
     }
 
     /// Copies `source` into PE `pe`'s copy of `target` (lengths must match).
@@ -489,7 +615,7 @@ impl Shmem {
         let region = target.region();
         let bytes: &[u8] = bytemuck::cast_slice(source);
         let offset = self.locate_bytes("put_nbi", region, bytes.len(), pe)?;
-        self.transport.put_nbi(pe, offset, bytes)
+        self.transport.put_nbi(pe, offset, bytes.into())
     }
 
     /// Non-blocking get: `target` is only valid after [`Shmem::quiet`].
@@ -502,7 +628,106 @@ impl Shmem {
         let region = source.region();
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(target);
         let offset = self.locate_bytes("get_nbi", region, bytes.len(), pe)?;
-        self.transport.get_nbi(pe, offset, bytes)
+        self.transport.get_nbi(pe, offset, bytes.into())
+    }
+
+    /// Copies this PE's own copy of `source` into PE `pe`'s copy of `target` (lengths must
+    /// match): heap to heap with no slice in between. The bytes move once — one raw copy from
+    /// this PE's heap into the target's on the shared-memory route; UCX reads this PE's heap in
+    /// place on the other. The two may overlap (a put to this PE): the target then holds what
+    /// the source held before the call.
+    ///
+    /// ```no_run
+    /// # fn demo(shmem: &hyper_multicore::shmem::Shmem) -> hyper_multicore::Result<()> {
+    /// let staging = shmem.allocate::<f32>(1024, None)?;
+    /// let inbox = shmem.allocate::<f32>(1024, None)?;
+    /// shmem.put_from(&inbox, &staging, (shmem.rank() + 1) % shmem.size())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn put_from<T: Element>(
+        &self,
+        target: &impl Symmetric<T>,
+        source: &impl Symmetric<T>,
+        pe: usize,
+    ) -> Result<()> {
+        let (offset, local) = self.heap_pair("put_from", target.region(), source.region(), pe)?;
+        let len = source.region().bytes as usize;
+        self.transport
+            .put(pe, offset, self.transport.own_source(local, len))
+    }
+
+    /// [`Shmem::put_from`] that may complete only at the next [`Shmem::quiet`].
+    pub fn put_from_nbi<T: Element>(
+        &self,
+        target: &impl Symmetric<T>,
+        source: &impl Symmetric<T>,
+        pe: usize,
+    ) -> Result<()> {
+        let (offset, local) =
+            self.heap_pair("put_from_nbi", target.region(), source.region(), pe)?;
+        let len = source.region().bytes as usize;
+        self.transport
+            .put_nbi(pe, offset, self.transport.own_source(local, len))
+    }
+
+    /// Copies PE `pe`'s copy of `source` into this PE's own copy of `target` (lengths must
+    /// match): heap to heap, the bytes moving once (see [`Shmem::put_from`]). The two may
+    /// overlap (a get from this PE).
+    pub fn get_into<T: Element>(
+        &self,
+        target: &impl Symmetric<T>,
+        source: &impl Symmetric<T>,
+        pe: usize,
+    ) -> Result<()> {
+        let (offset, local) = self.heap_pair("get_into", source.region(), target.region(), pe)?;
+        let len = target.region().bytes as usize;
+        self.transport
+            .get(pe, offset, self.transport.own_target(local, len))
+    }
+
+    /// [`Shmem::get_into`] whose target is valid after the next [`Shmem::quiet`].
+    pub fn get_into_nbi<T: Element>(
+        &self,
+        target: &impl Symmetric<T>,
+        source: &impl Symmetric<T>,
+        pe: usize,
+    ) -> Result<()> {
+        let (offset, local) =
+            self.heap_pair("get_into_nbi", source.region(), target.region(), pe)?;
+        let len = target.region().bytes as usize;
+        self.transport
+            .get_nbi(pe, offset, self.transport.own_target(local, len))
+    }
+
+    /// Puts this PE's own copy of `source` into PE `pe`'s `target` ([`Shmem::put_from`]), then
+    /// signals: a waiter that sees the signal sees the data.
+    pub fn put_signal_from<T: Element, W: AtomicWord>(
+        &self,
+        target: &impl Symmetric<T>,
+        source: &impl Symmetric<T>,
+        signal: &impl Symmetric<W>,
+        value: W,
+        op: SignalOp,
+        pe: usize,
+    ) -> Result<()> {
+        self.put_from(target, source, pe)?;
+        self.signal(signal, value, op, pe)
+    }
+
+    /// The heap offsets of a heap-to-heap transfer's `remote` range on PE `pe` and `local`
+    /// range on this PE, after checking both (and that their lengths match).
+    #[inline]
+    fn heap_pair(
+        &self,
+        operation: &str,
+        remote: Region,
+        local: Region,
+        pe: usize,
+    ) -> Result<(usize, usize)> {
+        let len = local.bytes as usize;
+        let remote = self.locate_bytes(operation, remote, len, pe)?;
+        let local = self.locate_bytes(operation, local, len, self.rank)?;
+        Ok((remote, local))
     }
 
     /// Completes every outstanding operation of this PE (puts visible to everyone). A transport

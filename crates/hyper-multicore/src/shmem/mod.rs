@@ -53,6 +53,7 @@ mod team;
 pub(crate) mod team_sync;
 mod transport;
 
+pub use crate::sys::mapping::{LocalSource, LocalTarget, Strides};
 pub use allocation::{
     Allocation, AllocationId, AllocationRecord, AllocationSpec, Dtype, Element, Region, Symmetric,
     View,
@@ -67,6 +68,7 @@ pub use reduce::{
 pub use team::Contribution;
 pub use segment::max_alignment;
 pub(crate) use segment::Segment;
+pub use transport::copies::{copy_count, count_bounced, CopyCount};
 /// True if the byte range `address..address + len` of this process overlaps any symmetric heap
 /// mapping alive in this process: a running runtime's (every PE's heap and the control block),
 /// or one kept mapped by [`Shmem::mapping_keepalive`] after a shutdown or restart. A

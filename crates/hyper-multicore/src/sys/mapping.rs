@@ -8,8 +8,14 @@
 //! pointer copies (a concurrent writer can only make the copied bytes stale or torn — every type
 //! moved this way is plain old data, valid for any bit pattern), and words that several
 //! processes update are only ever accessed as atomics ([`SharedWords`]).
+//!
+//! The local side of a put or get is a [`LocalSource`] or [`LocalTarget`]: a pointer and a
+//! length, never a slice, because it may be shared memory too (this PE's own heap, a C
+//! program's symmetric data). A put or get between two mappings is then one raw copy from
+//! mapping to mapping, with no private copy in between.
 
 use std::io;
+use std::marker::PhantomData;
 use std::os::fd::AsFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -95,6 +101,307 @@ pub(crate) fn overlaps_any(address: usize, len: usize) -> bool {
         .lock()
         .iter()
         .any(|&(start, length)| address < start + length && start < end)
+}
+
+/// The local side of a put: `len` bytes of this process at a pointer, readable for the lifetime
+/// `'a`, which other processes may write meanwhile (plain bytes: a concurrent writer can only
+/// make what a copy reads stale or torn). Never turned into a slice: the data plane copies out
+/// of it with one raw copy, or hands the pointer to UCX.
+///
+/// Made from a slice of private memory (`From<&[u8]>`), by the runtime from this PE's own heap
+/// ([`Shmem::put_from`](crate::shmem::Shmem::put_from)), or from a pointer a foreign caller
+/// passed ([`LocalSource::from_raw`], unsafe).
+///
+/// ```
+/// use hyper_multicore::shmem::LocalSource;
+/// let bytes = [1u8, 2, 3];
+/// let source = LocalSource::from(&bytes[..]);
+/// assert_eq!(source.len(), 3);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct LocalSource<'a> {
+    start: NonNull<u8>,
+    len: usize,
+    _borrow: PhantomData<&'a [u8]>,
+}
+
+impl<'a> LocalSource<'a> {
+    /// The `len` bytes at `start`.
+    ///
+    /// # Safety
+    /// `start` must be valid for reads of `len` bytes for all of `'a` (it may be null or
+    /// dangling when `len` is 0), and nothing may unmap or free that memory meanwhile. The bytes
+    /// may be written concurrently, by this process or others (they are read as plain bytes),
+    /// and they may overlap the target of the put they are the source of.
+    pub unsafe fn from_raw(start: *const u8, len: usize) -> LocalSource<'a> {
+        let start = match len {
+            0 => NonNull::dangling(),
+            _ => NonNull::new(start.cast_mut()).unwrap_or(NonNull::dangling()),
+        };
+        LocalSource {
+            start,
+            len,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Its length in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True if it holds no byte.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Its first byte's address (for UCX, which reads the bytes itself).
+    #[inline]
+    pub(crate) fn as_ptr(&self) -> *const u8 {
+        self.start.as_ptr()
+    }
+
+    /// Bytes `offset..offset + len` of it (panics if they are not inside it).
+    #[inline]
+    pub(crate) fn part(&self, offset: usize, len: usize) -> LocalSource<'a> {
+        if offset.checked_add(len).map_or(true, |end| end > self.len) {
+            outside(offset, len, self.len);
+        }
+        // SAFETY: a sub-range of a range readable for 'a (this value's invariant).
+        unsafe { LocalSource::from_raw(self.start.as_ptr().wrapping_add(offset), len) }
+    }
+
+    /// Copies its bytes into `destination` (private memory of the same length).
+    pub(crate) fn copy_into(&self, destination: &mut [u8]) {
+        assert_eq!(
+            destination.len(),
+            self.len,
+            "a copy between unequal lengths"
+        );
+        // SAFETY: the source is readable for `len` bytes (invariant) and `destination`, a
+        // private slice, cannot overlap it: a slice is never formed over memory the source
+        // may be (shared, or borrowed immutably by this value); raw copy of plain bytes.
+        unsafe { copy_small_inline(self.as_ptr(), destination.as_mut_ptr(), self.len) }
+    }
+}
+
+impl<'a> From<&'a [u8]> for LocalSource<'a> {
+    #[inline]
+    fn from(bytes: &'a [u8]) -> LocalSource<'a> {
+        // SAFETY: a slice is readable for its length while borrowed, and nothing writes it
+        // meanwhile.
+        unsafe { LocalSource::from_raw(bytes.as_ptr(), bytes.len()) }
+    }
+}
+
+impl<'a, const N: usize> From<&'a [u8; N]> for LocalSource<'a> {
+    #[inline]
+    fn from(bytes: &'a [u8; N]) -> LocalSource<'a> {
+        LocalSource::from(&bytes[..])
+    }
+}
+
+impl<'a> From<&'a Vec<u8>> for LocalSource<'a> {
+    #[inline]
+    fn from(bytes: &'a Vec<u8>) -> LocalSource<'a> {
+        LocalSource::from(&bytes[..])
+    }
+}
+
+/// The local side of a get: `len` bytes of this process at a pointer, writable for the lifetime
+/// `'a`, which other processes may read or write meanwhile (plain bytes). Never turned into a
+/// slice: the data plane copies into it with one raw copy, or hands the pointer to UCX.
+///
+/// Made from a slice of private memory (`From<&mut [u8]>`), by the runtime from this PE's own
+/// heap ([`Shmem::get_into`](crate::shmem::Shmem::get_into)), or from a pointer a foreign caller
+/// passed ([`LocalTarget::from_raw`], unsafe).
+///
+/// ```
+/// use hyper_multicore::shmem::LocalTarget;
+/// let mut bytes = [0u8; 3];
+/// let target = LocalTarget::from(&mut bytes[..]);
+/// assert_eq!(target.len(), 3);
+/// ```
+#[derive(Debug)]
+pub struct LocalTarget<'a> {
+    start: NonNull<u8>,
+    len: usize,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> LocalTarget<'a> {
+    /// The `len` bytes at `start`.
+    ///
+    /// # Safety
+    /// `start` must be valid for writes (and reads) of `len` bytes for all of `'a` (it may be
+    /// null or dangling when `len` is 0), and nothing may unmap or free that memory meanwhile.
+    /// Other processes may read or write the bytes concurrently (they are written as plain
+    /// bytes), and they may overlap the source of the get they are the target of; but no Rust
+    /// reference to them may be used during `'a` (a shared reference to an atomic, as this
+    /// crate holds to words of shared memory, excepted: such words are plain bytes to a copy).
+    ///
+    /// ```
+    /// use hyper_multicore::shmem::LocalTarget;
+    /// let mut word = 0u64;
+    /// // SAFETY: `word` is writable for 8 bytes while the target lives, and nothing else uses it.
+    /// let target = unsafe { LocalTarget::from_raw((&mut word as *mut u64).cast(), 8) };
+    /// assert_eq!(target.len(), 8);
+    /// ```
+    pub unsafe fn from_raw(start: *mut u8, len: usize) -> LocalTarget<'a> {
+        let start = match len {
+            0 => NonNull::dangling(),
+            _ => NonNull::new(start).unwrap_or(NonNull::dangling()),
+        };
+        LocalTarget {
+            start,
+            len,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Its length in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True if it holds no byte.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Its first byte's address (for UCX, which writes the bytes itself).
+    #[inline]
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.start.as_ptr()
+    }
+
+    /// Bytes `offset..offset + len` of it, borrowing it (panics if they are not inside it).
+    #[inline]
+    pub(crate) fn part(&mut self, offset: usize, len: usize) -> LocalTarget<'_> {
+        if offset.checked_add(len).map_or(true, |end| end > self.len) {
+            outside(offset, len, self.len);
+        }
+        // SAFETY: a sub-range of a range writable for 'a (this value's invariant), lent for
+        // the borrow of `self`.
+        unsafe { LocalTarget::from_raw(self.start.as_ptr().wrapping_add(offset), len) }
+    }
+
+    /// Copies `source` (private memory of the same length) into it.
+    pub(crate) fn copy_from(&mut self, source: &[u8]) {
+        assert_eq!(source.len(), self.len, "a copy between unequal lengths");
+        // SAFETY: writable for `len` bytes (invariant); `source`, a private slice, cannot
+        // overlap it (no slice is formed over memory a target may be); raw copy.
+        unsafe { copy_small_inline(source.as_ptr(), self.start.as_ptr(), self.len) }
+    }
+}
+
+impl<'a> From<&'a mut [u8]> for LocalTarget<'a> {
+    #[inline]
+    fn from(bytes: &'a mut [u8]) -> LocalTarget<'a> {
+        // SAFETY: a mutable slice is writable for its length while borrowed, and no other
+        // reference to it is used meanwhile.
+        unsafe { LocalTarget::from_raw(bytes.as_mut_ptr(), bytes.len()) }
+    }
+}
+
+impl<'a, const N: usize> From<&'a mut [u8; N]> for LocalTarget<'a> {
+    #[inline]
+    fn from(bytes: &'a mut [u8; N]) -> LocalTarget<'a> {
+        LocalTarget::from(&mut bytes[..])
+    }
+}
+
+impl<'a> From<&'a mut Vec<u8>> for LocalTarget<'a> {
+    #[inline]
+    fn from(bytes: &'a mut Vec<u8>) -> LocalTarget<'a> {
+        LocalTarget::from(&mut bytes[..])
+    }
+}
+
+/// The shape of a strided transfer ([`Shmem::put_located_strided`]): `count` elements of
+/// `size` bytes, `stride` bytes apart on the symmetric side and `local_stride` bytes apart on
+/// the local side (OpenSHMEM's `iput`/`iget`, with strides in bytes).
+///
+/// [`Shmem::put_located_strided`]: crate::shmem::Shmem::put_located_strided
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Strides {
+    /// The number of elements.
+    pub count: usize,
+    /// Bytes per element.
+    pub size: usize,
+    /// Bytes from one element's start to the next one's on the symmetric side.
+    pub stride: usize,
+    /// Bytes from one element's start to the next one's on the local side.
+    pub local_stride: usize,
+}
+
+impl Strides {
+    /// The bytes from the first element's start to the last one's end, `stride` apart (0 for
+    /// no element); `None` on overflow.
+    pub fn span(count: usize, stride: usize, size: usize) -> Option<usize> {
+        match count {
+            0 => Some(0),
+            _ => (count - 1).checked_mul(stride)?.checked_add(size),
+        }
+    }
+
+    /// The heap side's span and the local side's.
+    fn spans(&self) -> (usize, usize) {
+        let heap = Strides::span(self.count, self.stride, self.size);
+        let local = Strides::span(self.count, self.local_stride, self.size);
+        match (heap, local) {
+            (Some(heap), Some(local)) => (heap, local),
+            _ => panic!("a strided transfer of {} elements overflows", self.count),
+        }
+    }
+}
+
+/// Copies `strides.count` elements of `strides.size` bytes from `source` (`local_stride`
+/// apart) to `destination` (`stride` apart), or the other way round with `to_local`, one raw
+/// element copy each (the common element sizes with a length the compiler knows).
+///
+/// # Safety
+/// Every element's bytes must be valid for reads at the source and writes at the destination
+/// (the callers check the spans); the ranges may overlap (each element is a `copy`).
+#[inline(always)]
+unsafe fn copy_strided(heap: *mut u8, local: *mut u8, strides: Strides, to_local: bool) {
+    let Strides {
+        count,
+        size,
+        stride,
+        local_stride,
+    } = strides;
+    let element = |i: usize| {
+        let (at_heap, at_local) = (
+            heap.wrapping_add(i * stride),
+            local.wrapping_add(i * local_stride),
+        );
+        match to_local {
+            true => (at_heap.cast_const(), at_local),
+            false => (at_local.cast_const(), at_heap),
+        }
+    };
+    macro_rules! elements_of {
+        ($n:expr) => {
+            for i in 0..count {
+                let (from, to) = element(i);
+                // SAFETY: element `i` is valid at both ends (function contract).
+                unsafe { std::ptr::copy(from, to, $n) };
+            }
+        };
+    }
+    match size {
+        1 => elements_of!(1),
+        2 => elements_of!(2),
+        4 => elements_of!(4),
+        8 => elements_of!(8),
+        16 => elements_of!(16),
+        _ => elements_of!(size),
+    }
 }
 
 /// Types made only of atomics (and padding), `#[repr(C)]`, that may be viewed in shared memory.
@@ -242,6 +549,88 @@ impl SharedMapping {
                 destination.len(),
             )
         }
+    }
+
+    /// Copies `source` into the mapping at `offset`: one raw copy, whatever memory the source
+    /// is (private, this mapping — the ranges may overlap —, or another shared mapping).
+    #[inline]
+    pub(crate) fn write_from(&self, offset: usize, source: LocalSource<'_>) {
+        self.check(offset, source.len());
+        // SAFETY: in bounds (checked); the source is readable for its length (its invariant);
+        // `copy` allows the ranges to overlap; raw copy of plain bytes (module contract).
+        unsafe {
+            copy_small_inline_overlapping(source.as_ptr(), self.address(offset), source.len())
+        }
+    }
+
+    /// Copies bytes at `offset` out of the mapping into `target`: one raw copy, whatever
+    /// memory the target is (the ranges may overlap).
+    #[inline]
+    pub(crate) fn read_into(&self, offset: usize, mut target: LocalTarget<'_>) {
+        self.check(offset, target.len());
+        let len = target.len();
+        // SAFETY: in bounds (checked); the target is writable for its length (its invariant);
+        // `copy` allows the ranges to overlap; raw copy of plain bytes (module contract).
+        unsafe { copy_small_inline_overlapping(self.address(offset), target.as_mut_ptr(), len) }
+    }
+
+    /// Copies the elements of `source` (`strides.local_stride` apart) into the mapping from
+    /// `offset` on (`strides.stride` apart), each with one raw copy.
+    pub(crate) fn write_strided(&self, offset: usize, source: LocalSource<'_>, strides: Strides) {
+        let (heap_span, local_span) = strides.spans();
+        self.check(offset, heap_span);
+        if local_span > source.len() {
+            outside(0, local_span, source.len());
+        }
+        // SAFETY: both spans are in bounds (checked): every element is readable in the source
+        // (its invariant) and writable in the mapping; element copies may overlap.
+        unsafe {
+            copy_strided(
+                self.address(offset),
+                source.as_ptr().cast_mut(),
+                strides,
+                false,
+            );
+        }
+    }
+
+    /// Copies elements from `offset` on of the mapping (`strides.stride` apart) into `target`
+    /// (`strides.local_stride` apart), each with one raw copy.
+    pub(crate) fn read_strided(
+        &self,
+        offset: usize,
+        mut target: LocalTarget<'_>,
+        strides: Strides,
+    ) {
+        let (heap_span, local_span) = strides.spans();
+        self.check(offset, heap_span);
+        if local_span > target.len() {
+            outside(0, local_span, target.len());
+        }
+        // SAFETY: both spans are in bounds (checked): every element is readable in the mapping
+        // and writable in the target (its invariant); element copies may overlap.
+        unsafe { copy_strided(self.address(offset), target.as_mut_ptr(), strides, true) };
+    }
+
+    /// The `len` bytes at `offset` of the mapping as the source of a put, for as long as the
+    /// mapping is borrowed.
+    #[inline]
+    pub(crate) fn source(&self, offset: usize, len: usize) -> LocalSource<'_> {
+        self.check(offset, len);
+        // SAFETY: in bounds (checked) of a mapping that stays mapped while borrowed; other
+        // processes' writes are allowed by `LocalSource`'s contract.
+        unsafe { LocalSource::from_raw(self.address(offset), len) }
+    }
+
+    /// The `len` bytes at `offset` of the mapping as the target of a get, for as long as the
+    /// mapping is borrowed.
+    #[inline]
+    pub(crate) fn target(&self, offset: usize, len: usize) -> LocalTarget<'_> {
+        self.check(offset, len);
+        // SAFETY: in bounds (checked) of a mapping that stays mapped while borrowed and is never
+        // viewed through a Rust reference (module contract); other processes' accesses are
+        // allowed by `LocalTarget`'s contract.
+        unsafe { LocalTarget::from_raw(self.address(offset), len) }
     }
 
     /// Copies `len` bytes at `offset` of this mapping to `target_offset` of `target` (a
@@ -398,6 +787,24 @@ unsafe fn copy_small_inline(source: *const u8, destination: *mut u8, len: usize)
             8 => std::ptr::copy_nonoverlapping(source, destination, 8),
             4 => std::ptr::copy_nonoverlapping(source, destination, 4),
             _ => std::ptr::copy_nonoverlapping(source, destination, len),
+        }
+    }
+}
+
+/// `copy(source, destination, len)` (the ranges may overlap), with the word sizes copied by an
+/// inline move instead of a call to `memmove`.
+///
+/// # Safety
+///
+/// As [`std::ptr::copy`].
+#[inline(always)]
+unsafe fn copy_small_inline_overlapping(source: *const u8, destination: *mut u8, len: usize) {
+    // SAFETY: the caller's contract; each arm copies exactly `len` bytes.
+    unsafe {
+        match len {
+            8 => std::ptr::copy(source, destination, 8),
+            4 => std::ptr::copy(source, destination, 4),
+            _ => std::ptr::copy(source, destination, len),
         }
     }
 }

@@ -108,7 +108,8 @@ use hm_ucx_sys as ffi;
 use parking_lot::Mutex;
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 
-use crate::sys::mapping::SharedMapping;
+use crate::shmem::count_bounced;
+use crate::sys::mapping::{LocalSource, LocalTarget, SharedMapping};
 use crate::{Error, ErrorKind, Result};
 
 /// What to check when UCX itself fails; ends every [`ErrorKind::Backend`] message of this module.
@@ -1543,7 +1544,7 @@ struct Landing {
 }
 
 // SAFETY: the pointer is only written through under `Landings::lent`'s lock, while the lender's
-// exclusive borrow of the buffer lasts (`Landings::lend` removes it before returning).
+// borrow of the target lasts (`Landings::lend` removes it before returning).
 unsafe impl Send for Landing {}
 
 /// A lent buffer, as its lender sees it while it waits.
@@ -1570,7 +1571,7 @@ impl Lent<'_> {
 
 impl Landings {
     /// Lends `buffer` to handlers for the length of `wait`, under the token `wait` is given.
-    pub fn lend<R>(&self, buffer: &mut [u8], wait: impl FnOnce(&Lent<'_>) -> R) -> R {
+    pub fn lend<R>(&self, mut buffer: LocalTarget<'_>, wait: impl FnOnce(&Lent<'_>) -> R) -> R {
         /// Takes the buffer back on return and on unwind.
         struct TakeBack<'a>(Lent<'a>);
         impl Drop for TakeBack<'_> {
@@ -1580,8 +1581,8 @@ impl Landings {
         }
         let token = self.next.fetch_add(1, Ordering::Relaxed);
         let landing = Landing {
-            start: buffer.as_mut_ptr(),
             len: buffer.len(),
+            start: buffer.as_mut_ptr(),
             landed: 0,
         };
         self.lent.lock().insert(token, landing);
@@ -1605,9 +1606,9 @@ impl Landings {
         {
             return false;
         }
-        // SAFETY: in bounds (checked); the buffer is lent (its lender's exclusive borrow lasts
-        // until it removes the entry, which this lock excludes), and `data` is UCX's message
-        // memory, not the buffer.
+        // SAFETY: in bounds (checked); the buffer is lent (its lender's borrow of the target
+        // lasts until it removes the entry, which this lock excludes; a target is writable
+        // for its length while borrowed), and `data` is UCX's message memory, not the buffer.
         unsafe {
             ptr::copy_nonoverlapping(data.as_ptr(), landing.start.add(at), data.len());
         }
@@ -1703,9 +1704,12 @@ impl Staging {
         Staging(vec![0; len.div_ceil(8)])
     }
 
-    fn copy_of(bytes: &[u8]) -> Staging {
-        let mut staging = Staging::zeroed(bytes.len());
-        staging.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
+    /// A staging copy of `source` (counted as bounced: [`count_bounced`]).
+    fn copy_of(source: LocalSource<'_>) -> Staging {
+        let len = source.len();
+        let mut staging = Staging::zeroed(len);
+        source.copy_into(&mut staging.bytes_mut()[..len]);
+        count_bounced(len);
         staging
     }
 
@@ -2064,14 +2068,16 @@ impl Endpoint {
 
     /// Writes `source` to `remote_addr` in the peer's region of `rkey`; returns when `source` may
     /// be reused (local completion). Remote visibility: [`Endpoint::flush`] / [`Worker::flush`].
-    pub fn put(
+    /// UCX reads `source` in place (it may be shared memory: UCX never forms a Rust reference).
+    pub fn put<'a>(
         &self,
-        source: &[u8],
+        source: impl Into<LocalSource<'a>>,
         remote_addr: u64,
         rkey: &RemoteKey,
         deadline: Instant,
     ) -> Result<()> {
         const OP: &str = "ucx put";
+        let source = source.into();
         self.check_key(OP, rkey)?;
         let guard = self.inner.usable(OP)?;
         if source.is_empty() {
@@ -2084,9 +2090,9 @@ impl Endpoint {
             None => source.as_ptr(),
         };
         let param = ffi::ucp_request_param_t::default();
-        // SAFETY: live endpoint and rkey of it; `pointer` is `source` (borrowed until `complete`
-        // returns, which guarantees UCX no longer references it) or the staging buffer that
-        // `complete` keeps or orphans.
+        // SAFETY: live endpoint and rkey of it; `pointer` is `source` (readable for its length
+        // while borrowed, until `complete` returns, which guarantees UCX no longer references
+        // it) or the staging buffer that `complete` keeps or orphans.
         let result = unsafe {
             ucp().ucp_put_nbx(
                 *guard,
@@ -2103,15 +2109,17 @@ impl Endpoint {
             .map(drop)
     }
 
-    /// Reads `destination.len()` bytes at `remote_addr` in the peer's region into `destination`.
-    pub fn get(
+    /// Reads `destination.len()` bytes at `remote_addr` in the peer's region into `destination`
+    /// (in place: it may be shared memory).
+    pub fn get<'a>(
         &self,
-        destination: &mut [u8],
+        destination: impl Into<LocalTarget<'a>>,
         remote_addr: u64,
         rkey: &RemoteKey,
         deadline: Instant,
     ) -> Result<()> {
         const OP: &str = "ucx get";
+        let mut destination = destination.into();
         self.check_key(OP, rkey)?;
         let guard = self.inner.usable(OP)?;
         if destination.is_empty() {
@@ -2124,9 +2132,9 @@ impl Endpoint {
             None => destination.as_mut_ptr(),
         };
         let param = ffi::ucp_request_param_t::default();
-        // SAFETY: live endpoint and rkey; `pointer` is `destination` (mutably borrowed until
-        // `complete` returns, which guarantees UCX no longer writes to it) or the staging buffer
-        // that `complete` returns or orphans.
+        // SAFETY: live endpoint and rkey; `pointer` is `destination` (writable for its length
+        // while borrowed, until `complete` returns, which guarantees UCX no longer writes to it)
+        // or the staging buffer that `complete` returns or orphans.
         let result = unsafe {
             ucp().ucp_get_nbx(
                 *guard,
@@ -2138,7 +2146,8 @@ impl Endpoint {
             )
         };
         if let Some(staging) = self.inner.complete(guard, OP, result, deadline, staging)? {
-            destination.copy_from_slice(&staging.bytes()[..len]);
+            destination.copy_from(&staging.bytes()[..len]);
+            count_bounced(len);
         }
         Ok(())
     }
@@ -2405,20 +2414,38 @@ impl Endpoint {
     /// Sends an active message `id` with `header` and `data` (eager protocol) to the peer's
     /// handler; returns once the buffers may be reused.
     pub fn am_send(&self, id: u16, header: &[u8], data: &[u8], deadline: Instant) -> Result<()> {
+        self.am_send_flagged(id, header, data.into(), deadline, 0)
+    }
+
+    /// [`Endpoint::am_send`] of bytes UCX reads in place (they may be shared memory).
+    pub fn am_send_from(
+        &self,
+        id: u16,
+        header: &[u8],
+        data: LocalSource<'_>,
+        deadline: Instant,
+    ) -> Result<()> {
         self.am_send_flagged(id, header, data, deadline, 0)
     }
 
     /// [`Endpoint::am_send`] of a request: the peer's handler (set with
     /// [`Worker::set_am_request_handler`]) gets a [`Reply`] to answer it with.
     pub fn am_request(&self, id: u16, header: &[u8], deadline: Instant) -> Result<()> {
-        self.am_send_flagged(id, header, &[], deadline, ffi::UCP_AM_SEND_FLAG_REPLY)
+        let nothing: &[u8] = &[];
+        self.am_send_flagged(
+            id,
+            header,
+            nothing.into(),
+            deadline,
+            ffi::UCP_AM_SEND_FLAG_REPLY,
+        )
     }
 
     fn am_send_flagged(
         &self,
         id: u16,
         header: &[u8],
-        data: &[u8],
+        data: LocalSource<'_>,
         deadline: Instant,
         flags: u32,
     ) -> Result<()> {
@@ -2440,7 +2467,8 @@ impl Endpoint {
         let mut staging = (!self.inner.detects_peer_failure).then(|| {
             let mut staging = Staging::zeroed(header.len() + data.len());
             staging.bytes_mut()[..header.len()].copy_from_slice(header);
-            staging.bytes_mut()[header.len()..header.len() + data.len()].copy_from_slice(data);
+            data.copy_into(&mut staging.bytes_mut()[header.len()..header.len() + data.len()]);
+            count_bounced(data.len());
             staging
         });
         let (header_at, data_at) = match staging.as_mut() {
@@ -2455,9 +2483,10 @@ impl Endpoint {
             flags: ffi::UCP_AM_SEND_FLAG_EAGER | flags,
             ..Default::default()
         };
-        // SAFETY: live endpoint; header and data are the caller's (borrowed until `complete`
-        // returns, which guarantees UCX no longer reads them) or live in the staging buffer,
-        // which `complete` returns or orphans (never frees while UCX may read it).
+        // SAFETY: live endpoint; header and data are the caller's (borrowed, readable for their
+        // lengths, until `complete` returns, which guarantees UCX no longer reads them) or live
+        // in the staging buffer, which `complete` returns or orphans (never frees while UCX may
+        // read it).
         let result = unsafe {
             ucp().ucp_am_send_nbx(
                 *guard,

@@ -18,9 +18,10 @@
 //!
 //! ```ignore
 //! let transports = transport::start(&start)?;          // collective, at initialize
-//! transports.put(pe, offset_in_heap, &bytes)?;         // match on routes[pe]
+//! transports.put(pe, offset_in_heap, (&bytes).into())?; // match on routes[pe]
 //! ```
 
+pub(crate) mod copies;
 mod shm;
 #[cfg(all(feature = "ucx", not(loom)))]
 mod ucx;
@@ -39,6 +40,7 @@ use super::sync::{self, AbortWord, Deadline, Doorbell, WaitError, WaitPolicy};
 use crate::config::TransportMode;
 use crate::control::ControlPlane;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::mapping::{LocalSource, LocalTarget, Strides};
 
 pub(crate) use shm::{ShmPeer, ShmTransport};
 pub(crate) use ucx::{Awaited, UcxPeer, UcxTransport};
@@ -295,21 +297,54 @@ pub(crate) trait Transport: Sized {
     /// How to reach root rank `pe`, or `None` if this transport does not.
     fn peer(&self, pe: usize) -> Option<Self::Peer>;
 
-    /// Copies `source` to `offset` of PE `pe`'s heap; `source` may be reused on return.
-    fn put(&self, peer: Self::Peer, offset: usize, source: &[u8]) -> Result<()>;
+    /// Copies `source` to `offset` of PE `pe`'s heap; `source` may be reused on return. The
+    /// bytes move once: `source` is read in place (it may be shared memory, even the target's).
+    fn put(&self, peer: Self::Peer, offset: usize, source: LocalSource<'_>) -> Result<()>;
 
-    /// Copies `offset..` of PE `pe`'s heap into `target`; complete on return.
-    fn get(&self, peer: Self::Peer, offset: usize, target: &mut [u8]) -> Result<()>;
+    /// Copies `offset..` of PE `pe`'s heap into `target`; complete on return. The bytes move
+    /// once, into `target` in place (it may be shared memory, even the source's).
+    fn get(&self, peer: Self::Peer, offset: usize, target: LocalTarget<'_>) -> Result<()>;
 
     /// A put that may complete only at the next [`Transport::quiet`].
-    fn put_nbi(&self, peer: Self::Peer, offset: usize, source: &[u8]) -> Result<()> {
+    fn put_nbi(&self, peer: Self::Peer, offset: usize, source: LocalSource<'_>) -> Result<()> {
         self.put(peer, offset, source)
     }
 
     /// A get whose target is valid after the next [`Transport::quiet`] (the safe API lends the
     /// target only for the call, so implementations complete it before returning).
-    fn get_nbi(&self, peer: Self::Peer, offset: usize, target: &mut [u8]) -> Result<()> {
+    fn get_nbi(&self, peer: Self::Peer, offset: usize, target: LocalTarget<'_>) -> Result<()> {
         self.get(peer, offset, target)
+    }
+
+    /// A strided put: `strides.count` elements of `strides.size` bytes from `source`
+    /// (`strides.local_stride` bytes apart) to `offset..` of PE `pe`'s heap (`strides.stride`
+    /// apart). By default one put per element.
+    fn put_strided(
+        &self,
+        peer: Self::Peer,
+        offset: usize,
+        source: LocalSource<'_>,
+        strides: Strides,
+    ) -> Result<()> {
+        (0..strides.count).try_for_each(|i| {
+            let element = source.part(i * strides.local_stride, strides.size);
+            self.put(peer, offset + i * strides.stride, element)
+        })
+    }
+
+    /// A strided get, the other way round of [`Transport::put_strided`]. By default one get per
+    /// element.
+    fn get_strided(
+        &self,
+        peer: Self::Peer,
+        offset: usize,
+        mut target: LocalTarget<'_>,
+        strides: Strides,
+    ) -> Result<()> {
+        (0..strides.count).try_for_each(|i| {
+            let element = target.part(i * strides.local_stride, strides.size);
+            self.get(peer, offset + i * strides.stride, element)
+        })
     }
 
     /// Performs `rmw` on the word at `offset` of PE `pe`'s heap; returns the previous value.
@@ -556,7 +591,8 @@ impl Transports {
 
     /// See [`Transport::put`].
     #[inline(always)]
-    pub(crate) fn put(&self, pe: usize, offset: usize, source: &[u8]) -> Result<()> {
+    pub(crate) fn put(&self, pe: usize, offset: usize, source: LocalSource<'_>) -> Result<()> {
+        copies::moved(source.len());
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.put(peer, offset, source),
             Route::Ucx(peer) => self.ucx()?.put(peer, offset, source),
@@ -565,7 +601,8 @@ impl Transports {
 
     /// See [`Transport::put_nbi`].
     #[inline]
-    pub(crate) fn put_nbi(&self, pe: usize, offset: usize, source: &[u8]) -> Result<()> {
+    pub(crate) fn put_nbi(&self, pe: usize, offset: usize, source: LocalSource<'_>) -> Result<()> {
+        copies::moved(source.len());
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.put_nbi(peer, offset, source),
             Route::Ucx(peer) => self.ucx()?.put_nbi(peer, offset, source),
@@ -574,7 +611,8 @@ impl Transports {
 
     /// See [`Transport::get`].
     #[inline(always)]
-    pub(crate) fn get(&self, pe: usize, offset: usize, target: &mut [u8]) -> Result<()> {
+    pub(crate) fn get(&self, pe: usize, offset: usize, target: LocalTarget<'_>) -> Result<()> {
+        copies::moved(target.len());
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.get(peer, offset, target),
             Route::Ucx(peer) => self.ucx()?.get(peer, offset, target),
@@ -583,11 +621,54 @@ impl Transports {
 
     /// See [`Transport::get_nbi`].
     #[inline]
-    pub(crate) fn get_nbi(&self, pe: usize, offset: usize, target: &mut [u8]) -> Result<()> {
+    pub(crate) fn get_nbi(&self, pe: usize, offset: usize, target: LocalTarget<'_>) -> Result<()> {
+        copies::moved(target.len());
         match self.routes[pe] {
             Route::Shm(peer) => self.shm.get_nbi(peer, offset, target),
             Route::Ucx(peer) => self.ucx()?.get_nbi(peer, offset, target),
         }
+    }
+
+    /// See [`Transport::put_strided`].
+    pub(crate) fn put_strided(
+        &self,
+        pe: usize,
+        offset: usize,
+        source: LocalSource<'_>,
+        strides: Strides,
+    ) -> Result<()> {
+        copies::moved(strides.count * strides.size);
+        match self.routes[pe] {
+            Route::Shm(peer) => self.shm.put_strided(peer, offset, source, strides),
+            Route::Ucx(peer) => self.ucx()?.put_strided(peer, offset, source, strides),
+        }
+    }
+
+    /// See [`Transport::get_strided`].
+    pub(crate) fn get_strided(
+        &self,
+        pe: usize,
+        offset: usize,
+        target: LocalTarget<'_>,
+        strides: Strides,
+    ) -> Result<()> {
+        copies::moved(strides.count * strides.size);
+        match self.routes[pe] {
+            Route::Shm(peer) => self.shm.get_strided(peer, offset, target, strides),
+            Route::Ucx(peer) => self.ucx()?.get_strided(peer, offset, target, strides),
+        }
+    }
+
+    /// This PE's own heap's `len` bytes at `offset`, as the source of a put: read in place.
+    #[inline]
+    pub(crate) fn own_source(&self, offset: usize, len: usize) -> LocalSource<'_> {
+        self.shm.own_source(offset, len)
+    }
+
+    /// This PE's own heap's `len` bytes at `offset`, as the target of a get: written in place.
+    #[inline]
+    pub(crate) fn own_target(&self, offset: usize, len: usize) -> LocalTarget<'_> {
+        self.shm.own_target(offset, len)
     }
 
     /// See [`Transport::atomic`].

@@ -21,7 +21,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::shmem::handoff::{self, HandoffListener};
 use crate::shmem::segment::{Layout, PeWords, Segment};
 use crate::shmem::sync::{self, BarrierKind, Doorbell, WaitError, WaitPolicy};
-use crate::sys::mapping::{SharedMapping, SharedWords};
+use crate::sys::mapping::{LocalSource, LocalTarget, SharedMapping, SharedWords, Strides};
 
 /// The shared-memory transport of one PE.
 #[derive(Debug)]
@@ -162,14 +162,38 @@ impl Transport for ShmTransport {
     }
 
     #[inline]
-    fn put(&self, peer: ShmPeer, offset: usize, source: &[u8]) -> Result<()> {
-        self.mapping().write(peer.heap + offset, source);
+    fn put(&self, peer: ShmPeer, offset: usize, source: LocalSource<'_>) -> Result<()> {
+        self.mapping().write_from(peer.heap + offset, source);
         Ok(())
     }
 
     #[inline]
-    fn get(&self, peer: ShmPeer, offset: usize, target: &mut [u8]) -> Result<()> {
-        self.mapping().read(peer.heap + offset, target);
+    fn get(&self, peer: ShmPeer, offset: usize, target: LocalTarget<'_>) -> Result<()> {
+        self.mapping().read_into(peer.heap + offset, target);
+        Ok(())
+    }
+
+    fn put_strided(
+        &self,
+        peer: ShmPeer,
+        offset: usize,
+        source: LocalSource<'_>,
+        strides: Strides,
+    ) -> Result<()> {
+        self.mapping()
+            .write_strided(peer.heap + offset, source, strides);
+        Ok(())
+    }
+
+    fn get_strided(
+        &self,
+        peer: ShmPeer,
+        offset: usize,
+        target: LocalTarget<'_>,
+        strides: Strides,
+    ) -> Result<()> {
+        self.mapping()
+            .read_strided(peer.heap + offset, target, strides);
         Ok(())
     }
 
@@ -223,6 +247,22 @@ impl ShmTransport {
     pub(crate) fn own_words<W: SharedWords>(&self, offset: usize) -> &W {
         let heap = self.segment.layout().heap_offset(self.own_slot);
         self.mapping().words(heap + offset)
+    }
+
+    /// The `len` bytes at `offset` of this PE's own heap as the source of a put (read in
+    /// place).
+    #[inline]
+    pub(crate) fn own_source(&self, offset: usize, len: usize) -> LocalSource<'_> {
+        let heap = self.segment.layout().heap_offset(self.own_slot);
+        self.mapping().source(heap + offset, len)
+    }
+
+    /// The `len` bytes at `offset` of this PE's own heap as the target of a get (written in
+    /// place).
+    #[inline]
+    pub(crate) fn own_target(&self, offset: usize, len: usize) -> LocalTarget<'_> {
+        let heap = self.segment.layout().heap_offset(self.own_slot);
+        self.mapping().target(heap + offset, len)
     }
 
     /// This PE's slot in the segment (its words and doorbell).

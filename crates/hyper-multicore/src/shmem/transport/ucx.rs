@@ -70,6 +70,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::shmem::segment::Segment;
 use crate::shmem::sync;
 use crate::shmem::transport::Rmw;
+use crate::sys::mapping::{LocalSource, LocalTarget};
 use crate::sys::ucx::{
     self, Context, Endpoint, Landings, MemoryRegion, ProgressThread, RemoteKey, Worker,
 };
@@ -532,7 +533,7 @@ impl Transport for UcxTransport {
         self.peers.get(pe)?.as_ref().map(|_| pe)
     }
 
-    fn put(&self, peer: UcxPeer, offset: usize, source: &[u8]) -> Result<()> {
+    fn put(&self, peer: UcxPeer, offset: usize, source: LocalSource<'_>) -> Result<()> {
         self.not_aborted("put")?;
         let (remote, address) = self.remote(peer, offset);
         let endpoint = remote.endpoint.lock();
@@ -543,12 +544,12 @@ impl Transport for UcxTransport {
                 Path::Operations { .. } => false,
             };
         let outcome = if as_messages {
-            source
-                .chunks(MESSAGE_CHUNK)
-                .enumerate()
-                .try_for_each(|(i, chunk)| {
-                    let header = put_header(offset + i * MESSAGE_CHUNK);
-                    endpoint.am_send(PUT_AM, &header, chunk, deadline)
+            (0..source.len())
+                .step_by(MESSAGE_CHUNK)
+                .try_for_each(|at| {
+                    let chunk = source.part(at, MESSAGE_CHUNK.min(source.len() - at));
+                    let header = put_header(offset + at);
+                    endpoint.am_send_from(PUT_AM, &header, chunk, deadline)
                 })
                 .map(|()| remote.sent_message())
         } else {
@@ -557,7 +558,7 @@ impl Transport for UcxTransport {
         self.checked(outcome)
     }
 
-    fn get(&self, peer: UcxPeer, offset: usize, target: &mut [u8]) -> Result<()> {
+    fn get(&self, peer: UcxPeer, offset: usize, target: LocalTarget<'_>) -> Result<()> {
         self.not_aborted("get")?;
         #[cfg(feature = "fault-injection")]
         gets_issued::count(target.len());
@@ -749,7 +750,7 @@ impl UcxTransport {
         peer: UcxPeer,
         endpoint: &Endpoint,
         offset: usize,
-        target: &mut [u8],
+        target: LocalTarget<'_>,
         deadline: Instant,
     ) -> Result<()> {
         const OP: &str = "get";

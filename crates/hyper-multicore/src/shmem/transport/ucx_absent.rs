@@ -7,6 +7,7 @@ use std::ptr::NonNull;
 use super::{Rmw, Start, Transport, Width};
 use crate::error::{Error, ErrorKind, Result};
 use crate::shmem::sync;
+use crate::sys::mapping::{LocalSource, LocalTarget};
 
 /// Uninhabited: there is no UCX transport in this build.
 #[derive(Debug)]
@@ -44,11 +45,11 @@ impl Transport for UcxTransport {
         match *self {}
     }
 
-    fn put(&self, _: UcxPeer, _: usize, _: &[u8]) -> Result<()> {
+    fn put(&self, _: UcxPeer, _: usize, _: LocalSource<'_>) -> Result<()> {
         match *self {}
     }
 
-    fn get(&self, _: UcxPeer, _: usize, _: &mut [u8]) -> Result<()> {
+    fn get(&self, _: UcxPeer, _: usize, _: LocalTarget<'_>) -> Result<()> {
         match *self {}
     }
 
