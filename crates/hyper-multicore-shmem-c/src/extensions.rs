@@ -91,3 +91,26 @@ pub unsafe extern "C" fn shmemx_restart_heap(
         Err(_) => -1,
     }
 }
+
+/// Test-only, not in `shmemx.h`: what this process's data plane has copied so far
+/// ([`hyper_multicore::shmem::copy_count`]) — the bytes its puts and gets moved into `*moved`,
+/// the bytes that went through a private bounce copy on the way into `*bounced` — and 0; or -1,
+/// writing nothing, when the library counts nothing (built without the runtime's
+/// `fault-injection` feature, as every build but the test harness's is). The C tests declare
+/// it themselves.
+///
+/// # Safety
+/// `moved` and `bounced` must be valid for writing a `uint64_t` each (or null: not written).
+#[no_mangle]
+pub unsafe extern "C" fn hmshmem_test_copy_count(moved: *mut u64, bounced: *mut u64) -> c_int {
+    let Some(count) = hyper_multicore::shmem::copy_count() else {
+        return -1;
+    };
+    for (out, value) in [(moved, count.moved), (bounced, count.bounced)] {
+        if !out.is_null() {
+            // SAFETY: non-null and writable for one `uint64_t` (function contract).
+            unsafe { out.write_unaligned(value) };
+        }
+    }
+    0
+}

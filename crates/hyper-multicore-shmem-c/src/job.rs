@@ -322,7 +322,7 @@ fn share_statics(call: &str, start: usize, end: usize, heap_address: usize) -> S
         .enumerate()
         .find(|(_, error)| !error.is_empty())
     else {
-        caller_memory::statics_are_shared(start, end);
+        caller_memory::statics_are_shared(start, end, shared);
         return Statics::Symmetric { start, record };
     };
     if aliased.is_ok() {
@@ -488,6 +488,7 @@ pub(crate) fn restart_heap(
                 ),
             );
         }
+        caller_memory::statics_are_shared(*start, *start + moved.bytes as usize, shared);
         *record = moved;
     }
     job.allocations = Allocations::default();

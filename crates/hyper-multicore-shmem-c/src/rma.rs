@@ -2,11 +2,17 @@
 //! `iput`/`iget`, put-with-signal, `signal_fetch`, `fence` and `quiet` — for every element size.
 //! The typed and sized entry points (`shmem_int_put`, `shmem_put32`, …; see `typed.rs`) call
 //! these with the element size; every byte moves through the runtime's data plane.
+//!
+//! The caller's local buffer goes to the runtime as a pointer ([`CallerBuffer::source`],
+//! [`CallerBuffer::target`]), private or shared alike: the bytes move once, with one raw copy
+//! between the two mappings on the shared-memory route (a heap-to-heap put is one `memmove`),
+//! or handed to UCX in place. Only a word (8 bytes) takes another path, as a value the compiler
+//! can keep in a register.
 
 use std::ffi::c_int;
 
 use hyper_multicore::lifecycle;
-use hyper_multicore::shmem::{Located, SignalOp};
+use hyper_multicore::shmem::{Located, SignalOp, Strides};
 
 use crate::atomics;
 use crate::failure::fail;
@@ -42,7 +48,7 @@ pub(crate) fn strided_bytes(call: &str, nelems: usize, stride: isize, size: usiz
 }
 
 /// Copies `source` into PE `pe`'s copy of the symmetric `dest` (nothing at all for zero bytes,
-/// whatever the pointers: the standard's zero-length no-op).
+/// whatever the pointers: the standard's zero-length no-op). `source` is read in place, once.
 pub(crate) fn put(call: &str, dest: usize, source: CallerBuffer, pe: c_int, nbi: bool) {
     if source.len() == 0 {
         return;
@@ -52,22 +58,20 @@ pub(crate) fn put(call: &str, dest: usize, source: CallerBuffer, pe: c_int, nbi:
         return put_value(call, dest, word, pe);
     }
     let pe = job::target_pe(call, pe);
-    source.with_source(|bytes| {
-        let at = job::located(call, dest, bytes.len());
-        // One reference captured (see `job::run`).
-        let args = &(at, bytes, pe, nbi);
-        job::run(call, move |shmem| {
-            let (at, bytes, pe, nbi) = args;
-            match nbi {
-                false => shmem.put_located(at, bytes, *pe),
-                true => shmem.put_nbi::<u8>(&At(at.region()), bytes, *pe),
-            }
-        });
+    let at = job::located(call, dest, source.len());
+    // One reference captured (see `job::run`).
+    let args = &(at, source, pe, nbi);
+    job::run(call, move |shmem| {
+        let (at, source, pe, nbi) = args;
+        match nbi {
+            false => shmem.put_located_from(at, source.source(), *pe),
+            true => shmem.put_located_from_nbi(at, source.source(), *pe),
+        }
     });
 }
 
 /// Copies PE `pe`'s copy of the symmetric `source` into `target` (nothing at all for zero
-/// bytes, whatever the pointers).
+/// bytes, whatever the pointers). `target` is written in place, once.
 pub(crate) fn get(call: &str, target: CallerBuffer, source: usize, pe: c_int, nbi: bool) {
     if target.len() == 0 {
         return;
@@ -76,35 +80,45 @@ pub(crate) fn get(call: &str, target: CallerBuffer, source: usize, pe: c_int, nb
         return target.set_word(g(call, source, pe));
     }
     let pe = job::target_pe(call, pe);
-    target.with_target(|bytes| {
-        let at = job::located(call, source, bytes.len());
-        // One reference captured (see `job::run`).
-        let args = &mut (at, bytes, pe, nbi);
-        job::run(call, move |shmem| {
-            let (at, bytes, pe, nbi) = args;
-            match nbi {
-                false => shmem.get_located(bytes, at, *pe),
-                true => shmem.get_nbi::<u8>(bytes, &At(at.region()), *pe),
-            }
-        });
+    let at = job::located(call, source, target.len());
+    // One reference captured (see `job::run`).
+    let args = &(at, target, pe, nbi);
+    job::run(call, move |shmem| {
+        let (at, target, pe, nbi) = args;
+        match nbi {
+            false => shmem.get_located_into(target.target(), at, *pe),
+            true => shmem.get_located_into_nbi(target.target(), at, *pe),
+        }
     });
 }
 
-/// The byte offsets of the `nelems` elements of `size` bytes of a strided transfer: (in the
-/// symmetric side, in the local side), with `strides` = [symmetric, local] in elements.
-fn strided(
+/// The shape of a strided transfer of `nelems` elements of `size` bytes with `strides` =
+/// [symmetric, local] in elements (each checked: positive, and the span fits); `None` for no
+/// element.
+fn strides(
     call: &str,
-    strides: [isize; 2],
+    [symmetric, local]: [isize; 2],
     size: usize,
     nelems: usize,
-) -> impl Iterator<Item = (usize, usize)> {
-    let [symmetric, local] = strides;
+) -> Option<Strides> {
+    if nelems == 0 {
+        return None;
+    }
     strided_bytes(call, nelems, symmetric, size);
-    (0..nelems).map(move |i| (i * symmetric as usize * size, i * local as usize * size))
+    strided_bytes(call, nelems, local, size);
+    // In bytes; a stride's bytes overflow only where no second element uses them (checked).
+    let apart = |stride: isize| (stride as usize).checked_mul(size).unwrap_or(0);
+    Some(Strides {
+        count: nelems,
+        size,
+        stride: apart(symmetric),
+        local_stride: apart(local),
+    })
 }
 
 /// Strided put: element `i` of `source` (`sst` elements apart) to element `i` of `dest` (`dst`
-/// apart) on PE `pe`; `source` spans every element read.
+/// apart) on PE `pe`; `source` spans every element read. One call of the runtime for all of
+/// them: on the shared-memory route one raw copy per element.
 pub(crate) fn iput(
     call: &str,
     dest: usize,
@@ -114,13 +128,20 @@ pub(crate) fn iput(
     nelems: usize,
     pe: c_int,
 ) {
-    for (remote, local) in strided(call, [dst, sst], size, nelems) {
-        put(call, dest + remote, source.part(local, size), pe, false);
-    }
+    let Some(strides) = strides(call, [dst, sst], size, nelems) else {
+        return;
+    };
+    let pe = job::target_pe(call, pe);
+    let span = strided_bytes(call, nelems, dst, size);
+    let at = job::located(call, dest, span);
+    job::run(call, |shmem| {
+        shmem.put_located_strided(&at, source.source(), strides, pe)
+    });
 }
 
 /// Strided get: element `i` of `source` on PE `pe` (`sst` elements apart) to element `i` of
-/// `target` (`tst` apart); `target` spans every element written.
+/// `target` (`tst` apart); `target` spans every element written. One call of the runtime for
+/// all of them (see [`iput`]).
 pub(crate) fn iget(
     call: &str,
     target: CallerBuffer,
@@ -130,9 +151,15 @@ pub(crate) fn iget(
     nelems: usize,
     pe: c_int,
 ) {
-    for (remote, local) in strided(call, [sst, tst], size, nelems) {
-        get(call, target.part(local, size), source + remote, pe, false);
-    }
+    let Some(strides) = strides(call, [sst, tst], size, nelems) else {
+        return;
+    };
+    let pe = job::target_pe(call, pe);
+    let span = strided_bytes(call, nelems, sst, size);
+    let at = job::located(call, source, span);
+    job::run(call, |shmem| {
+        shmem.get_located_strided(target.target(), &at, strides, pe)
+    });
 }
 
 /// Puts `source` into `dest` on PE `pe`, then updates the 64-bit signal word `signal` there
@@ -158,34 +185,49 @@ pub(crate) fn put_signal(
     let pe = job::target_pe(call, pe);
     let signal = job::located(call, signal, 8);
     match source.word() {
-        Some(word) => put_signal_from(call, dest, word, (signal, value, op), pe),
-        None => source.with_source(|bytes| {
-            put_signal_from(call, dest, bytes, (signal, value, op), pe);
-        }),
+        Some(word) => put_signal_word(call, dest, word, (signal, value, op), pe),
+        None => put_signal_from_buffer(call, dest, source, (signal, value, op), pe),
     }
 }
 
-/// [`put_signal`] of `source`'s bytes, then `signal` (the word, value and operation): generic
-/// so that a word's put has its own copy of this code, in which the length is a constant.
-#[inline(always)]
-fn put_signal_from(
+/// [`put_signal`] of the caller's buffer (of any length but a word's), read in place.
+fn put_signal_from_buffer(
     call: &str,
     dest: usize,
-    source: impl AsRef<[u8]>,
+    source: CallerBuffer,
     signal: (Located, u64, SignalOp),
     pe: usize,
 ) {
-    let bytes = source.as_ref();
-    if bytes.is_empty() {
+    if source.len() == 0 {
         let (signal, value, op) = signal;
         return job::run(call, |shmem| shmem.signal_located(&signal, value, op, pe));
     }
-    let at = job::located(call, dest, bytes.len());
+    let at = job::located(call, dest, source.len());
     // One reference captured (see `job::run`).
-    let args = &(at, bytes, signal, pe);
+    let args = &(at, source, signal, pe);
     job::run(call, move |shmem| {
-        let (at, bytes, (signal, value, op), pe) = args;
-        shmem.put_located(at, bytes, *pe)?;
+        let (at, source, (signal, value, op), pe) = args;
+        shmem.put_located_from(at, source.source(), *pe)?;
+        shmem.signal_located(signal, *value, *op, *pe)
+    });
+}
+
+/// [`put_signal`] of a word (8 bytes, as a value), then `signal` (the word, value and
+/// operation): the put's length is a constant here.
+#[inline(always)]
+fn put_signal_word(
+    call: &str,
+    dest: usize,
+    word: [u8; WORD],
+    signal: (Located, u64, SignalOp),
+    pe: usize,
+) {
+    let at = job::located(call, dest, WORD);
+    // One reference captured (see `job::run`).
+    let args = &(at, word, signal, pe);
+    job::run(call, move |shmem| {
+        let (at, word, (signal, value, op), pe) = args;
+        shmem.put_located(at, word, *pe)?;
         shmem.signal_located(signal, *value, *op, *pe)
     });
 }

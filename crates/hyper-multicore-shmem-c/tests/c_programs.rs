@@ -242,6 +242,19 @@ fn rma_every_type() {
     passes_on_1_2_4_pes("rma_types");
 }
 
+/// Heap-to-heap put, get, put_signal, their `_nbi` forms and `iput`/`iget` move their bytes
+/// once (the library's test-only copy counter: no bounce copy), with the local side in the heap
+/// or in the data and bss, also overlapping on one PE; over shared memory and over UCX.
+#[test]
+fn heap_to_heap_rma_moves_the_bytes_once() {
+    passes_on_1_2_4_pes("rma_one_copy");
+    passes(
+        "rma_one_copy",
+        &[2, 3],
+        &[("HYPER_MULTICORE_SHMEM_TRANSPORT", "ucx")],
+    );
+}
+
 #[test]
 fn atomics_every_type() {
     passes_on_1_2_4_pes("atomics_types");

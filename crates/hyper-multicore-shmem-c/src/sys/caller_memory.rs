@@ -9,17 +9,22 @@
 //!
 //! The buffer may itself lie in memory other processes write (a symmetric heap address passed
 //! as a local source or target is common in OpenSHMEM programs): such a buffer is never viewed
-//! as a Rust slice; it is copied through a private bounce buffer with raw copies instead (a
-//! concurrent writer can only make the bytes stale or torn, never invalid: they are plain bytes).
+//! as a Rust slice (a concurrent writer can only make the bytes stale or torn, never invalid:
+//! they are plain bytes). Puts and gets hand it to the runtime as a pointer
+//! ([`CallerBuffer::source`], [`CallerBuffer::target`]), which copies it once with a raw copy;
+//! the calls that need its bytes as a slice ([`CallerBuffer::with_source`],
+//! [`CallerBuffer::with_target`]: collectives, fetched values) copy a shared buffer through a
+//! private bounce buffer instead.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use hyper_multicore::shmem::overlaps_shared_memory;
+use hyper_multicore::shmem::{count_bounced, overlaps_shared_memory, LocalSource, LocalTarget};
 
-/// The executable's data and bss once they are symmetric (start, end; 0, 0 before): shared
-/// memory too, though not one of the runtime's mappings.
-static SHARED_STATICS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+/// The executable's data and bss once they are symmetric (start, end, alias; 0, 0, 0 before):
+/// shared memory too, though not one of the runtime's mappings — the same pages are mapped a
+/// second time at `alias`, in this PE's heap.
+static SHARED_STATICS: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
 
 /// Bumped whenever the set of shared mappings may change (this library starts or ends the
 /// runtime, the data and bss become shared): a private verdict cached before is void.
@@ -32,11 +37,28 @@ thread_local! {
 }
 
 /// Marks `start..end` (the executable's data and bss, now symmetric) as memory other processes
-/// write.
-pub(crate) fn statics_are_shared(start: usize, end: usize) {
+/// write, whose pages are also mapped at `alias` in this PE's heap (at `shmem_init`, and again
+/// after a heap restart moved them).
+pub(crate) fn statics_are_shared(start: usize, end: usize, alias: usize) {
     SHARED_STATICS[0].store(start, Ordering::Relaxed);
+    SHARED_STATICS[2].store(alias, Ordering::Relaxed);
     SHARED_STATICS[1].store(end, Ordering::Release);
     mappings_changed();
+}
+
+/// `address..address + len` as the heap's mapping sees it: a range inside the symmetric data and
+/// bss moves to its alias in the heap (the same pages, mapped twice), so that a copy between it
+/// and the heap — a put of a global variable into itself on this PE, say — is a copy inside
+/// one mapping, where `memmove` sees the overlap. Any other range stays as it is.
+#[inline]
+fn in_heap_mapping(address: usize, len: usize) -> usize {
+    let end = SHARED_STATICS[1].load(Ordering::Acquire);
+    let start = SHARED_STATICS[0].load(Ordering::Relaxed);
+    if start <= address && address.saturating_add(len) <= end && address < end {
+        SHARED_STATICS[2].load(Ordering::Relaxed) + (address - start)
+    } else {
+        address
+    }
 }
 
 /// Voids every cached private verdict: the runtime's mappings are about to change or did.
@@ -128,6 +150,33 @@ impl CallerBuffer {
         unsafe { (self.address as *mut [u8; WORD]).write_unaligned(word) };
     }
 
+    /// The buffer as the source of a put or of a signal's data: read in place, whatever memory
+    /// it is (no private copy: the runtime copies it once, with a raw copy). A buffer in the
+    /// symmetric data and bss is read through its alias in the heap (see [`in_heap_mapping`]).
+    #[inline]
+    pub(crate) fn source(&self) -> LocalSource<'_> {
+        let address = in_heap_mapping(self.address, self.len);
+        // SAFETY: readable for `len` bytes until the current entry point returns (constructor
+        // contract), which outlives this borrow of a buffer made inside it — or the same pages
+        // at their alias in the heap, mapped while the runtime is; concurrent writers are
+        // allowed by `LocalSource` (plain bytes).
+        unsafe { LocalSource::from_raw(address as *const u8, self.len) }
+    }
+
+    /// The buffer as the target of a get: written in place, whatever memory it is (no private
+    /// copy: the runtime copies into it once, with a raw copy). A buffer in the symmetric data
+    /// and bss is written through its alias in the heap (see [`in_heap_mapping`]).
+    #[inline]
+    pub(crate) fn target(&self) -> LocalTarget<'_> {
+        let address = in_heap_mapping(self.address, self.len);
+        // SAFETY: writable for `len` bytes until the current entry point returns (constructor
+        // contract), which outlives this borrow — or the same pages at their alias in the heap,
+        // mapped while the runtime is; this crate forms no reference to the caller's memory
+        // meanwhile (only `with_source`/`with_target` do, not during a get), and other
+        // processes' accesses are allowed by `LocalTarget` (plain bytes).
+        unsafe { LocalTarget::from_raw(address as *mut u8, self.len) }
+    }
+
     /// Calls `f` with the buffer's bytes: the buffer itself when it is large private memory of
     /// this process, else a private copy of it.
     pub(crate) fn with_source<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
@@ -149,9 +198,11 @@ impl CallerBuffer {
                     self.len,
                 );
             }
+            count_bounced(self.len);
             return f(&copy[..self.len]);
         }
         if shared(self.address, self.len) {
+            count_bounced(self.len);
             let mut copy = vec![0u8; self.len];
             // SAFETY: readable for `len` bytes (constructor contract); the copy is private and
             // does not overlap it; shared bytes are plain data (module contract).
@@ -183,6 +234,7 @@ impl CallerBuffer {
             return result;
         }
         if self.len <= SMALL {
+            count_bounced(self.len);
             let mut copy = [0u8; SMALL];
             let result = f(&mut copy[..self.len]);
             // SAFETY: writable for `len` bytes (constructor contract); the copy is private, at
@@ -193,6 +245,7 @@ impl CallerBuffer {
             return result;
         }
         if shared(self.address, self.len) {
+            count_bounced(self.len);
             let mut copy = vec![0u8; self.len];
             let result = f(&mut copy);
             // SAFETY: writable for `len` bytes (constructor contract); the copy is private and
