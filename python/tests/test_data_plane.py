@@ -7,7 +7,7 @@ import gc
 import numpy as np
 import pytest
 from conftest import RANK, TORCH, WORLD, gather_text, needs_torch, normalized
-from hyper_multicore import shmem
+from hyper_multicore import _native, shmem
 
 if TORCH:
     import torch
@@ -129,6 +129,60 @@ def test_put_and_get_around_a_ring_with_views(runtime, xp):
     assert xp.tolist(data[0:2]) == [prv() * 100.0, prv() * 100.0 + 1]
     shmem.barrier()
     shmem.free(data)
+
+
+def moved_and_bounced() -> tuple[int, int]:
+    """The bytes this process's data plane has moved, and copied through private buffers."""
+    count = _native.copy_count()
+    assert count is not None, "the extension was built without fault-injection"
+    return count
+
+
+@pytest.mark.skipif(
+    not _native.FAULT_INJECTION, reason="the extension was built without fault-injection"
+)
+def test_heap_to_heap_put_get_and_put_signal_move_the_bytes_once(runtime, xp):
+    n = 8192
+    source = shmem.empty(n, dtype="float64")
+    target = shmem.empty(n, dtype="float64")
+    scratch = shmem.empty(n + 16, dtype="float64")
+    flag = shmem.empty(1, dtype="uint64")
+    source[:] = xp.arange(n, "float64", start=RANK * 100_000)
+    xp.fill(flag, 0)
+    shmem.barrier()
+
+    def once(call, *args, **kwargs):
+        moved, bounced = moved_and_bounced()
+        call(*args, **kwargs)
+        after = moved_and_bounced()
+        assert (after[0] - moved, after[1] - bounced) == (8 * n, 0), call.__name__
+
+    def pattern(rank: int) -> list[float]:
+        return [rank * 100_000.0 + i for i in range(n)]
+
+    once(shmem.put, target, source, nxt())
+    shmem.barrier()
+    assert xp.tolist(target) == pattern(prv())
+    shmem.barrier()
+    once(shmem.get, target, source, nxt())
+    assert xp.tolist(target) == pattern(nxt())
+    shmem.barrier()
+    once(shmem.put_signal, target, source, flag, 1, nxt())
+    assert shmem.wait_signal(flag, 1) == 1
+    assert xp.tolist(target) == pattern(prv())
+    # Overlapping on this PE, both ways: as a copy through a temporary leaves them.
+    for put, (to, frm) in [(True, (16, 0)), (True, (0, 16)), (False, (7, 0)), (False, (0, 7))]:
+        scratch[:] = xp.arange(n + 16, "float64", start=RANK)
+        expected = xp.tolist(scratch)
+        expected[to : to + n] = expected[frm : frm + n]
+        if put:
+            once(shmem.put, scratch[to : to + n], scratch[frm : frm + n], RANK)
+        else:
+            once(shmem.get, scratch[to : to + n], scratch[frm : frm + n], RANK)
+        assert xp.tolist(scratch) == expected, (put, to, frm)
+    shmem.barrier()
+    for tensor in (flag, scratch, target, source):
+        shmem.free(tensor)
 
 
 def test_put_and_get_check_their_arguments(runtime, xp):

@@ -1,7 +1,7 @@
 //! The local side of an operation (put's source, get's destination, a collective's input): a
 //! process-private tensor, or a symmetric tensor of this PE.
 
-use hyper_multicore::shmem::Shmem;
+use hyper_multicore::shmem::{count_bounced, Shmem};
 use hyper_multicore::Result;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -61,33 +61,17 @@ impl Buffer {
     }
 
     /// Runs `f` on the buffer's bytes. A symmetric buffer is first copied out of the heap by
-    /// the runtime, so no slice ever aliases memory other processes write.
+    /// the runtime, so no slice ever aliases memory other processes write (puts and gets do not
+    /// come here: they move a symmetric buffer heap to heap, `Shmem::put_from`).
     pub(crate) fn read<R>(self, shmem: &Shmem, f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
         match self {
             Buffer::Local(local) => local.with_bytes(f),
             Buffer::Symmetric(region) => {
                 let region = region.resolve(shmem)?;
+                count_bounced(region.bytes as usize);
                 let mut bytes = vec![0u8; region.bytes as usize];
                 shmem.get_bytes(&mut bytes, region, shmem.rank())?;
                 f(&bytes)
-            }
-        }
-    }
-
-    /// Runs `f` to fill the buffer's bytes. A symmetric buffer is filled through a copy that the
-    /// runtime then puts into this PE's heap.
-    pub(crate) fn write(
-        self,
-        shmem: &Shmem,
-        f: impl FnOnce(&mut [u8]) -> Result<()>,
-    ) -> Result<()> {
-        match self {
-            Buffer::Local(local) => local.with_bytes_mut(f),
-            Buffer::Symmetric(region) => {
-                let region = region.resolve(shmem)?;
-                let mut bytes = vec![0u8; region.bytes as usize];
-                f(&mut bytes)?;
-                shmem.put_bytes(region, &bytes, shmem.rank())
             }
         }
     }

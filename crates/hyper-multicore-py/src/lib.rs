@@ -54,7 +54,7 @@ use pyo3::BoundObject;
 use crate::buffer::{Buffer, BufferArg};
 use crate::channel::PythonChannel;
 use crate::errors::py_result;
-use crate::heap::{Exported, ExportedTuple, HeapBuffer, RegionArg};
+use crate::heap::{Exported, ExportedTuple, HeapBuffer, RegionArg, Target};
 use crate::hook::PythonHook;
 
 /// Runs `body` with `W` bound to the signal/atomic word type named `dtype`.
@@ -453,11 +453,25 @@ pub(crate) fn put_buffer(
         py,
         "put",
         |shmem| quick_copy(shmem, bytes),
-        |shmem| {
-            let region = target.resolve(shmem)?;
-            source.read(shmem, |bytes| shmem.put_bytes(region, bytes, pe))
-        },
+        |shmem| put_from_buffer(shmem, target.resolve(shmem)?, source, pe),
     )
+}
+
+/// Puts `source` into PE `pe`'s `target`: a symmetric source heap to heap, its bytes moving
+/// once ([`Shmem::put_from`]); a private one from its memory.
+fn put_from_buffer(
+    shmem: &Shmem,
+    target: Region,
+    source: Buffer,
+    pe: usize,
+) -> hyper_multicore::Result<()> {
+    match source {
+        Buffer::Symmetric(source) => {
+            let source = source.resolve(shmem)?;
+            shmem.put_from(&Target::<u8>::new(target), &Target::<u8>::new(source), pe)
+        }
+        Buffer::Local(local) => local.with_bytes(|bytes| shmem.put_bytes(target, bytes, pe)),
+    }
 }
 
 /// Copies PE `pe`'s copy of `source` into `target`.
@@ -479,8 +493,17 @@ pub(crate) fn get_buffer(
         "get",
         |shmem| quick_copy(shmem, bytes),
         |shmem| {
-            let region = source.resolve(shmem)?;
-            target.write(shmem, |bytes| shmem.get_bytes(bytes, region, pe))
+            let source = source.resolve(shmem)?;
+            match target {
+                // Heap to heap: the bytes move once (`Shmem::get_into`).
+                Buffer::Symmetric(target) => {
+                    let target = target.resolve(shmem)?;
+                    shmem.get_into(&Target::<u8>::new(target), &Target::<u8>::new(source), pe)
+                }
+                Buffer::Local(local) => {
+                    local.with_bytes_mut(|bytes| shmem.get_bytes(bytes, source, pe))
+                }
+            }
         },
     )
 }
@@ -523,7 +546,7 @@ pub(crate) fn put_signal_word<W: AtomicWord>(
         |shmem| {
             let region = target.resolve(shmem)?;
             let signal = signal.typed::<W>(shmem)?;
-            source.read(shmem, |bytes| shmem.put_bytes(region, bytes, pe))?;
+            put_from_buffer(shmem, region, source, pe)?;
             shmem.signal(&signal, value, op, pe)
         },
     )
@@ -791,6 +814,14 @@ fn all_reduce(
     })
 }
 
+/// Test-only: `(moved, bounced)`, the bytes this process's data plane has moved and copied
+/// through private buffers on the way (`hyper_multicore::shmem::copy_count`); `None` unless
+/// built with the `fault-injection` feature.
+#[pyfunction]
+fn copy_count() -> Option<(u64, u64)> {
+    hyper_multicore::shmem::copy_count().map(|count| (count.moved, count.bounced))
+}
+
 /// The extension module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -845,6 +876,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(n_pes, m)?)?;
     m.add_function(wrap_pyfunction!(allocate, m)?)?;
     m.add_function(wrap_pyfunction!(free, m)?)?;
+    m.add_function(wrap_pyfunction!(copy_count, m)?)?;
     m.add_function(wrap_pyfunction!(put, m)?)?;
     m.add_function(wrap_pyfunction!(get, m)?)?;
     m.add_function(wrap_pyfunction!(put_signal, m)?)?;
