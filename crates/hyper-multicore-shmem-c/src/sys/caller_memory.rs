@@ -117,19 +117,6 @@ impl CallerBuffer {
         self.len
     }
 
-    /// Bytes `offset..offset + len` of this buffer (panics if they are not inside it).
-    pub(crate) fn part(&self, offset: usize, len: usize) -> CallerBuffer {
-        assert!(
-            offset.checked_add(len).is_some_and(|end| end <= self.len),
-            "bytes {offset}+{len} outside a caller buffer of {}",
-            self.len
-        );
-        CallerBuffer {
-            address: self.address + offset,
-            len,
-        }
-    }
-
     /// A copy of the buffer's bytes if it is one word (8 bytes) long: the most common small
     /// buffer (a `long`, a `double`), whose length the compiler then knows.
     #[inline]
