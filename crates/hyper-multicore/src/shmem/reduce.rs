@@ -9,10 +9,11 @@
 //! - A root on one host (one locality group), or a subgroup whose members all share this
 //!   host's segment: after the members meet (every source ready), each member combines its
 //!   `1/n` share of the elements straight from every member's mapped source, in member order
-//!   (rank order for the root), a chunk at a time in a small private buffer on the stack, and
-//!   copies each combined chunk into every member's target (reduce-scatter and all-gather in
-//!   one pass: each member reads and writes the vector's length once, whatever `n`); the
-//!   members meet again. Only this member reads its share of any source, so a target that is
+//!   (rank order for the root), a chunk at a time in a small private buffer on the stack (the
+//!   first member's values copied in, every other member's combined in where they lie:
+//!   `sys/mapped_combine.rs`), and copies each combined chunk into every member's target
+//!   (reduce-scatter and all-gather in one pass: each member reads and writes the vector's
+//!   length once, whatever `n`); the members meet again. Only this member reads its share of any source, so a target that is
 //!   the source itself is overwritten only where nobody reads any more; a target overlapping
 //!   its source otherwise gets the share after another meeting. Vectors of at most
 //!   [`REDUCE_LOCAL_MAX_BYTES`] are combined whole by every member (into the stack buffer,
@@ -69,12 +70,13 @@ pub const HIERARCHICAL_REDUCE_MIN_BYTES: u64 = 64 << 10;
 /// itself; longer ones are combined in shares (see the module documentation).
 pub const REDUCE_LOCAL_MAX_BYTES: usize = 4 << 10;
 
-/// The elements a member combines at a time, in bytes: two buffers of it on the stack (the
-/// running result and the next member's values), which stay in the first-level cache.
+/// The elements a member combines at a time, in bytes: the running result, in a buffer on the
+/// stack that stays in the first-level cache while every member's values are combined into it
+/// where they lie.
 const CHUNK_BYTES: usize = 8 << 10;
 
-/// Vectors up to this many bytes are combined in buffers of this size (two zeroed on the stack
-/// per call: for a word or two, zeroing two whole chunks would cost more than the combine).
+/// Vectors up to this many bytes are combined in a buffer of this size (zeroed on the stack per
+/// call: for a word or two, zeroing a whole chunk would cost more than the combine).
 const SMALL_BYTES: usize = 256;
 
 /// Reduction operators.
@@ -131,6 +133,7 @@ macro_rules! reducible_integers {
                 true
             }
 
+            #[inline]
             fn combine(self, other: Self, op: ReduceOp) -> Self {
                 match op {
                     ReduceOp::Sum => self.wrapping_add(other),
@@ -166,6 +169,7 @@ macro_rules! reducible_floats {
                 matches!(op, ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Min | ReduceOp::Max)
             }
 
+            #[inline]
             fn combine(self, other: Self, op: ReduceOp) -> Self {
                 match op {
                     ReduceOp::Sum => self + other,
@@ -193,6 +197,7 @@ macro_rules! reducible_floats {
                 matches!(op, ReduceOp::Sum | ReduceOp::Prod)
             }
 
+            #[inline]
             fn combine(self, other: Self, op: ReduceOp) -> Self {
                 let ([a, b], [c, d]) = (self, other);
                 match op {
@@ -316,15 +321,15 @@ impl Shmem {
         // Every member's source is ready (every put made before the call is visible).
         self.team_meet(OP, team)?;
         if source.bytes as usize <= SMALL_BYTES {
-            return with_buffers::<T, _, { SMALL_BYTES / 8 }>(|result, peer| {
-                self.reduce_whole(team, target, source, op, result, peer)
+            return with_buffer::<T, _, { SMALL_BYTES / 8 }>(|result| {
+                self.reduce_whole(team, target, source, op, result)
             });
         }
-        with_buffers::<T, _, { CHUNK_BYTES / 8 }>(|result, peer| {
+        with_buffer::<T, _, { CHUNK_BYTES / 8 }>(|result| {
             if source.bytes as usize <= REDUCE_LOCAL_MAX_BYTES {
-                return self.reduce_whole(team, target, source, op, result, peer);
+                return self.reduce_whole(team, target, source, op, result);
             }
-            self.reduce_shares(team, target, source, op, result, peer)
+            self.reduce_shares(team, target, source, op, result)
         })
     }
 
@@ -337,12 +342,11 @@ impl Shmem {
         source: Region,
         op: ReduceOp,
         result: &mut [T],
-        peer: &mut [T],
     ) -> Result<()> {
         const OP: &str = "reduce";
         let len = source.bytes as usize / std::mem::size_of::<T>();
-        let (result, peer) = (&mut result[..len], &mut peer[..len]);
-        self.combine_members(team, source, 0, result, peer, op);
+        let result = &mut result[..len];
+        self.combine_members(team, source, 0, result, op);
         // Nobody reads a source any more: this PE's target may be its source.
         self.team_meet(OP, team)?;
         self.copy_into(bytemuck::cast_slice(result), self.rank, target.heap_offset);
@@ -358,7 +362,6 @@ impl Shmem {
         source: Region,
         op: ReduceOp,
         result: &mut [T],
-        peer: &mut [T],
     ) -> Result<()> {
         const OP: &str = "reduce";
         let width = std::mem::size_of::<T>();
@@ -375,8 +378,7 @@ impl Shmem {
             // combined first, and written once nobody reads a source any more.
             let mut combined = vec![T::zeroed(); share.len()];
             for (first, into) in share.clone().step_by(step).zip(combined.chunks_mut(step)) {
-                let count = into.len();
-                self.combine_members(team, source, first, into, &mut peer[..count], op);
+                self.combine_members(team, source, first, into, op);
             }
             self.team_meet(OP, team)?;
             let at = target.heap_offset + (share.start * width) as u64;
@@ -386,8 +388,8 @@ impl Shmem {
         } else {
             for first in share.clone().step_by(step) {
                 let count = step.min(share.end - first);
-                let (result, peer) = (&mut result[..count], &mut peer[..count]);
-                self.combine_members(team, source, first, result, peer, op);
+                let result = &mut result[..count];
+                self.combine_members(team, source, first, result, op);
                 let at = target.heap_offset + (first * width) as u64;
                 for j in team.round_from_me() {
                     self.copy_into(bytemuck::cast_slice(result), team.pe(j), at);
@@ -399,40 +401,36 @@ impl Shmem {
     }
 
     /// Elements `first..first + result.len()` of every member's `source` combined in member
-    /// order into `result` (`peer` as long: the next member's values).
+    /// order into `result`: the first member's copied in, every other member's combined in
+    /// where it lies.
     fn combine_members<T: Reducible>(
         &self,
         team: &Team<'_>,
         source: Region,
         first: usize,
         result: &mut [T],
-        peer: &mut [T],
         op: ReduceOp,
     ) {
         let at = source.heap_offset + (first * std::mem::size_of::<T>()) as u64;
         self.copy_out(team.pe(0), at, bytemuck::cast_slice_mut(result));
         for i in 1..team.len() {
-            self.copy_out(team.pe(i), at, bytemuck::cast_slice_mut(peer));
-            T::combine_slices(result, peer, op);
+            self.combine_from(team.pe(i), at, result, op);
         }
     }
 }
 
-/// Calls `f` with two buffers of as many whole `T` as fit in `WORDS` 64-bit words: on the
-/// stack for every element type aligned to at most 8 bytes whose size divides them (all the
-/// provided ones), else on the heap.
-fn with_buffers<T: Reducible, R, const WORDS: usize>(f: impl FnOnce(&mut [T], &mut [T]) -> R) -> R {
-    let mut words = [[0u64; WORDS]; 2];
-    let [result, peer] = &mut words;
-    match (
-        bytemuck::try_cast_slice_mut::<u64, T>(result),
-        bytemuck::try_cast_slice_mut::<u64, T>(peer),
-    ) {
-        (Ok(result), Ok(peer)) if !result.is_empty() => f(result, peer),
-        _ => {
-            let count = (WORDS * 8 / std::mem::size_of::<T>().max(1)).max(1);
-            f(&mut vec![T::zeroed(); count], &mut vec![T::zeroed(); count])
-        }
+/// Calls `f` with a buffer of as many whole `T` as fit in `WORDS` 64-bit words: on the stack
+/// for every element type aligned to at most 8 bytes whose size divides them (all the provided
+/// ones), else on the heap.
+fn with_buffer<T: Reducible, R, const WORDS: usize>(f: impl FnOnce(&mut [T]) -> R) -> R {
+    let mut words = [0u64; WORDS];
+    match bytemuck::try_cast_slice_mut::<u64, T>(&mut words) {
+        Ok(buffer) if !buffer.is_empty() => f(buffer),
+        _ => f(&mut vec![
+            T::zeroed();
+            (WORDS * 8 / std::mem::size_of::<T>().max(1))
+                .max(1)
+        ]),
     }
 }
 

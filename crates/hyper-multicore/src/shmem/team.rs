@@ -13,11 +13,12 @@
 //! ```
 
 use super::allocation::Region;
-use super::reduce::ReduceSet;
+use super::reduce::{ReduceOp, ReduceSet, Reducible};
 use super::runtime::Shmem;
 use super::sync::{Deadline, WaitPolicy};
 use super::team_sync;
 use crate::error::{ErrorKind, Result};
+use crate::sys::mapped_combine::zip_with_mapped;
 
 /// Which way a one-way meeting goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -320,6 +321,30 @@ impl Shmem {
         if !bytes.is_empty() {
             self.segment.mapping().read(self.mapped_at(pe, from), bytes);
         }
+    }
+
+    /// `into[i] = into[i] ⊕ x[i]` (`⊕` being `op`) for the `into.len()` elements `x` at heap
+    /// offset `from` of mapped rank `pe`, read where they lie (no private copy of them).
+    #[inline]
+    pub(crate) fn combine_from<T: Reducible>(
+        &self,
+        pe: usize,
+        from: u64,
+        into: &mut [T],
+        op: ReduceOp,
+    ) {
+        let (mapping, at) = (self.segment.mapping(), self.mapped_at(pe, from));
+        // One loop per operator with the operator fixed: each compiles to a vectorised loop.
+        macro_rules! with_op {
+            ($($op:ident),*) => {
+                match op {
+                    $(ReduceOp::$op => {
+                        zip_with_mapped(into, mapping, at, |a: T, b| a.combine(b, ReduceOp::$op))
+                    })*
+                }
+            };
+        }
+        with_op!(Sum, Prod, Min, Max, And, Or, Xor);
     }
 
     /// Copies bytes `offset..offset + len` of `source` (this PE's contribution) to heap offset

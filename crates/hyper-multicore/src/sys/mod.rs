@@ -8,6 +8,7 @@
 pub(crate) mod futex;
 pub(crate) mod gate;
 pub(crate) mod inherited_fd;
+pub(crate) mod mapped_combine;
 pub(crate) mod mapping;
 pub(crate) mod process_exit;
 pub(crate) mod segment_words;
