@@ -77,8 +77,8 @@ use crate::shmem::converge::LocalFailure;
 use crate::shmem::process::{self, RUNTIME};
 use crate::shmem::registry::{check_leased, check_unmanaged};
 use crate::shmem::{
-    debug_state_inactive, Allocation, AllocationRecord, AllocationSpec, DebugState, Element,
-    max_alignment, Joining, Region, Shmem, ShutdownError,
+    debug_state_inactive, max_alignment, Allocation, AllocationRecord, AllocationSpec, DebugState,
+    Element, Joining, Region, Shmem, ShutdownError,
 };
 use crate::world::World;
 use stage::StageFailure;

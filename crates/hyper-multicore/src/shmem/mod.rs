@@ -58,16 +58,16 @@ pub use allocation::{
     Allocation, AllocationId, AllocationRecord, AllocationSpec, Dtype, Element, Region, Symmetric,
     View,
 };
+pub use collectives::{RootTarget, BROADCAST_PULL_MIN_BYTES};
 pub use data::{AtomicOp, AtomicWord, Comparison, Located, LocatedCache, SignalOp};
 pub(crate) use initialize::Joining;
 pub use process::{latest_failure, runtime_state, FailureRecord, RuntimeState};
-pub use collectives::{RootTarget, BROADCAST_PULL_MIN_BYTES};
 pub use reduce::{
     ReduceOp, ReduceSet, Reducible, HIERARCHICAL_REDUCE_MIN_BYTES, REDUCE_LOCAL_MAX_BYTES,
 };
-pub use team::Contribution;
 pub use segment::max_alignment;
 pub(crate) use segment::Segment;
+pub use team::Contribution;
 pub use transport::copies::{copy_count, count_bounced, CopyCount};
 /// True if the byte range `address..address + len` of this process overlaps any symmetric heap
 /// mapping alive in this process: a running runtime's (every PE's heap and the control block),
