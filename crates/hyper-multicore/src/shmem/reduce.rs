@@ -9,9 +9,9 @@
 //! - A root on one host (one locality group), or a subgroup whose members all share this
 //!   host's segment: after the members meet (every source ready), each member combines its
 //!   `1/n` share of the elements straight from every member's mapped source, in member order
-//!   (rank order for the root), a chunk at a time in a small private buffer on the stack (the
-//!   first member's values copied in, every other member's combined in where they lie:
-//!   `sys/mapped_combine.rs`), and copies each combined chunk into every member's target
+//!   (rank order for the root), a chunk at a time in a small private buffer on the stack (every
+//!   member's values read where they lie, `sys/mapped_combine.rs`; the first two combined in
+//!   one pass), and copies each combined chunk into every member's target
 //!   (reduce-scatter and all-gather in one pass: each member reads and writes the vector's
 //!   length once, whatever `n`); the members meet again. Only this member reads its share of any source, so a target that is
 //!   the source itself is overwritten only where nobody reads any more; a target overlapping
@@ -401,8 +401,8 @@ impl Shmem {
     }
 
     /// Elements `first..first + result.len()` of every member's `source` combined in member
-    /// order into `result`: the first member's copied in, every other member's combined in
-    /// where it lies.
+    /// order into `result` (a team of two members or more), read where they lie: the first
+    /// two members' in one pass, every later member's combined in.
     fn combine_members<T: Reducible>(
         &self,
         team: &Team<'_>,
@@ -412,9 +412,9 @@ impl Shmem {
         op: ReduceOp,
     ) {
         let at = source.heap_offset + (first * std::mem::size_of::<T>()) as u64;
-        self.copy_out(team.pe(0), at, bytemuck::cast_slice_mut(result));
-        for i in 1..team.len() {
-            self.combine_from(team.pe(i), at, result, op);
+        self.combine_from(Some(team.pe(0)), team.pe(1), at, result, op);
+        for i in 2..team.len() {
+            self.combine_from(None, team.pe(i), at, result, op);
         }
     }
 }

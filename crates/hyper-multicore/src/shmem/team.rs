@@ -18,7 +18,7 @@ use super::runtime::Shmem;
 use super::sync::{Deadline, WaitPolicy};
 use super::team_sync;
 use crate::error::{ErrorKind, Result};
-use crate::sys::mapped_combine::zip_with_mapped;
+use crate::sys::mapped_combine::{zip2_with_mapped, zip_with_mapped};
 
 /// Which way a one-way meeting goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -315,32 +315,34 @@ impl Shmem {
         }
     }
 
-    /// Copies heap offset `from` of mapped rank `pe` into private `bytes`.
-    #[inline]
-    pub(crate) fn copy_out(&self, pe: usize, from: u64, bytes: &mut [u8]) {
-        if !bytes.is_empty() {
-            self.segment.mapping().read(self.mapped_at(pe, from), bytes);
-        }
-    }
-
     /// `into[i] = into[i] ⊕ x[i]` (`⊕` being `op`) for the `into.len()` elements `x` at heap
-    /// offset `from` of mapped rank `pe`, read where they lie (no private copy of them).
+    /// offset `from` of mapped rank `pe`, read where they lie (no private copy of them); with
+    /// `first`, `into[i] = y[i] ⊕ x[i]` instead, `y` being those elements of mapped rank
+    /// `first` (the two combined in one pass).
     #[inline]
     pub(crate) fn combine_from<T: Reducible>(
         &self,
+        first: Option<usize>,
         pe: usize,
         from: u64,
         into: &mut [T],
         op: ReduceOp,
     ) {
         let (mapping, at) = (self.segment.mapping(), self.mapped_at(pe, from));
+        let first = first.map(|first| self.mapped_at(first, from));
         // One loop per operator with the operator fixed: each compiles to a vectorised loop.
         macro_rules! with_op {
             ($($op:ident),*) => {
-                match op {
-                    $(ReduceOp::$op => {
+                match (op, first) {
+                    $((ReduceOp::$op, None) => {
                         zip_with_mapped(into, mapping, at, |a: T, b| a.combine(b, ReduceOp::$op))
-                    })*
+                    }
+                    (ReduceOp::$op, Some(first)) => zip2_with_mapped(
+                        into,
+                        mapping,
+                        [first, at],
+                        |a: T, b| a.combine(b, ReduceOp::$op),
+                    ),)*
                 }
             };
         }

@@ -32,3 +32,31 @@ pub(crate) fn zip_with_mapped<T: bytemuck::Pod>(
         *a = f(*a, b);
     }
 }
+
+/// `into[i] = f(a[i], b[i])` for every element, `a` and `b` being the `into.len()` elements of
+/// `T` at byte offsets `first` and `second` of `mapping` (panics if they are not inside it):
+/// the first two members' values combined in one pass, neither copied first.
+#[inline]
+pub(crate) fn zip2_with_mapped<T: bytemuck::Pod>(
+    into: &mut [T],
+    mapping: &SharedMapping,
+    [first, second]: [usize; 2],
+    f: impl Fn(T, T) -> T,
+) {
+    let bytes = std::mem::size_of_val(into);
+    let (Some(a), Some(b)) = (
+        mapping.range_address(first, bytes),
+        mapping.range_address(second, bytes),
+    ) else {
+        panic!("elements {first}+{bytes} or {second}+{bytes} outside the mapping");
+    };
+    let (a, b) = (a.cast_const().cast::<T>(), b.cast_const().cast::<T>());
+    for (i, into) in into.iter_mut().enumerate() {
+        // SAFETY: element `i` of both ranges lies inside the mapping (checked above for all of
+        // them), which stays mapped while `mapping` is borrowed; unaligned reads of plain data
+        // that other processes may write meanwhile (see the module documentation); no
+        // reference to either is formed.
+        let (x, y) = unsafe { (a.add(i).read_unaligned(), b.add(i).read_unaligned()) };
+        *into = f(x, y);
+    }
+}
