@@ -112,6 +112,33 @@ impl Set<'_> {
         }
     }
 
+    /// The root's source is its target itself (a symmetric source that overlaps the target).
+    fn broadcast_in_place(&self, bytes: usize, salt: usize) {
+        let root = self.members[self.members.len() / 2];
+        let mine: Vec<u8> = (0..bytes).map(|i| pattern(self.rank(), i, salt)).collect();
+        self.prepare();
+        let view = self.target.view(0..bytes).unwrap();
+        self.shmem.put(&view, &mine, self.rank()).unwrap();
+        self.shmem.barrier_set(self.set).unwrap();
+        let source = Contribution::Symmetric(self.target(bytes));
+        self.shmem
+            .broadcast_bytes(
+                self.set,
+                self.target(bytes),
+                source,
+                root,
+                RootTarget::Receives,
+            )
+            .unwrap();
+        let want: Vec<u8> = (0..bytes).map(|i| pattern(root, i, salt)).collect();
+        assert_eq!(
+            self.result(bytes),
+            want,
+            "in-place broadcast of {bytes} from {root}"
+        );
+        self.done();
+    }
+
     fn all_gathers(&self, bytes: usize, salt: usize) {
         let mine: Vec<u8> = (0..bytes).map(|i| pattern(self.rank(), i, salt)).collect();
         self.fill_source(&mine);
@@ -248,6 +275,7 @@ impl Set<'_> {
         let mut salt = 0;
         for bytes in SIZES {
             self.broadcasts(bytes, salt);
+            self.broadcast_in_place(bytes, salt + 3);
             self.all_gathers(bytes, salt + 4);
             self.collects(bytes, salt + 5);
             self.all_to_alls(bytes.min(BIG / MAX_PES), salt + 6);

@@ -12,9 +12,9 @@
 //!   through shared memory (`team_sync`). Broadcast: the root copies its source into every
 //!   member's target and signals the members, which wait for it ("push"; two members, or
 //!   fewer than [`BROADCAST_PULL_MIN_BYTES`]); with more members and larger sources, the root
-//!   makes its bytes readable (its own target, or its symmetric source), signals the members,
-//!   every member copies them into its own target in parallel ("pull") and signals the root,
-//!   which waits for all before it may reuse them. All-gather and all-to-all: each member
+//!   makes its bytes readable (its symmetric source, or else its own target, filled first),
+//!   signals the members, every member copies them into its own target in parallel ("pull")
+//!   and signals the root, which waits for all before it may reuse them. All-gather and all-to-all: each member
 //!   copies its blocks into every member's target, then the team meets. Collect: each member
 //!   publishes its length in its segment words, the team meets, each copies its block to its
 //!   place in every target, the team meets again.
@@ -249,11 +249,19 @@ impl Shmem {
             }
             return self.team_release(OP, &team, root_index);
         }
-        // Pull: the root says where its bytes are (its target, which it fills first, or its
-        // symmetric source) and tells the members; every member copies them and tells the
-        // root, which waits for all (its bytes stay put until every member has them).
+        // Pull: the root says where its bytes are and tells the members; every member copies
+        // them and tells the root, which waits for all (its bytes stay put until every member
+        // has them). A symmetric source apart from the target is read where it is, and the
+        // root fills its own target while the members copy; any other source, the root copies
+        // into its own target first and the members read that (or, for a private source the
+        // root's target must not receive, the root copies into every target itself).
+        let mut own_copy_after = false;
         if is_root {
             let from = match source {
+                Contribution::Symmetric(region) if !overlaps(region, target) => {
+                    own_copy_after = receives;
+                    Some(region.heap_offset)
+                }
                 _ if receives => {
                     self.contribute(&source, 0, len, root, at);
                     Some(at)
@@ -269,6 +277,9 @@ impl Shmem {
             self.publish(PUBLISHED_SOURCE, from.map_or(0, |offset| offset + 1));
         }
         self.team_release(OP, &team, root_index)?;
+        if own_copy_after {
+            self.contribute(&source, 0, len, root, at);
+        }
         if !is_root {
             if let Some(from) = self.published(root, PUBLISHED_SOURCE).checked_sub(1) {
                 if from
@@ -551,4 +562,11 @@ impl Shmem {
             _ => Ok(()),
         }
     }
+}
+
+/// Whether two ranges of the heap share a byte (ranges of different allocations never do).
+fn overlaps(a: Region, b: Region) -> bool {
+    a.id == b.id
+        && a.heap_offset < b.heap_offset + b.bytes
+        && b.heap_offset < a.heap_offset + a.bytes
 }
