@@ -20,7 +20,7 @@ use hyper_multicore::world::World;
 use hyper_multicore::{Error, Recovery};
 
 use crate::probe::{monotonic_ns, Snapshot};
-use crate::scenario::{Action, DataOp, Operation, Record, Scenario, HEAP};
+use crate::scenario::{Action, DataOp, Operation, Record, Scenario, BROADCAST_ROOT, HEAP};
 
 /// Prints one record as a JSON line and flushes it (so it is out before a SIGKILL).
 pub fn emit(record: &Record) {
@@ -339,7 +339,7 @@ fn data_point(world: &World, op: DataOp, victim: usize) -> Result<()> {
             // Only the victim would set it.
             DataOp::WaitSignal => s.wait_signal(&flag, 1u64, Comparison::Eq, None).map(drop),
             DataOp::AllGather => s.all_gather(&gathered, &mine),
-            DataOp::Broadcast => s.broadcast(&gathered, &everyone, 0),
+            DataOp::Broadcast => s.broadcast(&gathered, &everyone, BROADCAST_ROOT),
             DataOp::AllToAll => s.all_to_all(&gathered, &everyone),
             DataOp::AllReduce => s.all_reduce(&reduced, &reduced, ReduceOp::Sum),
             DataOp::Allocate => s.allocate::<u8>(128, None).map(drop),

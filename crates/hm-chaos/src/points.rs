@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::job::JobRun;
 use crate::probe::Leaks;
-use crate::scenario::{Action, DataOp, Operation, Record, Scenario};
+use crate::scenario::{Action, DataOp, Operation, Record, Scenario, BROADCAST_ROOT};
 
 /// One fault point.
 #[derive(Debug, Clone)]
@@ -46,6 +46,11 @@ pub struct Expect {
     pub stage: Option<String>,
     /// The check after the error (`recovered`, `refused`, …).
     pub after: &'static str,
+    /// A survivor may finish the call instead: its part of it does not need the victim (a
+    /// member of a broadcast whose root is alive reads or receives the root's bytes and
+    /// returns; nothing there waits for the other members). The loss must then surface in
+    /// the next call that needs every PE, which `after` checks.
+    pub may_complete: bool,
 }
 
 /// Which points to run.
@@ -101,6 +106,7 @@ pub fn enumerate(selection: Selection) -> Vec<Point> {
                     recovery: None,
                     stage: None,
                     after: "release_refused",
+                    may_complete: op == DataOp::Broadcast && victim != BROADCAST_ROOT,
                 },
                 series: "data-plane kill",
             });
@@ -170,6 +176,7 @@ fn lifecycle_point(
             // acquire's errors name no stage (its steps are not converged stages).
             stage: (!acquire).then(|| stage.to_string()),
             after,
+            may_complete: false,
         },
         series,
     })
@@ -256,43 +263,47 @@ pub fn judge(point: &Point, run: &JobRun, runtime_timeout: Duration) -> Verdict 
             }
             _ => None,
         });
-        let Some((kind, recovery, stage, peer, message, waited, t_ns)) = failure else {
+        let completed = records
+            .iter()
+            .any(|r| matches!(r, Record::Succeeded { call } if call == point.expect.call));
+        if let Some((kind, recovery, stage, peer, message, waited, t_ns)) = failure {
+            wait_ms.push(waited);
+            if let Some(death) = death {
+                since_death_ms.push(t_ns.saturating_sub(death) as f64 / 1e6);
+            }
+            let mut wrong = Vec::new();
+            if kind != point.expect.kind {
+                wrong.push(format!("kind {kind} (expected {})", point.expect.kind));
+            }
+            if recovery.as_deref() != point.expect.recovery {
+                wrong.push(format!(
+                    "recovery {recovery:?} (expected {:?})",
+                    point.expect.recovery
+                ));
+            }
+            if stage.as_deref() != point.expect.stage.as_deref() {
+                wrong.push(format!(
+                    "stage {stage:?} (expected {:?})",
+                    point.expect.stage
+                ));
+            }
+            let victim = point.victim;
+            let named = *peer == Some(victim)
+                && (point.kill || message.contains(&format!("root_ranks=[{victim}]")));
+            if !named {
+                wrong.push(format!("does not name rank {victim} (peer {peer:?})"));
+            }
+            if waited >= limit_ms {
+                wrong.push(format!(
+                    "took {waited:.0} ms (limit {limit_ms:.0} ms = timeout/2)"
+                ));
+            }
+            if !wrong.is_empty() {
+                problems.push(format!("rank {rank}: {}: {message}", wrong.join(", ")));
+            }
+        } else if !(completed && point.expect.may_complete) {
             problems.push(format!("rank {rank}: no error from {}", point.expect.call));
             continue;
-        };
-        wait_ms.push(waited);
-        if let Some(death) = death {
-            since_death_ms.push(t_ns.saturating_sub(death) as f64 / 1e6);
-        }
-        let mut wrong = Vec::new();
-        if kind != point.expect.kind {
-            wrong.push(format!("kind {kind} (expected {})", point.expect.kind));
-        }
-        if recovery.as_deref() != point.expect.recovery {
-            wrong.push(format!(
-                "recovery {recovery:?} (expected {:?})",
-                point.expect.recovery
-            ));
-        }
-        if stage.as_deref() != point.expect.stage.as_deref() {
-            wrong.push(format!(
-                "stage {stage:?} (expected {:?})",
-                point.expect.stage
-            ));
-        }
-        let victim = point.victim;
-        let named = *peer == Some(victim)
-            && (point.kill || message.contains(&format!("root_ranks=[{victim}]")));
-        if !named {
-            wrong.push(format!("does not name rank {victim} (peer {peer:?})"));
-        }
-        if waited >= limit_ms {
-            wrong.push(format!(
-                "took {waited:.0} ms (limit {limit_ms:.0} ms = timeout/2)"
-            ));
-        }
-        if !wrong.is_empty() {
-            problems.push(format!("rank {rank}: {}: {message}", wrong.join(", ")));
         }
         let after = records.iter().find_map(|r| match r {
             Record::After { what, ok, detail } if what == point.expect.after => Some((*ok, detail)),

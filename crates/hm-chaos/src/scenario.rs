@@ -64,6 +64,9 @@ impl Action {
     }
 }
 
+/// The root of the broadcast under test.
+pub const BROADCAST_ROOT: usize = 0;
+
 /// The blocking data-plane operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -74,7 +77,7 @@ pub enum DataOp {
     WaitSignal,
     /// `Shmem::all_gather`.
     AllGather,
-    /// `Shmem::broadcast` from PE 0.
+    /// `Shmem::broadcast` from [`BROADCAST_ROOT`].
     Broadcast,
     /// `Shmem::all_to_all`.
     AllToAll,
