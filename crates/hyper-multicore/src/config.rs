@@ -314,11 +314,14 @@ pub fn parse_endpoint(text: &str) -> std::result::Result<SocketAddr, String> {
         .ok_or_else(|| format!("{host_port:?} resolves to no address"))
 }
 
+/// Bytes of the job secret (the unique ID's, [`SECRET`]'s 32 hex digits).
+pub const SECRET_LEN: usize = 16;
+
 /// Reads [`SECRET`]: `Ok(None)` when unset; the secret when it holds 32 hex digits or names a
 /// file holding them; else an error naming the variable.
 pub fn secret_from_lookup(
     lookup: impl Fn(&str) -> Option<String>,
-) -> Result<Option<[u8; crate::control::SECRET_LEN]>> {
+) -> Result<Option<[u8; SECRET_LEN]>> {
     let Some(text) = lookup(SECRET) else {
         return Ok(None);
     };
@@ -342,8 +345,8 @@ pub fn secret_from_lookup(
     })
 }
 
-fn parse_secret(text: &str) -> Option<[u8; crate::control::SECRET_LEN]> {
-    let mut secret = [0u8; crate::control::SECRET_LEN];
+fn parse_secret(text: &str) -> Option<[u8; SECRET_LEN]> {
+    let mut secret = [0u8; SECRET_LEN];
     if text.len() != 2 * secret.len() || !text.is_ascii() {
         return None;
     }

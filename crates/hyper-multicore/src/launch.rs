@@ -346,8 +346,11 @@ impl PeCommand<'_> {
             }
         }
         let argv0 = self.arg0.as_deref().unwrap_or(&self.program);
+        // The program is looked up in the child's PATH, as `execvp` would, before the clone.
+        let search = env.iter().find(|(name, _)| name == "PATH");
+        let path = program::resolve(&self.program, search.map(|(_, v)| v.as_os_str()))?;
         let spawn = crate::sys::spawn::Spawn {
-            program: &self.program,
+            path: &path,
             argv: std::iter::once(argv0)
                 .chain(self.args.iter().map(OsString::as_os_str))
                 .collect(),

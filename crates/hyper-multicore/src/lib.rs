@@ -32,6 +32,7 @@ pub mod logging;
 mod primitive;
 pub mod shmem;
 mod sys;
+mod transport;
 pub mod world;
 
 pub use error::{Error, ErrorKind, Recovery, Result};

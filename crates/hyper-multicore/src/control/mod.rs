@@ -26,6 +26,7 @@
 
 mod channel;
 mod collectives;
+pub(crate) mod converge;
 pub mod frame;
 pub(crate) mod global_exit;
 mod network;

@@ -21,8 +21,7 @@ use crate::error::{Error, ErrorKind, Result};
 /// Version of the control-plane protocol carried in every unique ID and frame.
 pub const PROTOCOL_VERSION: u8 = 1;
 
-/// Bytes of the job secret.
-pub const SECRET_LEN: usize = 16;
+pub use crate::config::SECRET_LEN;
 
 /// Identifies one rendezvous: where root rank 0 listens and the secret members must present.
 #[derive(Clone, PartialEq, Eq, Hash)]

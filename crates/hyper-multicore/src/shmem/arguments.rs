@@ -9,38 +9,8 @@
 
 use super::allocation::{AllocationId, Dtype};
 use super::runtime::{Heap, Shmem};
-use super::segment::Segment;
 use crate::error::{ErrorKind, Result};
-use crate::primitive::{AtomicU64, Ordering};
-
-/// One PE's two argument slots (call `n` uses slot `n % 2`), four words each.
-#[repr(C)]
-#[derive(Debug)]
-pub(crate) struct ArgumentSlots {
-    slots: [[AtomicU64; 4]; 2],
-}
-
-impl ArgumentSlots {
-    /// Publishes `words` in slot `slot` (relaxed: the barrier that follows publishes them).
-    pub(crate) fn publish(&self, slot: usize, words: [u64; 4]) {
-        for (word, value) in self.slots[slot].iter().zip(words) {
-            word.store(value, Ordering::Relaxed);
-        }
-    }
-
-    /// The words of slot `slot` (after the barrier that followed every PE's publish).
-    pub(crate) fn read(&self, slot: usize) -> [u64; 4] {
-        std::array::from_fn(|i| self.slots[slot][i].load(Ordering::Relaxed))
-    }
-
-    /// All words zero (the in-process models; the runtime's come zeroed from the segment).
-    #[cfg(loom)]
-    pub(crate) fn new() -> Self {
-        ArgumentSlots {
-            slots: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
-        }
-    }
-}
+use crate::transport::segment::Segment;
 
 /// Every rank's words of one exchange: still in the argument slots (one host: read where they
 /// lie, so the common all-equal check copies nothing), or gathered over the control plane.
@@ -238,8 +208,8 @@ mod loom_tests {
     use loom::sync::Arc;
     use loom::thread;
 
-    use super::ArgumentSlots;
-    use crate::shmem::sync::{
+    use crate::sys::segment_words::ArgumentSlots;
+    use crate::transport::sync::{
         dissemination_barrier, AbortWord, BarrierWords, Deadline, TestWords, WaitPolicy,
     };
 

@@ -26,9 +26,9 @@
 use super::allocation::{Element, Region, Symmetric};
 use super::reduce::{ReduceOp, ReduceSet, Reducible};
 use super::runtime::Shmem;
-use super::sync::{Deadline, WaitPolicy};
 use super::team::{Contribution, Team};
 use crate::error::{ErrorKind, Result};
+use crate::transport::sync::{Deadline, WaitPolicy};
 
 /// The smallest broadcast (in bytes) that members of a team of three or more copy from the
 /// root in parallel ("pull") rather than receive from the root's copies ("push"): below it the
@@ -76,7 +76,7 @@ impl Shmem {
 
     /// [`Shmem::data_barrier`] of a root whose PEs all share this host's segment; with
     /// `carry`, it also hands the words (their tag first) to the other PE of a 2-PE root, which
-    /// reads them with [`Transports::carried`](super::transport::Transports::carried).
+    /// reads them with [`Transports::carried`](crate::transport::Transports::carried).
     pub(crate) fn data_barrier_carrying(
         &self,
         operation: &str,

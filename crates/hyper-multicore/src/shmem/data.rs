@@ -1,7 +1,7 @@
 //! The data plane: put/get (and their non-blocking forms), quiet and fence, signals and
 //! signal waits, atomics on 32/64-bit integers, and direct pointers to peers' copies.
 //!
-//! Every operation goes through the transport layer (`super::transport`), which routes it per
+//! Every operation goes through the transport layer (`crate::transport`), which routes it per
 //! peer: for a PE whose heap is mapped here it is a copy or an atomic instruction on the shared
 //! mapping — no thread or syscall is involved unless a waiter must sleep.
 //!
@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use super::allocation::{Element, Region, Symmetric};
 use super::runtime::Shmem;
-use super::sync::{Deadline, WaitError, WaitPolicy};
-use super::transport::{Rmw, Width};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::mapping::{LocalSource, LocalTarget, Strides};
+use crate::transport::sync::{Deadline, WaitError, WaitPolicy};
+use crate::transport::{Rmw, Width};
 
 /// How a signal updates its word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,8 +19,8 @@ use std::time::Duration;
 use super::allocation::Region;
 use super::data::{AtomicWord, Comparison, Located};
 use super::runtime::Shmem;
-use super::sync::{Deadline, WaitPolicy};
 use crate::error::{ErrorKind, Result};
+use crate::transport::sync::{Deadline, WaitPolicy};
 
 impl Shmem {
     /// The address at which this PE's own heap starts in this process: the allocation at heap

@@ -11,16 +11,16 @@ use serde::{Deserialize, Serialize};
 
 use super::allocation::AllocationSpec;
 use super::allocator::Allocator;
-use super::converge::converge;
 use super::liveness::Liveness;
 use super::process;
 use super::runtime::{Heap, Shmem, DEFAULT_ALIGNMENT};
-use super::segment::{max_alignment, Layout, Segment};
-use super::sync;
-use super::transport::{self, Locality, Transports};
 use crate::config::Config;
+use crate::control::converge::converge;
 use crate::control::{BootstrapListener, ControlPlane, UniqueId};
 use crate::error::{Error, ErrorKind, Result};
+use crate::transport::segment::{max_alignment, Layout, Segment};
+use crate::transport::sync;
+use crate::transport::{self, Locality, Transports};
 
 /// Everything [`Shmem::join`] needs besides the configuration.
 pub(crate) struct Joining<'a> {

@@ -36,22 +36,18 @@ mod allocation;
 pub(crate) mod allocator;
 pub(crate) mod arguments;
 mod collectives;
-pub(crate) mod converge;
 mod data;
 mod debug;
 mod foreign;
-mod handoff;
 mod initialize;
 mod liveness;
 pub(crate) mod process;
 mod reduce;
 pub(crate) mod registry;
 mod runtime;
-mod segment;
-pub(crate) mod sync;
+mod spanning;
 mod team;
 pub(crate) mod team_sync;
-mod transport;
 
 pub use crate::sys::mapping::{LocalSource, LocalTarget, Strides};
 pub use allocation::{
@@ -61,14 +57,16 @@ pub use allocation::{
 pub use collectives::{RootTarget, BROADCAST_PULL_MIN_BYTES};
 pub use data::{AtomicOp, AtomicWord, Comparison, Located, LocatedCache, SignalOp};
 pub(crate) use initialize::Joining;
+// The lifecycle converges its stages through the runtime's front door.
+pub(crate) use crate::control::converge;
+pub use crate::sys::copies::{copy_count, count_bounced, CopyCount};
+pub use crate::transport::segment::max_alignment;
+pub(crate) use crate::transport::segment::Segment;
 pub use process::{latest_failure, runtime_state, FailureRecord, RuntimeState};
 pub use reduce::{
     ReduceOp, ReduceSet, Reducible, HIERARCHICAL_REDUCE_MIN_BYTES, REDUCE_LOCAL_MAX_BYTES,
 };
-pub use segment::max_alignment;
-pub(crate) use segment::Segment;
 pub use team::Contribution;
-pub use transport::copies::{copy_count, count_bounced, CopyCount};
 /// True if the byte range `address..address + len` of this process overlaps any symmetric heap
 /// mapping alive in this process: a running runtime's (every PE's heap and the control block),
 /// or one kept mapped by [`Shmem::mapping_keepalive`] after a shutdown or restart. A
@@ -86,8 +84,8 @@ pub fn overlaps_shared_memory(address: usize, len: usize) -> bool {
     crate::sys::mapping::overlaps_any(address, len)
 }
 
+pub use crate::transport::{TransportState, TEST_HOST_VARIABLE};
 pub use debug::{
     debug_state_inactive, AllocationSummary, DebugState, EffectiveConfig, HeapUsage, SeedAllocation,
 };
 pub use runtime::{Shmem, ShutdownError, DEFAULT_ALIGNMENT};
-pub use transport::{TransportState, TEST_HOST_VARIABLE};

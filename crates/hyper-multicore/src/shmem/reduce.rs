@@ -56,9 +56,9 @@ use crate::world::Group;
 
 use super::allocation::Region;
 use super::runtime::Shmem;
-use super::sync::Deadline;
 use super::team::Team;
-use super::transport::Route;
+use crate::transport::sync::Deadline;
+use crate::transport::Route;
 
 /// The smallest vector (in bytes) a whole-root reduction across hosts combines hierarchically;
 /// a smaller one is combined in rank order (two cross-host barriers instead of four: about
@@ -541,7 +541,7 @@ impl Shmem {
     #[cfg(feature = "fault-injection")]
     pub fn ucx_gets_issued(&self) -> (u64, u64) {
         #[cfg(all(feature = "ucx", not(loom)))]
-        return super::transport::UcxTransport::gets_issued();
+        return crate::transport::UcxTransport::gets_issued();
         #[cfg(not(all(feature = "ucx", not(loom))))]
         return (0, 0);
     }
@@ -553,7 +553,7 @@ impl Shmem {
     #[cfg(feature = "fault-injection")]
     pub fn ucx_replies_in_flight() -> usize {
         #[cfg(all(feature = "ucx", not(loom)))]
-        return super::transport::UcxTransport::replies_in_flight();
+        return crate::transport::UcxTransport::replies_in_flight();
         #[cfg(not(all(feature = "ucx", not(loom))))]
         return 0;
     }

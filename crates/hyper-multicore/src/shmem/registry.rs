@@ -15,9 +15,9 @@ use super::allocation::{
 use super::arguments::HeapCall;
 use super::process;
 use super::runtime::{Shmem, DEFAULT_ALIGNMENT};
-use super::segment::max_alignment;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::mapping::SharedMapping;
+use crate::transport::segment::max_alignment;
 
 /// What manages the heap (a description naming the shared root), if anything does.
 static MANAGED_BY: parking_lot::Mutex<Option<String>> = parking_lot::const_mutex(None);

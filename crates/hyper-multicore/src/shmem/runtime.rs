@@ -12,12 +12,12 @@ use super::allocation::AllocationRecord;
 use super::allocator::Allocator;
 use super::liveness::Liveness;
 use super::process;
-use super::segment::Segment;
-use super::sync;
-use super::transport::Transports;
 use crate::config::Config;
 use crate::control::ControlPlane;
 use crate::error::{Error, ErrorKind, Result};
+use crate::transport::segment::Segment;
+use crate::transport::sync;
+use crate::transport::Transports;
 
 /// Default alignment of allocations: one cache line, so separately allocated signal words never
 /// share a line.

@@ -15,10 +15,10 @@
 use super::allocation::Region;
 use super::reduce::{ReduceOp, ReduceSet, Reducible};
 use super::runtime::Shmem;
-use super::sync::{Deadline, WaitPolicy};
 use super::team_sync;
 use crate::error::{ErrorKind, Result};
 use crate::sys::mapped_combine::{zip2_with_mapped, zip_with_mapped};
+use crate::transport::sync::{Deadline, WaitPolicy};
 
 /// Which way a one-way meeting goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

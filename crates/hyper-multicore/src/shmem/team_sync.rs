@@ -24,22 +24,9 @@
 //! signal is a release that the awaiting load acquires, and the rounds chain every member to
 //! every other.
 
-use super::sync::{self, AbortWord, BarrierKind, Doorbell, WaitError, WaitPolicy};
 use crate::primitive::{fence, AtomicU32, Ordering};
-
-/// The most PEs a segment may hold for its team rows to carry the pair counters (two 32-bit
-/// counters per pair: 512 KiB at this size); a larger segment's teams meet over the control
-/// plane.
-pub(crate) const TEAM_SIGNAL_MAX_PES: usize = 256;
-
-/// Words each PE publishes for a collective in progress (one cache line in its team row):
-/// written by their PE before a meeting, read by the others after it and before the next one.
-pub(crate) const PUBLISHED_WORDS: usize = 8;
-
-/// One signal counter in shared memory.
-#[repr(transparent)]
-#[derive(Debug)]
-pub(crate) struct SignalCount(pub(crate) AtomicU32);
+use crate::transport::segment::Segment;
+use crate::transport::sync::{self, AbortWord, BarrierKind, Doorbell, WaitError, WaitPolicy};
 
 /// The pair counters of the PEs of a segment, by slot, and their barrier doorbells.
 pub(crate) trait PairWords {
@@ -132,6 +119,22 @@ pub(crate) fn team_barrier(
 }
 
 /// Pair counters of `pes` PEs outside a segment, for the in-process tests and models.
+impl PairWords for Segment {
+    fn signals(&self, to: usize, from: usize) -> &AtomicU32 {
+        self.counter(to, from, false)
+            .expect("team signals are used only where the segment has them")
+    }
+
+    fn consumed(&self, owner: usize, from: usize) -> &AtomicU32 {
+        self.counter(owner, from, true)
+            .expect("team signals are used only where the segment has them")
+    }
+
+    fn bell(&self, pe: usize) -> &Doorbell {
+        &self.pe_words(pe).barrier_bell
+    }
+}
+
 #[cfg(test)]
 pub(crate) struct TestPairWords {
     pes: usize,
@@ -177,7 +180,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::shmem::sync::Deadline;
+    use crate::transport::sync::Deadline;
 
     const KINDS: [BarrierKind; 2] = [BarrierKind::Dissemination, BarrierKind::Central];
 
@@ -301,7 +304,7 @@ mod loom_tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::shmem::sync::Deadline;
+    use crate::transport::sync::Deadline;
 
     fn policy() -> WaitPolicy {
         WaitPolicy {

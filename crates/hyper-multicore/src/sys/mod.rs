@@ -5,6 +5,7 @@
 
 #![allow(unsafe_code)]
 
+pub(crate) mod copies;
 pub(crate) mod futex;
 pub(crate) mod gate;
 pub(crate) mod inherited_fd;
@@ -15,8 +16,10 @@ pub(crate) mod segment_words;
 pub(crate) mod socket_owner;
 pub(crate) mod spawn;
 pub(crate) mod zero_pages;
-// The UCX transport's foundation; the transport layer (shmem/transport/) is its first user, until
-// then only its tests call it. Nothing in it is a shared-memory protocol, so loom builds skip it.
+// The UCX transport's foundation, under the transport layer's UCX route (transport/ucx.rs).
+// Its own tests also call a few functions the transport does not (memory UCX allocates, the
+// worker's event descriptor, non-blocking puts, an endpoint's close), hence the allowance
+// outside test builds. Nothing in it is a shared-memory protocol, so loom builds skip it.
 #[cfg(all(feature = "ucx", not(loom)))]
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod ucx;

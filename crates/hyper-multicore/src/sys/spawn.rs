@@ -18,6 +18,7 @@ use std::ffi::{c_char, c_int, c_void, CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::ExitStatus;
 
 /// The child's stack: it runs a handful of system-call wrappers, then `execve`.
@@ -25,9 +26,8 @@ const CHILD_STACK: usize = 64 * 1024;
 
 /// What the child process is to be: resolved and encoded by [`spawn`] before the clone.
 pub(crate) struct Spawn<'a> {
-    /// The program: a path, or a name looked up in the child's `PATH` (as
-    /// [`crate::launch::program::resolve`] does).
-    pub(crate) program: &'a OsStr,
+    /// The program's path (the caller resolved a bare name in the child's `PATH`).
+    pub(crate) path: &'a Path,
     /// `argv[0]`, then the arguments.
     pub(crate) argv: Vec<&'a OsStr>,
     /// The child's whole environment, as (name, value) pairs.
@@ -59,9 +59,7 @@ struct ChildPlan {
 /// process ID once it has executed the program (an `exec` failure, a missing program among
 /// them, is this call's error).
 pub(crate) fn spawn(spawn: &Spawn<'_>) -> std::io::Result<u32> {
-    let search = spawn.env.iter().find(|(name, _)| name == "PATH");
-    let path = crate::launch::program::resolve(spawn.program, search.map(|(_, v)| v.as_os_str()))?;
-    let path = c_string(path.as_os_str().as_bytes())?;
+    let path = c_string(spawn.path.as_os_str().as_bytes())?;
     let argv = spawn
         .argv
         .iter()

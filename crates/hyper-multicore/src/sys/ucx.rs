@@ -108,7 +108,7 @@ use hm_ucx_sys as ffi;
 use parking_lot::Mutex;
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 
-use crate::shmem::count_bounced;
+use super::copies::count_bounced;
 use crate::sys::mapping::{LocalSource, LocalTarget, SharedMapping};
 use crate::{Error, ErrorKind, Result};
 

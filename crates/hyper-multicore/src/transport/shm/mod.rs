@@ -12,16 +12,20 @@
 //! (the leader resets the control words and writes the new header), publishes the previous
 //! generation, and at attach checks that the whole group did the same and reads the header.
 
+pub(crate) mod handoff;
+pub(crate) mod segment;
+pub(crate) mod sync;
+
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{Rmw, Start, Transport, Width};
 use crate::error::{Error, ErrorKind, Result};
-use crate::shmem::handoff::{self, HandoffListener};
-use crate::shmem::segment::{Layout, PeWords, Segment};
-use crate::shmem::sync::{self, BarrierKind, Doorbell, WaitError, WaitPolicy};
 use crate::sys::mapping::{LocalSource, LocalTarget, SharedMapping, SharedWords, Strides};
+use handoff::HandoffListener;
+use segment::{Layout, PeWords, Segment};
+use sync::{BarrierKind, Doorbell, WaitError, WaitPolicy};
 
 /// The shared-memory transport of one PE.
 #[derive(Debug)]

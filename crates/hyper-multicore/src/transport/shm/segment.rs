@@ -32,13 +32,22 @@ use rustix::fs::{fcntl_add_seals, ftruncate, memfd_create, MemfdFlags, SealFlags
 use super::sync::{
     self, BarrierFlags, BarrierKind, BarrierWords, CentralWords, Doorbell, MAX_SEGMENT_PES,
 };
-use super::team_sync::{PairWords, SignalCount, PUBLISHED_WORDS, TEAM_SIGNAL_MAX_PES};
 use crate::error::{Error, ErrorKind, Result};
 use crate::primitive::AtomicU32;
 use crate::sys::mapping::SharedMapping;
+use crate::sys::segment_words::SignalCount;
 pub(crate) use crate::sys::segment_words::{ControlBlock, PeWords};
 
 /// `"HMSHMEM1"` as a little-endian word: the first word of every segment.
+/// The most PEs a segment may hold for its team rows to carry the pair counters (two 32-bit
+/// counters per pair: 512 KiB at this size); a larger segment's teams meet over the control
+/// plane.
+pub(crate) const TEAM_SIGNAL_MAX_PES: usize = 256;
+
+/// Words each PE publishes for a collective in progress (one cache line in its team row):
+/// written by their PE before a meeting, read by the others after it and before the next one.
+pub(crate) const PUBLISHED_WORDS: usize = 8;
+
 pub(crate) const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"HMSHMEM1");
 /// Version of the layout described in the module docs.
 pub(crate) const LAYOUT_VERSION: u64 = 4;
@@ -394,7 +403,7 @@ impl Segment {
     /// (with `consumed`) those it consumed. `None` if this segment has none (more than
     /// [`TEAM_SIGNAL_MAX_PES`] PEs).
     #[inline]
-    fn counter(&self, owner: usize, other: usize, consumed: bool) -> Option<&AtomicU32> {
+    pub(crate) fn counter(&self, owner: usize, other: usize, consumed: bool) -> Option<&AtomicU32> {
         let layout = &self.layout;
         if !layout.team_signals {
             return None;
@@ -435,22 +444,6 @@ impl BarrierWords for Segment {
 
     fn flags(&self, pe: usize) -> &BarrierFlags {
         &self.pe_words(pe).barrier
-    }
-
-    fn bell(&self, pe: usize) -> &Doorbell {
-        &self.pe_words(pe).barrier_bell
-    }
-}
-
-impl PairWords for Segment {
-    fn signals(&self, to: usize, from: usize) -> &AtomicU32 {
-        self.counter(to, from, false)
-            .expect("team signals are used only where the segment has them")
-    }
-
-    fn consumed(&self, owner: usize, from: usize) -> &AtomicU32 {
-        self.counter(owner, from, true)
-            .expect("team signals are used only where the segment has them")
     }
 
     fn bell(&self, pe: usize) -> &Doorbell {

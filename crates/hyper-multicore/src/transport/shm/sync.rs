@@ -43,8 +43,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::primitive::{fence, spin_loop, yield_now, AtomicU32, AtomicU64, Ordering};
+use crate::primitive::{fence, spin_loop, yield_now, AtomicU32, Ordering};
 use crate::sys::futex;
+pub(crate) use crate::sys::segment_words::{
+    AbortWord, BarrierFlags, CentralWords, Doorbell, MAX_BARRIER_ROUNDS,
+};
 
 /// `PAUSE` iterations before yielding (when spinning is allowed at all). Loom explores every
 /// interleaving, so there one step of each phase is enough.
@@ -62,167 +65,8 @@ const GENERATION_STEP: u32 = 2;
 /// The longest single futex sleep: bounds how late a sleeper notices a missed wake-up, should
 /// one ever happen (for example a waker process killed between its store and its wake).
 pub(crate) const SLEEP_SLICE: Duration = Duration::from_millis(20);
-/// Rounds a barrier can have: ⌈log2 pes⌉ ≤ 16, so at most 2^16 PEs share a segment.
-pub(crate) const MAX_BARRIER_ROUNDS: usize = 16;
 /// The most PEs one segment (one host) can hold: one barrier flag per round.
 pub(crate) const MAX_SEGMENT_PES: usize = 1 << MAX_BARRIER_ROUNDS;
-
-/// Declares `new()` (all words zero) for the in-process tests and models; the runtime gets the
-/// same state from a freshly zero-filled segment. `const` normally, plain under loom (whose
-/// atomics are not const-constructible).
-macro_rules! zeroed_words {
-    ($name:ident: $($field:ident),+) => {
-        impl $name {
-            /// All words zero: the state of a freshly created (zero-filled) segment.
-            #[cfg(all(test, not(loom)))]
-            pub(crate) const fn new() -> Self {
-                Self { $($field: AtomicU32::new(0)),+ }
-            }
-
-            /// All words zero: the state of a freshly created (zero-filled) segment.
-            #[cfg(loom)]
-            pub(crate) fn new() -> Self {
-                Self { $($field: AtomicU32::new(0)),+ }
-            }
-        }
-    };
-}
-
-/// One PE's barrier flags: round k's flag holds the epoch of the latest barrier whose round k
-/// the PE's round-k partner has reached. Written only by the partners, read by the owner.
-///
-/// Round 0's flag shares its cache line with [`Carried`] words, which the round-0 partner may
-/// store before the flag: the owner then reads them from the line its wait just brought in
-/// (the argument check of a 2-PE root, where round 0 is the whole barrier: reading the
-/// partner's own argument slot instead costs one more cache-line transfer). The later rounds'
-/// flags are on the next line.
-#[repr(C, align(64))]
-#[derive(Debug)]
-pub(crate) struct BarrierFlags {
-    first: AtomicU32,
-    carried: Carried,
-    later: LaterRounds,
-}
-
-/// [`BarrierFlags`] of rounds 1.., on a cache line of their own.
-#[repr(C, align(64))]
-#[derive(Debug)]
-struct LaterRounds {
-    round: [AtomicU32; MAX_BARRIER_ROUNDS - 1],
-}
-
-/// Four words the round-0 partner hands over with a barrier ([`dissemination_barrier`]'s
-/// `carry`), under a sequence lock: word 0 is their tag (never 0), zeroed while the others
-/// change, so a reader detects words overwritten by the partner's next barrier (it may be one
-/// barrier ahead) and looks for them elsewhere.
-#[repr(C)]
-#[derive(Debug)]
-struct Carried {
-    words: [AtomicU64; 4],
-}
-
-impl BarrierFlags {
-    /// All flags zero: the state of a freshly created (zero-filled) segment.
-    #[cfg(test)]
-    pub(crate) fn new() -> Self {
-        BarrierFlags {
-            first: AtomicU32::new(0),
-            carried: Carried {
-                words: std::array::from_fn(|_| AtomicU64::new(0)),
-            },
-            later: LaterRounds {
-                round: std::array::from_fn(|_| AtomicU32::new(0)),
-            },
-        }
-    }
-
-    /// Round `k`'s flag.
-    #[inline]
-    fn round(&self, k: usize) -> &AtomicU32 {
-        match k {
-            0 => &self.first,
-            _ => &self.later.round[k - 1],
-        }
-    }
-
-    /// Hands `words` (word 0, the tag, not 0) to this PE's owner, before the round-0 flag
-    /// store that publishes them.
-    #[inline]
-    fn carry(&self, words: &[u64; 4]) {
-        let carried = &self.carried.words;
-        carried[0].store(0, Ordering::Relaxed);
-        // Orders the zeroed tag before the new words: a reader that sees any of them sees the
-        // tag change too.
-        fence(Ordering::Release);
-        for (word, value) in carried[1..].iter().zip(&words[1..]) {
-            word.store(*value, Ordering::Relaxed);
-        }
-        carried[0].store(words[0], Ordering::Release);
-    }
-
-    /// The words the round-0 partner carried with tag `tag`, if they are still there whole
-    /// (read after the barrier that carried them).
-    #[inline]
-    pub(crate) fn carried(&self, tag: u64) -> Option<[u64; 4]> {
-        let carried = &self.carried.words;
-        let before = carried[0].load(Ordering::Acquire);
-        let words: [u64; 4] = std::array::from_fn(|i| match i {
-            0 => before,
-            _ => carried[i].load(Ordering::Relaxed),
-        });
-        // Pairs with `carry`'s release fence: if a word came from a later carry, the tag read
-        // below is that carry's (or its zero).
-        fence(Ordering::Acquire);
-        let after = carried[0].load(Ordering::Relaxed);
-        (before == tag && after == tag).then_some(words)
-    }
-}
-
-/// The central barrier's words: one per segment, on its own cache line (see
-/// [`central_barrier`]).
-#[repr(C, align(64))]
-#[derive(Debug)]
-pub(crate) struct CentralWords {
-    /// PEs that arrived in the current round.
-    count: AtomicU32,
-    /// Round number times [`GENERATION_STEP`]; the last arriver of a round bumps it, which
-    /// releases the others. Bit 0 is [`GENERATION_ABORT_FLAG`].
-    generation: AtomicU32,
-    /// PEs asleep (or about to sleep) on `generation`.
-    sleepers: AtomicU32,
-}
-zeroed_words!(CentralWords: count, generation, sleepers);
-
-/// A PE's doorbell: writers ring it after updating a word that PE may be waiting on (a signal,
-/// a barrier flag). One per PE, on its own cache line.
-#[repr(C, align(64))]
-#[derive(Debug)]
-pub(crate) struct Doorbell {
-    /// The futex word; bumped by every ring that finds a sleeper.
-    ring: AtomicU32,
-    /// Waits of this PE asleep (or about to sleep) on `ring`.
-    sleepers: AtomicU32,
-}
-zeroed_words!(Doorbell: ring, sleepers);
-
-/// The job's abort word: 0 while healthy, `r + 1` once rank `r` was lost. One per segment, on
-/// its own cache line.
-#[repr(C, align(64))]
-#[derive(Debug)]
-pub(crate) struct AbortWord {
-    word: AtomicU32,
-}
-zeroed_words!(AbortWord: word);
-
-#[cfg(not(loom))]
-const _: () = {
-    // Round 0's flag and the carried words on one line, the later rounds on the next.
-    assert!(std::mem::size_of::<BarrierFlags>() == 128);
-    assert!(std::mem::offset_of!(BarrierFlags, later) == 64);
-    assert!(std::mem::size_of::<CentralWords>() == 64);
-    assert!(std::mem::size_of::<Doorbell>() == 64);
-    assert!(std::mem::size_of::<AbortWord>() == 64);
-};
 
 /// Which barrier the PEs of a segment use: the segment's creator decides (from the local PE
 /// count and its cores) and records it in the header, so that every member runs the same one.

@@ -6,8 +6,8 @@ use std::ptr::NonNull;
 
 use super::{Rmw, Start, Transport, Width};
 use crate::error::{Error, ErrorKind, Result};
-use crate::shmem::sync;
 use crate::sys::mapping::{LocalSource, LocalTarget};
+use crate::transport::sync;
 
 /// Uninhabited: there is no UCX transport in this build.
 #[derive(Debug)]

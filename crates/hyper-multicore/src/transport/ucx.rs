@@ -67,13 +67,13 @@ use super::shm::apply_rmw;
 use super::{word_of, words_header, ShmTransport, Start, Transport, Width};
 use crate::control::{Nudger, SpinWork, WhileWaiting};
 use crate::error::{Error, ErrorKind, Result};
-use crate::shmem::segment::Segment;
-use crate::shmem::sync;
-use crate::shmem::transport::Rmw;
 use crate::sys::mapping::{LocalSource, LocalTarget};
 use crate::sys::ucx::{
     self, Context, Endpoint, Landings, MemoryRegion, ProgressThread, RemoteKey, Worker,
 };
+use crate::transport::segment::Segment;
+use crate::transport::sync;
+use crate::transport::Rmw;
 
 /// The active message that rings the receiving PE's doorbell.
 const DOORBELL_AM: u16 = 1;

@@ -21,8 +21,7 @@
 //! transports.put(pe, offset_in_heap, (&bytes).into())?; // match on routes[pe]
 //! ```
 
-pub(crate) mod copies;
-mod shm;
+pub(crate) mod shm;
 #[cfg(all(feature = "ucx", not(loom)))]
 mod ucx;
 #[cfg(not(all(feature = "ucx", not(loom))))]
@@ -34,15 +33,16 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::converge::converge;
-use super::segment::Segment;
-use super::sync::{self, AbortWord, Deadline, Doorbell, WaitError, WaitPolicy};
 use crate::config::TransportMode;
+use crate::control::converge::converge;
 use crate::control::ControlPlane;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::copies;
 use crate::sys::mapping::{LocalSource, LocalTarget, Strides};
+use segment::Segment;
+use sync::{AbortWord, Deadline, Doorbell, WaitError, WaitPolicy};
 
-pub(crate) use shm::{ShmPeer, ShmTransport};
+pub(crate) use shm::{segment, sync, ShmPeer, ShmTransport};
 pub(crate) use ucx::{Awaited, UcxPeer, UcxTransport};
 
 /// The read-modify-write operations on one word (the bits of the value, zero-extended).
@@ -816,7 +816,7 @@ impl Transports {
     }
 
     /// This PE's own words in the segment (doorbell, allocation-argument slots).
-    pub(crate) fn own_pe_words(&self) -> &super::segment::PeWords {
+    pub(crate) fn own_pe_words(&self) -> &segment::PeWords {
         self.shm.own_pe_words()
     }
 
@@ -862,16 +862,10 @@ const OWN_SPIN_LOOKS: u32 = 1024;
 /// / 1024 / 4096 looks alike at 4.8-5.5.
 pub(super) const MESSAGE_SPIN_LOOKS: u32 = 256;
 
-/// The control-plane tag of the leaders' messages in a spanning barrier (no other user of a
-/// runtime's control plane sends point-to-point messages but these two).
-const LEADERS_BARRIER_TAG: u64 = u64::from_be_bytes(*b"hm-lbarr");
-/// The control-plane tag of the call words two ranks exchange in [`Shmem::gather_call_words`](crate::shmem::Shmem::gather_call_words).
-const CALL_WORDS_TAG: u64 = u64::from_be_bytes(*b"hm-callw");
-
 /// Little-endian words as bytes, up to four, on the stack: the UCX route's message headers (an
 /// exchange's key, a get's request and answers; one is built for every exchange of a barrier)
-/// and the call words two ranks trade ([`Shmem::gather_call_words`](crate::shmem::Shmem::gather_call_words)).
-pub(super) fn words_header<const N: usize>(words: [u64; N]) -> WordsHeader {
+/// and the call words two ranks trade (`Shmem::gather_call_words`).
+pub(crate) fn words_header<const N: usize>(words: [u64; N]) -> WordsHeader {
     const { assert!(N <= 4, "a words header holds up to four words") };
     let mut bytes = [0u8; 32];
     for (place, word) in bytes.chunks_exact_mut(8).zip(words) {
@@ -881,7 +875,7 @@ pub(super) fn words_header<const N: usize>(words: [u64; N]) -> WordsHeader {
 }
 
 /// What [`words_header`] makes: the header's bytes are the first `len`.
-pub(super) struct WordsHeader {
+pub(crate) struct WordsHeader {
     bytes: [u8; 32],
     len: usize,
 }
@@ -895,146 +889,8 @@ impl std::ops::Deref for WordsHeader {
 }
 
 /// Word `i` of little-endian words (what [`words_header`] makes).
-pub(super) fn word_of(header: &[u8], i: usize) -> u64 {
+pub(crate) fn word_of(header: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(header[8 * i..8 * i + 8].try_into().expect("8 bytes"))
-}
-
-impl super::runtime::Shmem {
-    /// The barrier of a root spanning several locality groups, hierarchical: every transport's
-    /// operations complete (quiet); the PEs of each group meet in their segment's shared-memory
-    /// barrier; the groups' leaders (lowest ranks) meet over the control plane — each sends
-    /// root rank 0 (the first leader) one message and waits for its answer, which rank 0 sends
-    /// once it has heard from every leader (two leaders just trade one message each); then each
-    /// group meets again in shared memory, which releases the PEs that are not leaders.
-    /// Everything a PE put before it is visible after it: each quieted before its group's first
-    /// meeting, which precedes its leader's message.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn spanning_barrier(&self, operation: &str) -> Result<()> {
-        self.transport
-            .quiet()
-            .map_err(|e| as_operation(e, operation).on_rank(self.rank))?;
-        let deadline = Instant::now() + self.config.timeout;
-        // A group of one PE (the only PE on its host, or any PE on the UCX route) has nobody
-        // to meet in shared memory.
-        let alone = self.transport.group().len() == 1;
-        if !alone {
-            self.segment_barrier(operation, Deadline::At(deadline))?;
-        }
-        self.leaders_barrier(deadline)
-            .map_err(|e| as_operation(e, operation).on_rank(self.rank))?;
-        if alone {
-            return Ok(());
-        }
-        self.segment_barrier(operation, Deadline::At(deadline))
-    }
-
-    /// The leaders' part of [`Shmem::spanning_barrier`](crate::shmem::Shmem::spanning_barrier) (nothing for a PE that leads no group).
-    /// Two leaders (two hosts) each tell the other and wait for the other's word: one message's
-    /// time, against two for a round through root rank 0, which more leaders need.
-    fn leaders_barrier(&self, deadline: Instant) -> Result<()> {
-        let leaders = self.transport.leaders();
-        if !leaders.contains(&self.rank) {
-            return Ok(());
-        }
-        if let &[first, second] = leaders {
-            let other = if self.rank == first { second } else { first };
-            return self
-                .exchange(other, LEADERS_BARRIER_TAG, &[], deadline)
-                .map(drop);
-        }
-        if self.rank == leaders[0] {
-            for &leader in &leaders[1..] {
-                self.plane
-                    .recv_deadline(leader, LEADERS_BARRIER_TAG, deadline)?;
-            }
-            // One step the loss of a leader that leaves at once cannot split (see send_to_all).
-            self.plane
-                .send_to_all(&leaders[1..], LEADERS_BARRIER_TAG, &[])
-        } else {
-            self.plane.send(leaders[0], LEADERS_BARRIER_TAG, &[])?;
-            self.plane
-                .recv_deadline(leaders[0], LEADERS_BARRIER_TAG, deadline)
-                .map(drop)
-        }
-    }
-
-    /// Sends `data` to rank `other` under `tag` and returns what `other` sent this rank under
-    /// it (each side's message is on its way before either waits). Over UCX when `other` is on
-    /// that route: this PE's thread then takes the message from the worker itself while it
-    /// waits, with no hand-off through the control plane's router thread.
-    fn exchange(&self, other: usize, tag: u64, data: &[u8], deadline: Instant) -> Result<Vec<u8>> {
-        let Some(started) = self.transport.send_exchange(other, tag, data, deadline) else {
-            self.plane.send(other, tag, data)?;
-            return self.plane.recv_deadline(other, tag, deadline);
-        };
-        let awaited = started?;
-        let mut message = None;
-        // A wait may look again after a look that succeeded: the message is taken only once.
-        let look = || {
-            if message.is_none() {
-                message = self.transport.take_exchange(awaited);
-            }
-            message.is_some()
-        };
-        let outcome = self.transport.wait_message(look, self.spin, deadline);
-        self.wait_outcome("exchange", outcome, || {
-            format!("waiting for rank {other}'s message")
-        })?;
-        Ok(message.expect("the wait ended because the message arrived"))
-    }
-
-    /// Every rank's published words of a collective heap call, over the control plane (a root
-    /// spanning several groups has no argument slots every rank can read): an allgather, or
-    /// with two ranks one message each way.
-    pub(crate) fn gather_call_words(
-        &self,
-        operation: &str,
-        stamped: [u64; 4],
-    ) -> Result<Vec<[u64; 4]>> {
-        self.transport.quiet().map_err(|e| e.on_rank(self.rank))?;
-        let bytes = words_header(stamped);
-        let words_of = |part: &[u8]| -> Result<[u64; 4]> {
-            let words: Option<[u64; 4]> =
-                (part.len() == 32).then(|| std::array::from_fn(|i| word_of(part, i)));
-            words.ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Protocol,
-                    operation,
-                    format!(
-                        "a rank published {} bytes of call words, not 32",
-                        part.len()
-                    ),
-                )
-                .on_rank(self.rank)
-            })
-        };
-        let failed = |e| as_operation(e, operation).on_rank(self.rank);
-        if self.size == 2 {
-            // Two ranks trade their words directly: one message's time, not a round.
-            let other = 1 - self.rank;
-            let deadline = Instant::now() + self.config.timeout;
-            let theirs = self
-                .exchange(other, CALL_WORDS_TAG, &bytes, deadline)
-                .map_err(failed)?;
-            let theirs = words_of(&theirs)?;
-            return Ok(match self.rank {
-                0 => vec![stamped, theirs],
-                _ => vec![theirs, stamped],
-            });
-        }
-        let parts = self.plane.allgather(&bytes).map_err(failed)?;
-        parts.iter().map(|part| words_of(part)).collect()
-    }
-}
-
-/// `error` as a failure of `operation` (keeping its kind, message and lost peer).
-fn as_operation(error: Error, operation: &str) -> Error {
-    let renamed = Error::new(error.kind(), operation, error.message());
-    match error.peer() {
-        Some(peer) => renamed.with_peer(peer),
-        None => renamed,
-    }
 }
 
 #[cfg(test)]
