@@ -7,7 +7,7 @@ use crate::world::World;
 /// whatever it is doing — waiting in any call (a barrier, a wait, a collective), or computing
 /// without calling the library. Does not return. Not collective: any one process calls it.
 ///
-/// The job is the world ([`World::global`], the root of [`acquire`](super::acquire)`(None, …)`
+/// The job is the world ([`World::global`], the root of [`acquire`](fn@super::acquire)`(None, …)`
 /// and of the C API), reached over its control plane through root rank 0, so processes on
 /// every host end, and `hmrun` exits with `status` on every host (`status` modulo 256, as for
 /// `exit`). Without a world in this process, the active runtime's own control plane reaches

@@ -12,11 +12,13 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::shared_root::{allocation_budget, show_bytes, Lease, Owned, Phase, HEAP_ROUNDING};
-use super::stage::{self, StageFailure};
-use super::{
-    classify, guarded, restart_as, root_channel, with_hint, Replacement, Stage, StageTimings,
-};
+use super::guard::guarded;
+use super::lease::Lease;
+use super::recovery::{classify, with_hint};
+use super::restart::{restart_as, Replacement};
+use super::root_channel;
+use super::shared_root::{allocation_budget, show_bytes, Owned, Phase, HEAP_ROUNDING};
+use super::stage::{self, Stage, StageFailure, StageTimings};
 use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::registry::{on_behalf_of_consumer, set_managed, GROWTH_CHECK};
 use crate::shmem::{AllocationId, AllocationRecord, AllocationSpec};

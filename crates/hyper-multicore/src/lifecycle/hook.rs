@@ -1,4 +1,4 @@
-//! The preflight hook of a [`restart`](super::restart): a snapshot of the caller's own state
+//! The preflight hook of a [`restart`](fn@super::restart): a snapshot of the caller's own state
 //! that must be *equal as a value* on every root rank before anything is torn down.
 //!
 //! The lifecycle only moves the snapshot's bytes; the hook decides what "equal" means and how a

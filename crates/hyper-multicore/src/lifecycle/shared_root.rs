@@ -2,9 +2,9 @@
 //! reference on behalf of every [`Consumer`] declared on it (the MoE layers' dispatch/combine
 //! buffers, an attention workspace, a pipeline stage's send buffers), bills each consumer's
 //! allocations to its declared budget, lets only the owner free an allocation, and serialises
-//! the consumers' communication through an execution [`Lease`] (one holder per process, each
+//! the consumers' communication through an execution [`Lease`](super::Lease) (one holder per process, each
 //! claim a new generation). The heap grows for all of them at once, keeping their data
-//! ([`Lease::grow`], [`super::GrowableBuffer`]).
+//! ([`Lease::grow`](super::Lease::grow), [`super::GrowableBuffer`]).
 //!
 //! ```no_run
 //! use hyper_multicore::lifecycle::{ConsumerSpec, RootGroup, SharedRoot};
@@ -30,28 +30,24 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
 
-use super::growth::GrowthRecord;
-use super::{
-    acquire_reference, guarded, hook, release_reference, root_channel, RootGroup,
-    DEFAULT_GROWTH_FACTOR,
-};
+use super::acquire::{acquire_reference, RootGroup};
+use super::consumer::Consumer;
+use super::growth::{GrowthRecord, DEFAULT_GROWTH_FACTOR};
+use super::hook;
+use super::release::release_reference;
+use super::root_channel;
 use crate::config::{Config, HEAP_SIZE};
 use crate::control::GroupChannel;
 use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::{Allocator, MIN_ALIGNMENT};
 use crate::shmem::converge::converge;
-use crate::shmem::registry::{
-    bind_lease, on_behalf_of_consumer, set_lease, set_managed, under_lease,
-};
-use crate::shmem::{
-    Allocation, AllocationId, AllocationRecord, AllocationSpec, DebugState, Element, Shmem,
-    DEFAULT_ALIGNMENT,
-};
+use crate::shmem::registry::set_managed;
+use crate::shmem::{AllocationId, AllocationRecord, AllocationSpec, DebugState, DEFAULT_ALIGNMENT};
 use crate::world::World;
 
 /// The heap of a shared root is the sum of its consumers' budgets rounded up to this (2 MiB).
@@ -258,7 +254,7 @@ impl Inner {
 
 pub(super) struct Shared {
     pub(super) inner: Mutex<Inner>,
-    lease_freed: Condvar,
+    pub(super) lease_freed: Condvar,
     /// Serialises this process's collective consumer calls (allocate, free, grow), so that a
     /// check and its billing cannot interleave with another thread's.
     pub(super) collective: Mutex<()>,
@@ -269,23 +265,6 @@ pub(super) struct Shared {
 #[derive(Clone)]
 pub struct SharedRoot {
     shared: Arc<Shared>,
-}
-
-/// One consumer of a [`SharedRoot`].
-#[derive(Clone)]
-pub struct Consumer {
-    shared: Arc<Shared>,
-    index: usize,
-    name: String,
-}
-
-/// The execution lease of a consumer: its allocations, frees, growth and data-plane calls are
-/// made through it. One consumer holds the lease at a time per process; each claim is a new
-/// generation, and a lease of an earlier generation is refused. Dropping it releases it.
-pub struct Lease {
-    pub(super) shared: Arc<Shared>,
-    pub(super) consumer: usize,
-    pub(super) generation: u64,
 }
 
 /// One consumer in [`SharedRootState`].
@@ -684,330 +663,4 @@ fn close_checks(inner: &Inner) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-impl Consumer {
-    /// Its name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Claims the execution lease, waiting (up to the runtime's timeout,
-    /// `HYPER_MULTICORE_SHMEM_TIMEOUT_SEC`) while another consumer holds it.
-    pub fn claim(&self) -> Result<Lease> {
-        self.claim_within(None)
-    }
-
-    /// Claims the execution lease at once, or fails saying which consumer holds it.
-    pub fn try_claim(&self) -> Result<Lease> {
-        self.claim_within(Some(Duration::ZERO))
-    }
-
-    fn claim_within(&self, wait: Option<Duration>) -> Result<Lease> {
-        const OP: &str = "claim";
-        let mut inner = self.shared.inner.lock();
-        let deadline = Instant::now() + wait.unwrap_or(inner.timeout);
-        loop {
-            inner.check_active(OP)?;
-            if !inner.consumers[self.index].open {
-                return Err(closed(OP, &self.name));
-            }
-            match inner.lease {
-                None => break,
-                Some((holder, _)) => {
-                    let timed_out = Instant::now() >= deadline
-                        || self
-                            .shared
-                            .lease_freed
-                            .wait_until(&mut inner, deadline)
-                            .timed_out();
-                    if timed_out && inner.lease.is_some() {
-                        let holder = inner.lease.map_or(holder, |(h, _)| h);
-                        let waited = match wait {
-                            Some(Duration::ZERO) => String::new(),
-                            _ => format!(" (waited {:?})", inner.timeout),
-                        };
-                        return Err(Error::new(
-                            ErrorKind::InvalidState,
-                            OP,
-                            format!(
-                                "consumer {} holds the lease{waited}; consumer {} can claim it \
-                                 once that one releases it",
-                                inner.consumers[holder].spec.name, self.name
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
-        inner.generations += 1;
-        let generation = inner.generations;
-        inner.lease = Some((self.index, generation));
-        set_lease(Some(generation));
-        Ok(Lease {
-            shared: Arc::clone(&self.shared),
-            consumer: self.index,
-            generation,
-        })
-    }
-
-    /// Closes this consumer (refused while it owns allocations or holds the lease).
-    /// Idempotent.
-    pub fn close(&self) -> Result<()> {
-        const OP: &str = "close consumer";
-        let mut inner = self.shared.inner.lock();
-        let entry = &inner.consumers[self.index];
-        if !entry.open {
-            return Ok(());
-        }
-        if !entry.owned.is_empty() {
-            return Err(Error::new(
-                ErrorKind::InvalidState,
-                OP,
-                format!(
-                    "consumer {} still owns allocations {:?}; free them first",
-                    self.name,
-                    entry.owned.keys().collect::<Vec<_>>()
-                ),
-            ));
-        }
-        if inner.lease.is_some_and(|(holder, _)| holder == self.index) {
-            return Err(Error::new(
-                ErrorKind::InvalidState,
-                OP,
-                format!("consumer {} holds the lease; release it first", self.name),
-            ));
-        }
-        inner.consumers[self.index].open = false;
-        Ok(())
-    }
-
-    /// Its live allocations, in index order.
-    pub fn allocations(&self) -> Vec<AllocationRecord> {
-        let inner = self.shared.inner.lock();
-        inner.consumers[self.index]
-            .owned
-            .values()
-            .map(|o| o.record.clone())
-            .collect()
-    }
-}
-
-fn closed(operation: &str, name: &str) -> Error {
-    Error::new(
-        ErrorKind::InvalidState,
-        operation,
-        format!("consumer {name} is closed"),
-    )
-}
-
-impl Lease {
-    /// The lease's generation.
-    pub fn generation(&self) -> u64 {
-        self.generation
-    }
-
-    /// The consumer's name.
-    pub fn consumer(&self) -> String {
-        self.shared.inner.lock().consumers[self.consumer]
-            .spec
-            .name
-            .clone()
-    }
-
-    /// Releases the lease (refused if it is stale: released already, or of an earlier
-    /// generation).
-    pub fn release(&self) -> Result<()> {
-        let mut inner = self.shared.inner.lock();
-        inner.check_lease("release lease", self.consumer, self.generation)?;
-        inner.lease = None;
-        set_lease(None);
-        self.shared.lease_freed.notify_all();
-        Ok(())
-    }
-
-    /// Runs `f` on the runtime for this consumer (a data-plane or collective call), if the
-    /// lease is current. While a shared root is active this is the way to the runtime: a bare
-    /// [`guarded`] call is refused unless its thread acts under the lease held (here, or
-    /// [`Lease::bind_thread`]).
-    pub fn run<R>(&self, operation: &str, f: impl FnOnce(&Shmem) -> Result<R>) -> Result<R> {
-        self.shared
-            .inner
-            .lock()
-            .check_lease(operation, self.consumer, self.generation)?;
-        under_lease(self.generation, || guarded(operation, f))
-    }
-
-    /// Makes the calling thread act under this lease for its bare [`guarded`] calls, until the
-    /// lease is released (a later lease is not inherited): for a front in another language
-    /// whose data-plane calls reach the runtime through [`guarded`] and are checked against the
-    /// lease there (the Python front binds the thread that claims).
-    pub fn bind_thread(&self) {
-        bind_lease(self.generation);
-    }
-
-    /// Collective: allocates `len` elements of `T`, billed to the consumer.
-    #[track_caller]
-    pub fn allocate<T: Element>(
-        &self,
-        len: usize,
-        alignment: Option<u64>,
-    ) -> Result<Allocation<T>> {
-        self.allocate_spec(&AllocationSpec::of::<T>(len, alignment))?
-            .into_allocation()
-    }
-
-    /// Collective: allocates by spec, billed to the consumer. Refused on every rank, before
-    /// any collective work, when the lease is stale or the budget would be exceeded on any rank.
-    /// At debug log level the allocation is logged with its caller's file and line.
-    #[track_caller]
-    pub fn allocate_spec(&self, spec: &AllocationSpec) -> Result<AllocationRecord> {
-        let site = std::panic::Location::caller();
-        self.allocate_spec_from(spec, &format!("{}:{}", site.file(), site.line()))
-    }
-
-    /// [`Lease::allocate_spec`] for a front in another language: `site` (its caller's
-    /// `file:line`) is what the debug log names.
-    pub fn allocate_spec_from(
-        &self,
-        spec: &AllocationSpec,
-        site: &str,
-    ) -> Result<AllocationRecord> {
-        const OP: &str = "allocate";
-        let _collective = self.shared.collective.lock();
-        let local = self.billing_check(OP, spec);
-        let billed = self.agree(OP, local)?;
-        let record = on_behalf_of_consumer(|| self.run(OP, |shmem| shmem.allocate_spec(spec)))?;
-        let mut inner = self.shared.inner.lock();
-        let entry = &mut inner.consumers[self.consumer];
-        tracing::debug!(
-            "consumer {}: allocation {} ({} bytes, {billed} billed) allocated at {site}",
-            entry.spec.name,
-            record.id.index,
-            record.bytes
-        );
-        entry.owned.insert(
-            record.id.index,
-            Owned {
-                record: record.clone(),
-                billed,
-            },
-        );
-        Ok(record)
-    }
-
-    /// Collective: frees allocation `id` of this consumer. Refused on every rank, before any
-    /// collective work, when the lease is stale or another consumer owns it; a free that fails
-    /// keeps the bill.
-    pub fn free(&self, id: AllocationId) -> Result<()> {
-        const OP: &str = "free";
-        let _collective = self.shared.collective.lock();
-        let local = self.ownership_check(OP, id);
-        self.agree(OP, local)?;
-        on_behalf_of_consumer(|| self.run(OP, |shmem| shmem.free_id(id)))?;
-        let mut inner = self.shared.inner.lock();
-        inner.consumers[self.consumer].owned.remove(&id.index);
-        Ok(())
-    }
-
-    /// Exchanges a local check's outcome over the root: the same verdict on every rank.
-    fn agree<T>(&self, operation: &str, local: Result<T>) -> Result<T>
-    where
-        T: Serialize + serde::de::DeserializeOwned + std::fmt::Debug + PartialEq + Clone,
-    {
-        // Without a runtime (the root failed) the local check's own error says why.
-        let channel = match root_channel(operation) {
-            Ok(channel) => channel,
-            Err(error) => return Err(local.err().unwrap_or(error)),
-        };
-        let rank = channel.rank();
-        let values = converge(
-            channel.as_ref(),
-            operation,
-            local.map_err(|e| e.on_rank(rank)),
-        )?;
-        Ok(values[rank].clone())
-    }
-
-    /// The budget an allocation of `spec` costs, if the lease is current and it fits.
-    fn billing_check(&self, operation: &str, spec: &AllocationSpec) -> Result<u64> {
-        let inner = self.shared.inner.lock();
-        inner.check_lease(operation, self.consumer, self.generation)?;
-        let entry = &inner.consumers[self.consumer];
-        let cost = allocation_budget(spec)?;
-        let left = entry.budget.saturating_sub(entry.used());
-        if cost > left {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                operation,
-                format!(
-                    "consumer {}: {} requested, {} of {} left; free some of its allocations, \
-                     declare a larger budget, or grow it",
-                    entry.spec.name,
-                    show_bytes(cost),
-                    show_bytes(left),
-                    show_bytes(entry.budget)
-                ),
-            ));
-        }
-        Ok(cost)
-    }
-
-    fn ownership_check(&self, operation: &str, id: AllocationId) -> Result<()> {
-        let inner = self.shared.inner.lock();
-        inner.check_lease(operation, self.consumer, self.generation)?;
-        let name = &inner.consumers[self.consumer].spec.name;
-        let owner = inner
-            .consumers
-            .iter()
-            .find(|c| c.owned.get(&id.index).is_some_and(|o| o.record.id == id));
-        match owner {
-            Some(c) if c.spec.name == *name => Ok(()),
-            Some(c) => Err(Error::new(
-                ErrorKind::InvalidArgument,
-                operation,
-                format!(
-                    "allocation {} is owned by consumer {}; consumer {name} cannot free it",
-                    id.index, c.spec.name
-                ),
-            )),
-            None => Err(Error::new(
-                ErrorKind::DoubleFree,
-                operation,
-                format!(
-                    "allocation {} is not a live allocation of any consumer (freed already, or \
-                     of an earlier heap: a growth replaces every allocation)",
-                    id.index
-                ),
-            )),
-        }
-    }
-}
-
-impl std::fmt::Debug for Lease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lease")
-            .field("consumer", &self.consumer)
-            .field("generation", &self.generation)
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for Consumer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Consumer")
-            .field("name", &self.name)
-            .finish()
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        let mut inner = self.shared.inner.lock();
-        if inner.lease == Some((self.consumer, self.generation)) {
-            inner.lease = None;
-            set_lease(None);
-            self.shared.lease_freed.notify_all();
-        }
-    }
 }
