@@ -6,10 +6,10 @@
 //! timed with the same method as the operations it is compared with.
 //!
 //! The two threads are pinned: across two CPUs for the reference the ratios are taken against,
-//! and both on one CPU for context. Unpinned, the result is bimodal: on the 2-core VMs a round
-//! trip takes ≈ 14 µs when both threads share a core and ≈ 55 µs across cores (a cross-core
-//! wake-up costs an inter-processor interrupt), so ratios against it would jump by 4× from run
-//! to run. The PEs themselves are not pinned, so a collective between PEs that happen to share
+//! and both on one CPU for context. Unpinned, the result is bimodal: a round trip between
+//! threads that share a core is a context switch, one across cores also an inter-processor
+//! interrupt to wake the other, so ratios against an unpinned reference would jump between the
+//! two from run to run (the report shows both placements). The PEs themselves are not pinned, so a collective between PEs that happen to share
 //! a core can beat the cross-CPU round trip.
 //!
 //! ```ignore

@@ -276,8 +276,8 @@ pub(crate) fn g<R: bytemuck::Pod>(call: &str, source: usize, pe: c_int) -> R {
 
 /// The body of [`g`]'s guarded call, a function the compiler must inline into the closure
 /// around it: the closure then works on the caller's `at`, `value` and `pe` in place, where a
-/// closure body of its own copied the located range through the stack three times (get 8 B
-/// 8.6 → 8.0 ns, 4 alternated runs; the same form did not move put + quiet or the atomics).
+/// closure body of its own copied the located range through the stack three times (which
+/// showed in the C API's `get` row; the same form did not move put + quiet or the atomics).
 #[inline(always)]
 fn get_word<R: bytemuck::Pod>(
     shmem: &hyper_multicore::shmem::Shmem,

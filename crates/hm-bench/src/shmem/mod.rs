@@ -2,9 +2,10 @@
 //! put/get latency and bandwidth, signal ping-pong, remote fetch-add, collective malloc+free
 //! and all-to-all — each next to a reference measured in the same run (memcpy of the same size
 //! in the same process, or a raw cache-line ping-pong between the same two processes), its
-//! trials interleaved with the operation's ([`time_interleaved`](crate::stats::time_interleaved)): on these VMs a cache-line
-//! transfer between the two CPUs costs 30 ns or 250 ns depending on where the host runs them
-//! at the moment, so a reference taken a second earlier may belong to another machine.
+//! trials interleaved with the operation's ([`time_interleaved`](crate::stats::time_interleaved)): on a VM a cache-line
+//! transfer between the two CPUs costs what the host's placement of them costs at the moment
+//! (the same or another socket), which changes within a run, so a reference taken a second
+//! earlier may belong to another machine.
 //!
 //! Driver ([`drive`]), for each PE count N:
 //! 1. launches [`Method::launches`] jobs of N PEs that only initialize a runtime, allocate once,

@@ -22,7 +22,8 @@ const BANDWIDTH_BYTES: [usize; 3] = [64 << 10, 1 << 20, 16 << 20];
 const COMPUTE_WINDOW: Duration = Duration::from_millis(20);
 
 /// How long PE 0 computes before the burst of the `get_burst_waiting_peer` row: past the spin
-/// window (0.2 ms) of PE 1's wait in the barrier, so PE 1 sleeps when the burst starts.
+/// window of PE 1's wait in the barrier (a fraction of this), so PE 1 sleeps when the burst
+/// starts.
 const ASLEEP_WINDOW: Duration = Duration::from_millis(2);
 
 /// Gets per sample of the `get_burst_waiting_peer` row.
@@ -135,7 +136,8 @@ impl Bench<'_> {
     /// the same size (the same working set: source + destination of that size). The private
     /// buffers start on a cache line, like every heap allocation, so memcpy sees the same
     /// relative alignment in the reference and in the put/get (a source 16 bytes off a line,
-    /// as `malloc` gives, made a 64 KiB `rep movsb` copy up to ≈ 30 % slower on this CPU).
+    /// as `malloc` gives, makes `rep movsb` split lines and copy measurably slower: the
+    /// reference would then flatter the put/get).
     pub(super) fn bandwidth(&self) -> Result<()> {
         let shmem = self.shmem;
         let largest = BANDWIDTH_BYTES[BANDWIDTH_BYTES.len() - 1];

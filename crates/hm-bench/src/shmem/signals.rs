@@ -12,9 +12,10 @@ use super::{Bench, LAYER, REFERENCE, WORD_BYTES};
 use crate::shared_word::{shared_word, spin_until};
 use crate::stats::{Batch, Timing};
 
-/// How long PE 0 computes before it wakes PE 1 in the `wake_sleeper_*` rows: past the waiter's
-/// spin and yield phases (64 `sched_yield`s lasted over 5 ms on the shared 2-core VM), so it
-/// sleeps on its futex in slices of 20 ms when the update comes.
+/// How long PE 0 computes before it wakes PE 1 in the `wake_sleeper_*` rows: well past the
+/// waiter's spin and yield phases (its yields last as long as the other processes on the core
+/// run, so on a shared machine they take far longer than the spin), so it sleeps on its futex
+/// when the update comes.
 const SLEEPER_DELAY: Duration = Duration::from_millis(50);
 
 impl Bench<'_> {

@@ -35,10 +35,10 @@ impl Allocated {
 }
 
 /// The live allocations by heap offset: a vector sorted by offset while few are live (it keeps
-/// its room when the last block is freed, where a B-tree allocated and freed a node on every
-/// `shmem_malloc` + `shmem_free` of a program with nothing else live: 364 against 407 ns per
-/// pair), a B-tree once many are (a vector's free moves every later block: 14.3 µs at 50,000
-/// live, against 0.58 µs).
+/// its room when the last block is freed, where a B-tree allocates and frees a node on every
+/// `shmem_malloc` + `shmem_free` of a program with nothing else live, which shows in the
+/// `malloc_free` row), a B-tree once many are (a vector's free moves every later block, a cost
+/// that grows with the number live while the B-tree's grows with its logarithm).
 #[derive(Debug)]
 pub(super) enum Allocations {
     /// Sorted by offset, searched by bisection.
