@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use hyper_multicore::config::{Config, TIMEOUT_SEC};
 use hyper_multicore::launch::{JobPlan, PeChild, PeStdio};
+use hyper_multicore::shmem::{AllocationSpec, Dtype};
 use hyper_multicore::world::World;
 use rustix::process::{kill_process, Pid, Signal};
 
@@ -217,6 +218,28 @@ impl PeResult {
     }
 }
 
+/// One mebibyte: the unit the lifecycle tests size heaps in.
+pub const MIB: u64 = 1 << 20;
+
+/// Prints `error` on one line for the parent process to read: `{label} {kind:?} {recovery:?} |
+/// {error}` (a PE's verdict on a failed lifecycle call).
+pub fn print_error(label: &str, error: &hyper_multicore::Error) {
+    println!(
+        "{label} {:?} {:?} | {error}",
+        error.kind(),
+        error.recovery()
+    );
+}
+
+/// What to allocate for `shape` bytes (`u8` elements, the default alignment).
+pub fn u8_spec(shape: Vec<usize>) -> AllocationSpec {
+    AllocationSpec {
+        shape,
+        dtype: Dtype::U8,
+        alignment: None,
+    }
+}
+
 /// The results of a whole job, by rank (absent ranks are missing).
 #[derive(Debug)]
 pub struct JobResult {
@@ -261,6 +284,24 @@ impl JobResult {
             idle.join(", "),
             self.describe()
         );
+    }
+
+    /// The PEs that a fault point did not kill (every rank but `killed`), each asserted to have
+    /// exited successfully and printed `RECOVERY Some(ConvergenceFailure)`: what every survivor
+    /// of a rank killed during a converged stage must conclude. `fault` names the case in a
+    /// failure's message.
+    pub fn survivors_of(&self, killed: usize, fault: &str) -> Vec<&PeResult> {
+        let survivors: Vec<&PeResult> = self.pes.iter().filter(|p| p.rank != killed).collect();
+        for pe in &survivors {
+            assert!(pe.status.success(), "{fault}\n{}", self.describe());
+            assert_eq!(
+                pe.lines_with("RECOVERY "),
+                ["Some(ConvergenceFailure)"],
+                "{fault}\n{}",
+                self.describe()
+            );
+        }
+        survivors
     }
 
     /// The result of PE `rank`.

@@ -3,7 +3,7 @@
 use hm_testkit::{heap_mappings, is_pe, start_runtime, wait_until_stopped, Job, Options};
 use hyper_multicore::config::TRANSPORT;
 use hyper_multicore::shmem::{
-    copy_count, Comparison, ReduceOp, Shmem, SignalOp, Symmetric, TEST_HOST_VARIABLE,
+    copy_count, Allocation, Comparison, ReduceOp, Shmem, SignalOp, Symmetric, TEST_HOST_VARIABLE,
 };
 use hyper_multicore::ErrorKind;
 
@@ -998,16 +998,14 @@ fn routes_follow_the_hosts() {
     finish(shmem);
 }
 
-/// Not a test of speed (nothing is asserted about time): prints the UCX route's latencies through
-/// the runtime API for docs/multinode.md — one-way signal and put_signal ping-pong, get 8 B and
-/// fetch-add, 2 PEs with every pair on UCX. Does nothing unless `HM_REPORT_ITERS` is set: run
-/// `HM_REPORT_ITERS=2000 cargo test -p hyper-multicore --test data_plane ucx_route_latency_report
-/// -- --nocapture`.
+/// The word operations in a row over the UCX route, 2 PEs with every pair on UCX: one-way signal
+/// and put_signal ping-pong, get 8 B, fetch-add and put 8 B + quiet, each checked (the data and
+/// signal values that arrive, the fetched values, the words left behind) and each timed. Not a
+/// test of speed (nothing is asserted about time): with `HM_REPORT_ITERS` set it runs that many
+/// rounds and prints the latencies for docs/multinode.md: `HM_REPORT_ITERS=2000 cargo test -p
+/// hyper-multicore --test data_plane ucx_route_latency_report -- --nocapture`.
 #[test]
 fn ucx_route_latency_report() {
-    if std::env::var_os("HM_REPORT_ITERS").is_none() {
-        return;
-    }
     if is_pe() {
         return ucx_route_latencies();
     }
@@ -1018,17 +1016,24 @@ fn ucx_route_latency_report() {
     )
     .wait();
     result.assert_all_succeeded();
-    for line in result.pe(0).lines_with("REPORT") {
-        println!("UCX route:{line}");
+    let lines = result.pe(0).lines_with("REPORT");
+    assert_eq!(lines.len(), 5, "PE 0 timed every operation: {lines:?}");
+    if std::env::var_os("HM_REPORT_ITERS").is_some() {
+        for line in lines {
+            println!("UCX route:{line}");
+        }
     }
 }
+
+/// The value each PE's `word` holds before the gets and fetch-adds of [`ucx_route_latencies`].
+const FIRST_WORD: u64 = 41;
 
 fn ucx_route_latencies() {
     use std::time::{Duration, Instant};
     let iters: usize = std::env::var("HM_REPORT_ITERS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200)
+        .unwrap_or(50)
         .max(1);
     let (_world, shmem) = start_runtime(HEAP).unwrap();
     let (rank, peer) = (shmem.rank(), 1 - shmem.rank());
@@ -1036,7 +1041,13 @@ fn ucx_route_latencies() {
     let flag = shmem.allocate::<u64>(1, None).unwrap();
     let data = shmem.allocate::<u64>(1, None).unwrap();
     shmem.put(&flag, &[0], rank).unwrap();
+    shmem.put(&word, &[FIRST_WORD], rank).unwrap();
     shmem.barrier().unwrap();
+    let own = |allocation: &Allocation<u64>| {
+        let mut value = [0u64];
+        shmem.get(&mut value, allocation, rank).unwrap();
+        value[0]
+    };
     let median = |mut samples: Vec<Duration>| {
         samples.sort();
         samples[samples.len() / 2]
@@ -1060,6 +1071,9 @@ fn ucx_route_latencies() {
                 shmem
                     .wait_signal(&flag, expect, Comparison::Eq, None)
                     .unwrap();
+                if with_data {
+                    assert_eq!(own(&data), k, "PE 1's data with signal {expect}");
+                }
             }
             if with_data {
                 shmem
@@ -1073,6 +1087,9 @@ fn ucx_route_latencies() {
                     .wait_signal(&flag, expect, Comparison::Eq, None)
                     .unwrap();
                 rounds.push(started.elapsed() / 2);
+                if with_data {
+                    assert_eq!(own(&data), k, "PE 0's data with signal {expect}");
+                }
             }
         }
         shmem.barrier().unwrap();
@@ -1086,15 +1103,19 @@ fn ucx_route_latencies() {
             .map(|_| {
                 let started = Instant::now();
                 shmem.get(&mut value, &word, peer).unwrap();
-                started.elapsed()
+                let took = started.elapsed();
+                assert_eq!(value[0], FIRST_WORD, "PE 1's word, got");
+                took
             })
             .collect();
         report("get 8 B (peer idle in a barrier)", median(gets));
-        let adds: Vec<Duration> = (0..iters)
-            .map(|_| {
+        let adds: Vec<Duration> = (0..iters as u64)
+            .map(|i| {
                 let started = Instant::now();
-                shmem.atomic_fetch_add(&word, 1, peer).unwrap();
-                started.elapsed()
+                let fetched = shmem.atomic_fetch_add(&word, 1, peer).unwrap();
+                let took = started.elapsed();
+                assert_eq!(fetched, FIRST_WORD + i, "fetch-add {i} on PE 1's word");
+                took
             })
             .collect();
         report("fetch-add u64", median(adds));
@@ -1107,6 +1128,15 @@ fn ucx_route_latencies() {
             })
             .collect();
         report("put 8 B + quiet", median(puts));
+    }
+    shmem.barrier().unwrap();
+    if rank == 1 {
+        assert_eq!(
+            own(&word),
+            FIRST_WORD + iters as u64,
+            "PE 1's word after the adds"
+        );
+        assert_eq!(own(&data), 1, "PE 1's data after the puts");
     }
     shmem.barrier().unwrap();
     for allocation in [data, flag, word] {

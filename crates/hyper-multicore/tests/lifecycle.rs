@@ -4,22 +4,12 @@
 
 use std::sync::Arc;
 
-use hm_testkit::{is_pe, Job, Options};
+use hm_testkit::{is_pe, print_error, u8_spec, Job, Options, MIB};
 use hyper_multicore::control::GroupChannel;
 use hyper_multicore::lifecycle::{self, Replacement, Stage, FAULT_VARIABLE};
 use hyper_multicore::shmem::{AllocationSpec, Dtype, Symmetric};
 use hyper_multicore::world::World;
 use hyper_multicore::{ErrorKind, Recovery};
-
-const MIB: u64 = 1 << 20;
-
-fn report(label: &str, error: &hyper_multicore::Error) {
-    println!(
-        "{label} {:?} {:?} | {error}",
-        error.kind(),
-        error.recovery()
-    );
-}
 
 #[test]
 fn references_are_counted_and_the_last_release_shuts_down() {
@@ -86,7 +76,7 @@ fn a_second_acquire_must_name_the_same_ordered_group() {
         let state = lifecycle::debug_state();
         assert_eq!(state.root_size, Some(2));
         let error = lifecycle::acquire(None, None).unwrap_err();
-        report("MEMBERSHIP", &error);
+        print_error("MEMBERSHIP", &error);
         assert!(
             error.to_string().contains(&format!("{members:?}"))
                 && error.to_string().contains("[0, 1, 2, 3]"),
@@ -159,7 +149,7 @@ fn release_with_live_allocations_is_retryable_and_keeps_the_reference() {
         lifecycle::acquire(None, Some(4 * MIB)).unwrap();
         let buffer = lifecycle::guarded("allocate", |s| s.allocate::<u8>(100, None)).unwrap();
         let error = lifecycle::release().unwrap_err();
-        report("RELEASE", &error);
+        print_error("RELEASE", &error);
         assert_eq!(error.recovery(), Some(Recovery::Retryable));
         assert_eq!(error.stage(), Some("Preflight"));
         assert!(
@@ -298,11 +288,7 @@ fn restart_arguments_are_checked_and_stay_retryable() {
             Ok((s.allocate::<u8>(64, None)?, s.allocate::<u8>(64, None)?))
         })
         .unwrap();
-        let spec = AllocationSpec {
-            shape: vec![8],
-            dtype: Dtype::U8,
-            alignment: None,
-        };
+        let spec = u8_spec(vec![8]);
         let whole = |r| Replacement {
             current: r,
             target: spec.clone(),
@@ -336,11 +322,7 @@ fn restart_arguments_are_checked_and_stay_retryable() {
                     whole(a.region()),
                     Replacement {
                         current: b.region(),
-                        target: AllocationSpec {
-                            shape: vec![8 << 20],
-                            dtype: Dtype::U8,
-                            alignment: None,
-                        },
+                        target: u8_spec(vec![8 << 20]),
                         preserve: false,
                     },
                 ],
@@ -352,11 +334,7 @@ fn restart_arguments_are_checked_and_stay_retryable() {
                     whole(a.region()),
                     Replacement {
                         current: b.region(),
-                        target: AllocationSpec {
-                            shape: vec![],
-                            dtype: Dtype::U8,
-                            alignment: None,
-                        },
+                        target: u8_spec(vec![]),
                         preserve: false,
                     },
                 ],
@@ -391,11 +369,7 @@ fn restart_arguments_are_checked_and_stay_retryable() {
             );
         }
         // A target manifest that differs on one rank.
-        let mine = AllocationSpec {
-            shape: vec![8 + rank % 2],
-            dtype: Dtype::U8,
-            alignment: None,
-        };
+        let mine = u8_spec(vec![8 + rank % 2]);
         let error = lifecycle::restart(
             8 * MIB,
             &[
@@ -409,7 +383,7 @@ fn restart_arguments_are_checked_and_stay_retryable() {
             None,
         )
         .unwrap_err();
-        report("MANIFEST", &error);
+        print_error("MANIFEST", &error);
         assert!(
             error
                 .to_string()
@@ -465,7 +439,7 @@ fn restart_under_fault() {
         preserve: false,
     };
     let error = lifecycle::restart(8 * MIB, &[replacement], None).unwrap_err();
-    report("ERROR", &error);
+    print_error("ERROR", &error);
     println!("STAGE {}", error.stage().unwrap_or("none"));
     println!("RECOVERY {:?}", error.recovery());
     match error.recovery() {
@@ -562,17 +536,13 @@ fn lifecycle_while_a_rank_dies() {
             let a = lifecycle::guarded("allocate", |s| s.allocate::<u8>(64, None)).unwrap();
             let replacement = Replacement {
                 current: a.region(),
-                target: AllocationSpec {
-                    shape: vec![128],
-                    dtype: Dtype::U8,
-                    alignment: None,
-                },
+                target: u8_spec(vec![128]),
                 preserve: false,
             };
             lifecycle::restart(8 * MIB, &[replacement], None).unwrap_err()
         }
     };
-    report("ERROR", &error);
+    print_error("ERROR", &error);
     println!("RECOVERY {:?}", error.recovery());
     println!("KIND {:?}", error.kind());
     let again = lifecycle::acquire(None, None).unwrap_err();
@@ -596,14 +566,7 @@ fn a_rank_killed_at_any_lifecycle_stage_invalidates_the_survivors() {
             .env(FAULT_VARIABLE, &fault)
             .env("HM_TEST_OPERATION", operation);
         let result = Job::launch_with(name, 3, options).wait();
-        for pe in result.pes.iter().filter(|p| p.rank != 1) {
-            assert!(pe.status.success(), "{fault}\n{}", result.describe());
-            assert_eq!(
-                pe.lines_with("RECOVERY "),
-                ["Some(ConvergenceFailure)"],
-                "{fault}\n{}",
-                result.describe()
-            );
+        for pe in result.survivors_of(1, &fault) {
             assert_eq!(
                 pe.lines_with("KIND "),
                 ["PeerLost"],
@@ -736,11 +699,7 @@ fn preflight_hook_values_are_compared_as_values_and_described_by_the_hook() {
         let a = lifecycle::guarded("allocate", |s| s.allocate::<u8>(64, None)).unwrap();
         let replacement = |current| Replacement {
             current,
-            target: AllocationSpec {
-                shape: vec![64],
-                dtype: Dtype::U8,
-                alignment: None,
-            },
+            target: u8_spec(vec![64]),
             preserve: false,
         };
         // Same set, different order per rank: equal as values.
@@ -769,7 +728,7 @@ fn preflight_hook_values_are_compared_as_values_and_described_by_the_hook() {
         };
         let error =
             lifecycle::restart(4 * MIB, &[replacement(current)], Some(&mut hook)).unwrap_err();
-        report("HOOK", &error);
+        print_error("HOOK", &error);
         let text = error.to_string();
         assert_eq!(error.recovery(), Some(Recovery::Retryable), "{text}");
         assert!(text.contains("values differ across root ranks"), "{text}");
@@ -814,13 +773,13 @@ fn restart_checks_everything_it_can_before_teardown() {
         };
         // An alignment above the new heap's maximum (its size rounded up to a power of two).
         let error = lifecycle::restart(16 * MIB, &[target(Some(32 * MIB))], None).unwrap_err();
-        report("ALIGNMENT", &error);
+        print_error("ALIGNMENT", &error);
         assert_eq!(error.recovery(), Some(Recovery::Retryable), "{error}");
         assert_eq!(error.stage(), Some("Preflight"), "{error}");
         assert!(error.to_string().contains("no larger than"), "{error}");
         // A heap that exceeds this host's memory for the PEs of the root (1 TiB each).
         let error = lifecycle::restart(1 << 40, &[target(None)], None).unwrap_err();
-        report("HOST MEMORY", &error);
+        print_error("HOST MEMORY", &error);
         assert_eq!(error.recovery(), Some(Recovery::Retryable), "{error}");
         assert_eq!(error.stage(), Some("Preflight"), "{error}");
         assert!(error.to_string().contains("of memory"), "{error}");
@@ -845,7 +804,7 @@ fn a_failed_shutdown_leaves_no_reference_but_stays_terminal() {
     if is_pe() {
         lifecycle::acquire(None, Some(4 * MIB)).unwrap();
         let error = lifecycle::release().unwrap_err();
-        report("SHUTDOWN", &error);
+        print_error("SHUTDOWN", &error);
         assert_eq!(error.recovery(), Some(Recovery::Terminal), "{error}");
         assert_eq!(error.stage(), Some("Shutdown"), "{error}");
         assert_eq!(lifecycle::reference_count(), 0, "the runtime is gone");
@@ -902,7 +861,7 @@ fn guarded_calls_are_excluded_from_the_whole_restart_including_preflight() {
         };
         let result = lifecycle::restart(4 * MIB, &[replacement], Some(&mut hook)).unwrap();
         let error = raced.unwrap().unwrap_err();
-        report("RACED", &error);
+        print_error("RACED", &error);
         assert!(error.to_string().contains("in progress"), "{error}");
         assert_eq!(error.recovery(), Some(Recovery::Retryable), "{error}");
         // The same thread cannot call into the runtime from its own hook either (it would
@@ -952,7 +911,7 @@ fn a_member_list_root_is_checked_before_any_communication() {
         // until the deadline).
         if rank == 0 {
             let error = lifecycle::acquire_root(RootGroup::Members(vec![0, 1]), None).unwrap_err();
-            report("REFUSED", &error);
+            print_error("REFUSED", &error);
             assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
             assert!(
                 error.to_string().contains("[0, 1, 2]") && error.to_string().contains("[0, 1]"),
@@ -1044,7 +1003,7 @@ fn a_changed_root_mode_is_refused_by_acquire_and_by_release_preflight() {
         lifecycle::acquire(Some(dynamic()), Some(4 * MIB)).unwrap();
         // Same members, but the launcher's world instead of the torch group the root started on.
         let error = lifecycle::acquire(None, None).unwrap_err();
-        report("WORLD", &error);
+        print_error("WORLD", &error);
         assert!(error.to_string().contains("mode changed"), "{error}");
         assert_eq!(lifecycle::reference_count(), 1);
         // The torch group is destroyed.
@@ -1052,7 +1011,7 @@ fn a_changed_root_mode_is_refused_by_acquire_and_by_release_preflight() {
         let error = lifecycle::acquire(Some(dynamic()), None).unwrap_err();
         assert!(error.to_string().contains("mode changed"), "{error}");
         let error = lifecycle::release().unwrap_err();
-        report("RELEASE", &error);
+        print_error("RELEASE", &error);
         assert!(error.to_string().contains("mode changed"), "{error}");
         assert_eq!(error.recovery(), Some(Recovery::Retryable), "{error}");
         assert_eq!(error.stage(), Some("Preflight"), "{error}");

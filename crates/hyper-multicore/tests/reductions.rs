@@ -550,17 +550,14 @@ on_hosts!(
     subgroups: subgroups_across_two_hosts = ["a", "a", "b", "b"];
 );
 
-/// Not a test of speed (nothing is asserted about time): prints how long a whole-root
-/// `all_reduce` (u64 sum, separate target) takes on 4 PEs over two simulated hosts (2 + 2, or
-/// the hosts of `HM_REPORT_HOSTS`), per vector size, for docs/multinode.md and
-/// bench/findings.md. Does nothing unless
-/// `HM_REPORT_ITERS` is set: run `HM_REPORT_ITERS=200 cargo test -p hyper-multicore --test
-/// reductions all_reduce_across_hosts_report -- --nocapture`.
+/// A whole-root `all_reduce` (u64 sum, separate target) on 4 PEs over two simulated hosts
+/// (2 + 2, or the hosts of `HM_REPORT_HOSTS`), at 8 B to 8 MiB, round after round: the sum is
+/// checked on every PE after each size's last round, and each size timed. Not a test of speed (nothing is asserted
+/// about time): with `HM_REPORT_ITERS` set it runs more rounds and prints the times for
+/// docs/multinode.md: `HM_REPORT_ITERS=200 cargo test -p hyper-multicore --test reductions
+/// all_reduce_across_hosts_report -- --nocapture`.
 #[test]
 fn all_reduce_across_hosts_report() {
-    if std::env::var_os("HM_REPORT_ITERS").is_none() {
-        return;
-    }
     if is_pe() {
         return all_reduce_latencies();
     }
@@ -578,8 +575,12 @@ fn all_reduce_across_hosts_report() {
     )
     .wait();
     result.assert_all_succeeded();
-    for line in result.pe(0).lines_with("REPORT") {
-        println!("all_reduce, hosts {hosts:?}:{line}");
+    let lines = result.pe(0).lines_with("REPORT");
+    assert_eq!(lines.len(), 4, "PE 0 timed every size: {lines:?}");
+    if std::env::var_os("HM_REPORT_ITERS").is_some() {
+        for line in lines {
+            println!("all_reduce, hosts {hosts:?}:{line}");
+        }
     }
 }
 
@@ -588,9 +589,11 @@ fn all_reduce_latencies() {
     let iters: usize = std::env::var("HM_REPORT_ITERS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(100)
+        .unwrap_or(20)
         .max(1);
     let (world, shmem) = start_runtime(Some(64 << 20)).unwrap();
+    let size = shmem.size() as u64;
+    let sum = size * (size - 1) / 2;
     for bytes in [8usize, 64 << 10, 1 << 20, 8 << 20] {
         let len = bytes / 8;
         let source = shmem.allocate::<u64>(len, None).unwrap();
@@ -607,6 +610,13 @@ fn all_reduce_latencies() {
             shmem.all_reduce(&target, &source, ReduceOp::Sum).unwrap();
             samples.push(started.elapsed());
         }
+        // The last round's target (no later round of this size writes it).
+        let mut reduced = vec![0u64; len];
+        shmem.get(&mut reduced, &target, shmem.rank()).unwrap();
+        assert!(
+            reduced.iter().all(|&value| value == sum),
+            "{bytes} B after {rounds} rounds: the sum of the ranks, {sum}, in every element"
+        );
         samples.sort();
         println!(
             "REPORT {bytes} B: median {:.3} ms, min {:.3} ms ({rounds} rounds)",
