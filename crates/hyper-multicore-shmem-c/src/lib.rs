@@ -11,8 +11,9 @@
 //!
 //! Every call goes to the Rust runtime (the lifecycle's process-wide [`Shmem`]): this crate
 //! only translates — a symmetric address into the runtime's (allocation, offset) region
-//! (`job.rs`), a C buffer into bytes (`sys/caller_memory.rs`), a failure into one line on stderr
-//! and a non-zero exit (`failure.rs`). docs/c-api.md lists what is covered and the deviations.
+//! (`job/addresses.rs`), a C buffer into bytes (`sys/caller_memory.rs`), a failure into one
+//! line on stderr and a non-zero exit (`failure.rs`). docs/c-api.md lists what is covered and
+//! the deviations.
 //!
 //! [`Shmem`]: hyper_multicore::shmem::Shmem
 
