@@ -69,7 +69,8 @@ pub(crate) fn restart_heap(
                 fail(
                     call,
                     format!(
-                        "replacement {index}: address {:#x} is not the start of a live                          shmem_malloc allocation; pass the pointers shmem_malloc returned",
+                        "replacement {index}: address {:#x} is not the start of a live \
+                         shmem_malloc allocation; pass the pointers shmem_malloc returned",
                         resize.address
                     ),
                 )
