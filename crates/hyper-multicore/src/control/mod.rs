@@ -31,6 +31,7 @@ pub mod frame;
 pub(crate) mod global_exit;
 mod network;
 mod point_to_point;
+mod progress;
 mod rendezvous;
 mod router;
 pub(crate) mod unique_id;
@@ -41,9 +42,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 pub use channel::{ChannelMode, GroupChannel};
-#[cfg(all(feature = "ucx", not(loom)))]
-pub(crate) use router::Nudger;
-pub(crate) use router::{ServeRequester, SpinWork, WhileWaiting};
+pub(crate) use progress::Progress;
+pub(crate) use router::{Nudger, ServeRequester, SpinWork};
 pub use unique_id::{BootstrapListener, UniqueId, PROTOCOL_VERSION, SECRET_LEN};
 
 use frame::WireError;
@@ -79,21 +79,18 @@ pub struct ControlPlane {
 impl ControlPlane {
     /// Makes every waiter of this plane run `work` while it spins (replacing any earlier work)
     /// until the returned value drops.
-    #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
-    pub(crate) fn while_spinning(&self, work: impl WhileWaiting + 'static) -> SpinWork {
+    pub(crate) fn while_spinning(&self, work: Arc<dyn Progress>) -> SpinWork {
         self.shared.while_spinning(work)
     }
 
     /// What asks a peer's process to serve this plane's spin work now (see
-    /// [`ServeRequester`]), at most once per `interval` per peer; None for a plane of one rank.
-    #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
-    pub(crate) fn serve_requester(&self, interval: Duration) -> Option<ServeRequester> {
+    /// [`ServeRequester`]); None for a plane of one rank.
+    pub(crate) fn serve_requester(&self) -> Option<ServeRequester> {
         let network = self.network.as_ref()?;
         Some(ServeRequester::new(
             self.rank,
             self.size,
             network.links.clone(),
-            interval,
         ))
     }
 

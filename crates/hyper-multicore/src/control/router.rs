@@ -25,6 +25,7 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use super::frame::{write_frame, Frame, FrameDecoder, Kind, WireError};
 use super::global_exit::{self, ExitRound};
+use super::progress::Progress;
 use crate::error::{Error, ErrorKind};
 
 /// How long a router keeps polling after it received something, and a waiter watches the inbox,
@@ -144,80 +145,52 @@ pub(crate) struct Shared {
     spin: Duration,
     hooks: Mutex<Vec<BreakHook>>,
     /// Run by a waiter on every look of its spin phase (see [`Shared::while_spinning`]).
-    spin_hook: Mutex<Option<Weak<dyn WhileWaiting>>>,
+    spin_hook: Mutex<Option<Weak<dyn Progress>>>,
     /// Waiters with spin work asleep on `changed` (only where waiters spin at all).
     sleeping_spinners: AtomicUsize,
     /// Set by [`Nudger::nudge`] for the sleeping spinners, taken by the one it wakes.
     nudged: AtomicBool,
 }
 
-/// Work a waiter does while it spins: the UCX transport progresses its worker there, so a PE
-/// waiting in a collective serves peers' operations itself.
-pub(crate) trait WhileWaiting: Send + Sync {
-    /// Runs on every look of a waiter's spin phase; returns how many events it handled (a
-    /// waiter that handles some keeps spinning).
-    fn spin(&self) -> usize;
-    /// Runs when a waiter starts running [`WhileWaiting::spin`] (before its first look, and
-    /// again after a nudge).
-    fn start_spinning(&self);
-    /// Runs each time a waiter that ran [`WhileWaiting::spin`] stops: to sleep, with
-    /// `hand_over` (the work's other threads take over again at once), or as its wait ends,
-    /// with `hand_over` only if a [`Nudger`] woke it during the wait (a wait that just got its
-    /// answer leaves the other threads to notice at their next look).
-    fn stop_spinning(&self, hand_over: bool);
-    /// Runs on the router thread when a peer asks this process to serve the work now (see
-    /// [`ServeRequester`]): its other threads take it over even if a caller said it serves it.
-    /// Nothing by default (work without other threads).
-    fn serve_requested(&self) {}
-}
-
 /// The tag of a [`ServeRequester`]'s messages: the routers hand them to the plane's spin work
-/// ([`WhileWaiting::serve_requested`]) instead of a mailbox.
+/// ([`Progress::serve_requested`]) instead of a mailbox.
 pub(crate) const SERVE_TAG: u64 = u64::from_be_bytes(*b"hm-serve");
 
 /// Asks a peer's process to serve its spin work now: the UCX transport sends one when a request
 /// to that peer has waited for the peer's progress for a while, so that a peer whose threads
 /// stopped serving its worker (a PE gone computing, or a caller descheduled mid-wait) has its
 /// progress thread take over — instead of that thread looking every few hundred microseconds
-/// whether its callers still serve. At most one message per peer per `interval`; a message
+/// whether its callers still serve. At most one message per peer per interval the caller
+/// names (its own threshold of a slow request); a message
 /// that cannot be sent (the plane closed or broke) is dropped, as the wait it would speed up
 /// ends with the plane's own error.
-#[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
 pub(crate) struct ServeRequester {
     rank: usize,
     /// Root rank 0: a link per member; a member: the one to the root.
     links: Vec<Option<Arc<Link>>>,
-    interval: Duration,
     epoch: Instant,
     /// Per destination: when a request last went out, in nanoseconds since `epoch` (0: never).
     sent: Box<[AtomicU64]>,
 }
 
-#[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
 impl ServeRequester {
-    pub(crate) fn new(
-        rank: usize,
-        size: usize,
-        links: Vec<Option<Arc<Link>>>,
-        interval: Duration,
-    ) -> ServeRequester {
+    pub(crate) fn new(rank: usize, size: usize, links: Vec<Option<Arc<Link>>>) -> ServeRequester {
         ServeRequester {
             rank,
             links,
-            interval,
             epoch: Instant::now(),
             sent: (0..size).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
     /// Asks rank `destination` to serve its spin work now, unless this did within `interval`.
-    pub(crate) fn request(&self, destination: usize) {
+    pub(crate) fn request(&self, destination: usize, interval: Duration) {
         let Some(last) = self.sent.get(destination) else {
             return;
         };
         let now = crate::sys::nanos_since(self.epoch);
         let previous = last.load(Ordering::Relaxed);
-        if previous != 0 && now.saturating_sub(previous) < self.interval.as_nanos() as u64 {
+        if previous != 0 && now.saturating_sub(previous) < interval.as_nanos() as u64 {
             return;
         }
         if last
@@ -244,7 +217,7 @@ impl std::fmt::Debug for ServeRequester {
 /// One thread's wait in [`Shared::wait_until`].
 struct Waiter {
     /// The plane's spin work when the wait began.
-    work: Option<Arc<dyn WhileWaiting>>,
+    work: Option<Arc<dyn Progress>>,
     /// Whether it ran `work` since it last stopped spinning.
     spinning: bool,
     /// Whether a nudge sent it back to spinning during this wait.
@@ -258,20 +231,18 @@ impl Waiter {
     /// Tells the work this waiter no longer runs it, if it did.
     fn stop_spinning(&mut self, hand_over: bool) {
         if let (true, Some(work)) = (std::mem::take(&mut self.spinning), &self.work) {
-            work.stop_spinning(hand_over);
+            work.end_serving(hand_over);
         }
     }
 }
 
 /// Keeps work given to [`Shared::while_spinning`] in force: waits that start after this drops
 /// no longer run it (a wait already under way keeps it alive until it ends).
-#[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
 pub(crate) struct SpinWork {
-    _work: Arc<dyn WhileWaiting>,
+    _work: Arc<dyn Progress>,
     shared: Arc<Shared>,
 }
 
-#[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
 impl SpinWork {
     /// What the work's other threads call when they handled its events (see [`Nudger`]).
     pub(crate) fn nudger(&self) -> Nudger {
@@ -290,10 +261,8 @@ impl SpinWork {
 /// thread may hold UCX's worker lock, and a nudge takes the inbox lock: nothing may progress a
 /// UCX worker (or make any UCX call) while holding the inbox lock.
 #[derive(Clone)]
-#[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
 pub(crate) struct Nudger(Arc<Shared>);
 
-#[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
 impl Nudger {
     /// Wakes the sleeping spinners (one of them takes the nudge and spins again).
     pub(crate) fn nudge(&self) {
@@ -354,9 +323,7 @@ impl Shared {
 
     /// Makes every waiter's spin phase run `work` (replacing any earlier work) until the
     /// returned value drops.
-    #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
-    pub(crate) fn while_spinning(self: &Arc<Self>, work: impl WhileWaiting + 'static) -> SpinWork {
-        let work: Arc<dyn WhileWaiting> = Arc::new(work);
+    pub(crate) fn while_spinning(self: &Arc<Self>, work: Arc<dyn Progress>) -> SpinWork {
         let weak = Arc::downgrade(&work);
         *self.spin_hook.lock() = Some(weak);
         SpinWork {
@@ -447,10 +414,10 @@ impl Shared {
             {
                 if let Some(work) = &waiter.work {
                     if !waiter.spinning {
-                        work.start_spinning();
+                        work.begin_serving();
                     }
                     waiter.spinning = true;
-                    if work.spin() != 0 {
+                    if work.progress() != 0 {
                         waiter.spin_until = Instant::now() + self.spin;
                     }
                 }
@@ -897,8 +864,8 @@ mod tests {
             handed_over: AtomicBool,
         }
         struct Work(Arc<Counts>);
-        impl WhileWaiting for Work {
-            fn spin(&self) -> usize {
+        impl Progress for Work {
+            fn progress(&self) -> usize {
                 assert!(
                     self.0.running.load(Ordering::SeqCst),
                     "spun before starting"
@@ -906,14 +873,14 @@ mod tests {
                 self.0.spins.fetch_add(1, Ordering::SeqCst);
                 0
             }
-            fn start_spinning(&self) {
+            fn begin_serving(&self) {
                 assert!(
                     !self.0.running.swap(true, Ordering::SeqCst),
                     "started twice"
                 );
                 self.0.starts.fetch_add(1, Ordering::SeqCst);
             }
-            fn stop_spinning(&self, hand_over: bool) {
+            fn end_serving(&self, hand_over: bool) {
                 assert!(
                     self.0.running.swap(false, Ordering::SeqCst),
                     "stopped twice"
@@ -933,7 +900,7 @@ mod tests {
         };
         let shared = Arc::new(Shared::new(1));
         let counts = Arc::new(Counts::default());
-        let work = shared.while_spinning(Work(Arc::clone(&counts)));
+        let work = shared.while_spinning(Arc::new(Work(Arc::clone(&counts))));
         let waiter = {
             let shared = Arc::clone(&shared);
             std::thread::spawn(move || {
@@ -984,18 +951,18 @@ mod tests {
             shared: Arc<Shared>,
             answered: AtomicBool,
         }
-        impl WhileWaiting for Work {
-            fn spin(&self) -> usize {
+        impl Progress for Work {
+            fn progress(&self) -> usize {
                 if !self.answered.swap(true, Ordering::SeqCst) {
                     self.shared
                         .update(|inbox| inbox.outcomes.push_back(outcome()));
                 }
                 0
             }
-            fn start_spinning(&self) {
+            fn begin_serving(&self) {
                 self.told.lock().push("start");
             }
-            fn stop_spinning(&self, hand_over: bool) {
+            fn end_serving(&self, hand_over: bool) {
                 let what = if hand_over { "hand over" } else { "stop" };
                 self.told.lock().push(what);
             }
@@ -1005,11 +972,11 @@ mod tests {
         for _ in 0..20 {
             let shared = Arc::new(Shared::new(1));
             let told = Told::default();
-            let _work = shared.while_spinning(Work {
+            let _work = shared.while_spinning(Arc::new(Work {
                 told: Arc::clone(&told),
                 shared: Arc::clone(&shared),
                 answered: AtomicBool::new(false),
-            });
+            }));
             let waiter = {
                 let shared = Arc::clone(&shared);
                 std::thread::spawn(move || {

@@ -1115,7 +1115,7 @@ impl Shmem {
                 format!(
                     "PE {pe}'s heap is not mapped in this process (it is reached through {}); \
                      use put/get/atomics for it, or ptr only for PEs on this host",
-                    self.transport.routes()[pe].name()
+                    self.transport.route_name(pe)
                 ),
             )),
         }

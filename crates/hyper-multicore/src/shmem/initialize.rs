@@ -138,7 +138,7 @@ impl Shmem {
                 heap_size,
                 deadline: Instant::now() + config.timeout,
                 previous: joining.previous,
-                shm: None,
+                net: None,
             })?;
             Ok(Shmem::assemble(
                 config, rank, size, heap_size, plane, transport,

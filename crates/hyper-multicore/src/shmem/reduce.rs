@@ -457,7 +457,7 @@ impl Shmem {
         // lowest. `leaders` holds every group's leader, in group order.
         let routes = self.transport.routes();
         let group: Vec<usize> = (0..self.size)
-            .filter(|&pe| matches!(routes[pe], Route::Shm(_)))
+            .filter(|&pe| matches!(routes[pe], Route::Local(_)))
             .collect();
         let leader = group[0];
         let index = group
@@ -540,10 +540,7 @@ impl Shmem {
     /// compare it before and after a collective to see what crossed hosts.
     #[cfg(feature = "fault-injection")]
     pub fn ucx_gets_issued(&self) -> (u64, u64) {
-        #[cfg(all(feature = "ucx", not(loom)))]
-        return crate::transport::UcxTransport::gets_issued();
-        #[cfg(not(all(feature = "ucx", not(loom))))]
-        return (0, 0);
+        crate::transport::Network::gets_issued()
     }
 
     /// Test-only (`fault-injection` builds): how many of this process's answers to peers' large
@@ -552,9 +549,6 @@ impl Shmem {
     /// so a test can check that a teardown released them.
     #[cfg(feature = "fault-injection")]
     pub fn ucx_replies_in_flight() -> usize {
-        #[cfg(all(feature = "ucx", not(loom)))]
-        return crate::transport::UcxTransport::replies_in_flight();
-        #[cfg(not(all(feature = "ucx", not(loom))))]
-        return 0;
+        crate::transport::Network::replies_in_flight()
     }
 }

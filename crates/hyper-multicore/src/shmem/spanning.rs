@@ -77,20 +77,22 @@ impl Shmem {
     }
 
     /// Sends `data` to rank `other` under `tag` and returns what `other` sent this rank under
-    /// it (each side's message is on its way before either waits). Over UCX when `other` is on
-    /// that route: this PE's thread then takes the message from the worker itself while it
-    /// waits, with no hand-off through the control plane's router thread.
+    /// it (each side's message is on its way before either waits). Through the network
+    /// transport when `other` is on the network route: this PE's thread then takes the message
+    /// from the transport itself while it waits, with no hand-off through the control plane's
+    /// router thread.
     fn exchange(&self, other: usize, tag: u64, data: &[u8], deadline: Instant) -> Result<Vec<u8>> {
-        let Some(started) = self.transport.send_exchange(other, tag, data, deadline) else {
+        let Some(reached) = self.transport.network_to(other) else {
             self.plane.send(other, tag, data)?;
             return self.plane.recv_deadline(other, tag, deadline);
         };
-        let awaited = started?;
+        let (network, peer) = reached?;
+        let exchange = network.send_exchange(peer, tag, data, deadline)?;
         let mut message = None;
         // A wait may look again after a look that succeeded: the message is taken only once.
         let look = || {
             if message.is_none() {
-                message = self.transport.take_exchange(awaited);
+                message = network.take_exchange(exchange);
             }
             message.is_some()
         };

@@ -55,7 +55,6 @@
 //! and gets the worker back before the waiter sleeps.
 
 use rustc_hash::FxHashMap;
-use std::cell::Cell;
 use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -63,17 +62,19 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use super::interface::{Exchange, NetPeer, NetworkTransport};
+use super::network::NetStart;
+use super::routes::MESSAGE_SPIN_LOOKS;
+use super::segment::Segment;
 use super::shm::apply_rmw;
-use super::{word_of, words_header, ShmTransport, Start, Transport, Width};
-use crate::control::{Nudger, SpinWork, WhileWaiting};
+use super::sync;
+use super::{word_of, words_header, Rmw, Start, Transport, Width};
+use crate::control::Progress;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::mapping::{LocalSource, LocalTarget};
 use crate::sys::ucx::{
     self, Context, Endpoint, Landings, MemoryRegion, ProgressThread, RemoteKey, Worker,
 };
-use crate::transport::segment::Segment;
-use crate::transport::sync;
-use crate::transport::Rmw;
 
 /// The active message that rings the receiving PE's doorbell.
 const DOORBELL_AM: u16 = 1;
@@ -145,12 +146,6 @@ impl Mailbox {
     }
 }
 
-/// The message a started exchange waits for: the peer's message of the same tag and sequence.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Awaited {
-    key: ExchangeKey,
-}
-
 /// What a PE publishes for its peers.
 #[derive(Debug, Serialize, Deserialize)]
 struct Published {
@@ -172,8 +167,6 @@ pub(crate) struct Prepared {
     slot: usize,
     mailbox: Arc<Mailbox>,
     landings: Arc<Landings>,
-    /// Set by `attach` for the worker's progress hook.
-    nudger: Arc<OnceLock<Nudger>>,
 }
 
 /// One remote peer: its endpoint (one user at a time), its heap's base address and key.
@@ -235,9 +228,8 @@ impl Peer {
 /// [`Drop`] closed `serving` to the control plane's router).
 #[derive(Debug)]
 pub(crate) struct UcxTransport {
-    /// What the control plane's waiters run while they spin: a progress of this worker.
-    _spin_work: SpinWork,
-    /// The worker as the control plane's router serves it at a peer's request.
+    /// The worker as the control plane's waiters and router serve it (see
+    /// [`NetworkTransport::plane_work`]).
     serving: Arc<RouterServing>,
     _progress: ProgressThread,
     peers: Box<[Option<Peer>]>,
@@ -263,16 +255,16 @@ pub(crate) struct UcxTransport {
 /// progress thread before it sleeps.
 struct ServeWhileWaiting(Arc<RouterServing>);
 
-impl WhileWaiting for ServeWhileWaiting {
-    fn spin(&self) -> usize {
+impl Progress for ServeWhileWaiting {
+    fn progress(&self) -> usize {
         self.0.worker.progress()
     }
 
-    fn start_spinning(&self) {
+    fn begin_serving(&self) {
         self.0.worker.begin_serving();
     }
 
-    fn stop_spinning(&self, hand_over: bool) {
+    fn end_serving(&self, hand_over: bool) {
         self.0.worker.end_serving(hand_over);
     }
 
@@ -312,10 +304,11 @@ impl Drop for UcxTransport {
 }
 
 /// How an operation reaches one remote peer: its root rank.
-pub(crate) type UcxPeer = usize;
+pub(crate) type UcxPeer = NetPeer;
 
-fn own_heap<'a>(start: &Start<'a>) -> Result<&'a ShmTransport> {
-    start.shm.ok_or_else(|| {
+/// What the network transports' start-up gets besides [`Start`] (see [`NetStart`]).
+fn net_start<'a>(start: &Start<'a>) -> Result<&'a NetStart<'a>> {
+    start.net.ok_or_else(|| {
         Error::new(
             ErrorKind::Protocol,
             "initialize",
@@ -329,7 +322,8 @@ impl Transport for UcxTransport {
     type Peer = UcxPeer;
 
     fn prepare(start: &Start<'_>) -> Result<Prepared> {
-        let shm = own_heap(start)?;
+        let net = net_start(start)?;
+        let shm = net.local;
         let context = Context::new()?;
         let worker = Worker::new(&context)?;
         let segment = Arc::clone(shm.segment());
@@ -344,10 +338,9 @@ impl Transport for UcxTransport {
         // orders UCX's stores before the sleeper count is read (`sync::ring`'s contract); when
         // nobody sleeps the ring is one load.
         // The same hook sends a control-plane waiter that went to sleep back to serving these
-        // events itself (`Nudger`), once `attach` has made it the plane's spin work.
+        // events itself (`Nudger`), once the router has made it the plane's spin work.
         let ringing = Arc::clone(&segment);
-        let nudger = Arc::new(OnceLock::<Nudger>::new());
-        let nudging = Arc::clone(&nudger);
+        let nudging = Arc::clone(&net.nudger);
         worker.on_progress(move || {
             fence(Ordering::SeqCst);
             sync::ring(&ringing.pe_words(bell).doorbell);
@@ -434,15 +427,17 @@ impl Transport for UcxTransport {
         })?;
         // A request that waits long for a peer's progress asks that peer's progress thread to
         // serve (over the control plane: see `ServeRequester`); a flush asks every remote peer.
-        if let Some(requester) = start.plane.serve_requester(ucx::SLOW_REQUEST) {
+        if let Some(requester) = net.requester.clone() {
             let rank = start.plane.rank();
             let group_of = &start.locality.group_of;
             let remote: Vec<usize> = (0..group_of.len())
                 .filter(|&pe| group_of[pe] != group_of[rank])
                 .collect();
             worker.on_slow_request(move |peer| match peer {
-                Some(peer) => requester.request(peer),
-                None => remote.iter().for_each(|&peer| requester.request(peer)),
+                Some(peer) => requester.request(peer, ucx::SLOW_REQUEST),
+                None => remote
+                    .iter()
+                    .for_each(|&peer| requester.request(peer, ucx::SLOW_REQUEST)),
             })?;
         }
         let progress = worker.start_progress_thread()?;
@@ -459,7 +454,6 @@ impl Transport for UcxTransport {
             slot: bell,
             mailbox,
             landings,
-            nudger,
         })
     }
 
@@ -507,12 +501,7 @@ impl Transport for UcxTransport {
             worker: prepared.worker.clone(),
             open: Mutex::new(true),
         });
-        let spin_work = start
-            .plane
-            .while_spinning(ServeWhileWaiting(Arc::clone(&serving)));
-        let _ = prepared.nudger.set(spin_work.nudger());
         Ok(UcxTransport {
-            _spin_work: spin_work,
             serving,
             _progress: prepared.progress,
             peers: peers.into(),
@@ -648,73 +637,51 @@ mod gets_issued {
     }
 }
 
-/// A doorbell wait whose looks progress the worker ([`Looks::progress`]): it serves the worker
-/// meanwhile (see [`ucx::Worker::begin_serving`]).
-pub(crate) struct Looks<'a> {
-    ucx: &'a UcxTransport,
-    /// Whether a look handled events since [`sync::Serving::served`] last asked.
-    served: Cell<bool>,
-}
-
-impl<'a> Looks<'a> {
-    pub(crate) fn new(ucx: &'a UcxTransport) -> Self {
-        Looks {
-            ucx,
-            served: Cell::new(false),
-        }
+impl Progress for UcxTransport {
+    /// A waiter's look: one progress of the worker.
+    #[inline]
+    fn progress(&self) -> usize {
+        self.worker.progress()
     }
 
-    /// A look's progress of the worker.
-    pub(crate) fn progress(&self) {
-        if self.ucx.worker.progress() != 0 {
-            self.served.set(true);
-        }
+    fn begin_serving(&self) {
+        self.worker.begin_serving();
+    }
+
+    fn end_serving(&self, hand_over: bool) {
+        self.worker.end_serving(hand_over);
+    }
+
+    fn serve_requested(&self) {
+        self.serving.serve();
     }
 }
 
-impl sync::Serving for &Looks<'_> {
-    /// Each look progresses the worker: over TCP an `epoll_wait`.
-    const PAUSE_BETWEEN_LOOKS: bool = false;
+impl NetworkTransport for UcxTransport {
+    const NAME: &'static str = "ucx";
 
-    fn begin(&mut self) {
-        self.ucx.worker.begin_serving();
-    }
-
-    fn end(&mut self, hand_over: bool) {
-        self.ucx.worker.end_serving(hand_over);
-    }
-
-    fn served(&mut self) -> bool {
-        self.served.replace(false)
-    }
-}
-
-impl UcxTransport {
     /// Test-only (`fault-injection` builds): how many gets this process has issued over UCX,
     /// and their bytes, since it started.
     #[cfg(feature = "fault-injection")]
-    pub(crate) fn gets_issued() -> (u64, u64) {
+    fn gets_issued() -> (u64, u64) {
         gets_issued::total()
     }
 
     /// Test-only (`fault-injection` builds): this process's answers to peers' gets still in
     /// flight, each holding the heap's mapping until UCX completes or fails its send.
     #[cfg(feature = "fault-injection")]
-    pub(crate) fn replies_in_flight() -> usize {
+    fn replies_in_flight() -> usize {
         ucx::replies_holding_a_mapping()
     }
 
-    /// Starts this PE's side of a two-rank exchange with `peer` under `tag`: sends `data` as
-    /// one active message, to be taken by the peer's matching exchange. Both ranks must make
-    /// the same exchanges with each other in the same order (collectives do). The send ends by
-    /// `deadline` (the exchange's, read from the clock once for the whole exchange).
-    pub(crate) fn send_exchange(
+    /// Sends `data` as one active message.
+    fn send_exchange(
         &self,
         peer: UcxPeer,
         tag: u64,
         data: &[u8],
         deadline: Instant,
-    ) -> Result<Awaited> {
+    ) -> Result<Exchange> {
         self.not_aborted("exchange")?;
         let sequence = {
             let mut started = self.mailbox.started.lock();
@@ -730,16 +697,19 @@ impl UcxTransport {
             .lock()
             .am_send(EXCHANGE_AM, &header, data, deadline);
         self.checked(outcome)?;
-        Ok(Awaited {
-            key: (peer as u64, tag, sequence),
-        })
+        Ok(Exchange((peer as u64, tag, sequence)))
     }
 
-    /// The peer's message of an exchange, once it arrived (taken: a second call gives None).
-    pub(crate) fn take_exchange(&self, awaited: Awaited) -> Option<Vec<u8>> {
-        self.mailbox.take(awaited.key)
+    fn take_exchange(&self, exchange: Exchange) -> Option<Vec<u8>> {
+        self.mailbox.take(exchange.0)
     }
 
+    fn plane_work(&self) -> Arc<dyn Progress> {
+        Arc::new(ServeWhileWaiting(Arc::clone(&self.serving)))
+    }
+}
+
+impl UcxTransport {
     /// A get on the message path whose one lane carries every active message: `target` is lent
     /// to the answers' handler, one request goes out, and this thread progresses the worker
     /// (then sleeps on the doorbell, which the progress hook rings) until the answers filled it.
@@ -758,10 +728,8 @@ impl UcxTransport {
         self.landings.lend(target, |lent| {
             let header = words_header([offset as u64, len as u64, lent.token()]);
             endpoint.am_request(GET_AM, &header, deadline)?;
-            let looks = Looks::new(self);
             let mut failed = None;
             let ready = || {
-                looks.progress();
                 failed = endpoint.failure();
                 failed.is_some() || lent.is_full()
             };
@@ -771,8 +739,8 @@ impl UcxTransport {
             };
             let bell = &self.segment.pe_words(self.slot).doorbell;
             let abort = &self.segment.control().abort;
-            let spin_looks = super::MESSAGE_SPIN_LOOKS;
-            match sync::wait_until_then(ready, bell, abort, &policy, spin_looks, &looks) {
+            let spin_looks = MESSAGE_SPIN_LOOKS;
+            match sync::wait_progressing(ready, bell, abort, &policy, spin_looks, self) {
                 Ok(()) => failed.map_or(Ok(()), Err),
                 Err(sync::WaitError::Timeout { waited }) => Err(Error::timeout(
                     OP,

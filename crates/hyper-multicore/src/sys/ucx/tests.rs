@@ -521,17 +521,17 @@ two_pe_test!(
 /// gets' deadline, so nothing else serves them. Both sides count too: rank 0 must have asked,
 /// and rank 1 must have heard.
 fn serve_request_body() {
-    use crate::control::WhileWaiting;
+    use crate::control::Progress;
     use std::sync::atomic::AtomicUsize;
 
     /// Rank 1's spin work: a caller that never progresses, and counts the requests it hears.
     struct Stalled(Worker, Arc<AtomicUsize>);
-    impl WhileWaiting for Stalled {
-        fn spin(&self) -> usize {
+    impl Progress for Stalled {
+        fn progress(&self) -> usize {
             0
         }
-        fn start_spinning(&self) {}
-        fn stop_spinning(&self, _hand_over: bool) {}
+        fn begin_serving(&self) {}
+        fn end_serving(&self, _hand_over: bool) {}
         fn serve_requested(&self) {
             self.1.fetch_add(1, Ordering::SeqCst);
             self.0.serve_now();
@@ -544,7 +544,8 @@ fn serve_request_body() {
         // Past the gets' deadline: only the requests can have the thread serve them.
         pair.worker.set_look_backstop(Duration::from_secs(60));
         let heard = Arc::new(AtomicUsize::new(0));
-        let _work = plane.while_spinning(Stalled(pair.worker.clone(), Arc::clone(&heard)));
+        let _work =
+            plane.while_spinning(Arc::new(Stalled(pair.worker.clone(), Arc::clone(&heard))));
         pair.mapping.write(SMALL, &[43u8; 8]);
         pair.worker.begin_serving();
         plane.barrier().unwrap(); // serving, never progressing
@@ -558,12 +559,12 @@ fn serve_request_body() {
         return;
     }
     let asked = Arc::new(AtomicUsize::new(0));
-    let requester = plane.serve_requester(SLOW_REQUEST).expect("two ranks");
+    let requester = plane.serve_requester().expect("two ranks");
     let counting = Arc::clone(&asked);
     pair.worker
         .on_slow_request(move |peer| {
             counting.fetch_add(1, Ordering::SeqCst);
-            requester.request(peer.expect("a get waits for one peer"));
+            requester.request(peer.expect("a get waits for one peer"), SLOW_REQUEST);
         })
         .unwrap();
     plane.barrier().unwrap();

@@ -41,8 +41,10 @@
 //! first read when the spin phase has run for a while, so a wait that ends while spinning (a
 //! barrier or a ping-pong on cores of their own) never reads it.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
+use crate::control::Progress;
 use crate::primitive::{fence, spin_loop, yield_now, AtomicU32, Ordering};
 use crate::sys::futex;
 pub(crate) use crate::sys::segment_words::{
@@ -310,9 +312,9 @@ pub(crate) fn wait_until(
     wait_on_bell(ready, bell, abort, policy, policy.spin_looks(), (), false)
 }
 
-/// [`wait_until`] for a PE with UCX peers, whose `ready` progresses the worker: `serving` hears
-/// when its looks begin and end (the UCX progress thread stands down while they serve the
-/// worker, and serves again from each sleep on the doorbell), and a ring that wakes it
+/// [`wait_until`] for a PE with network peers, whose `ready` progresses the network transport:
+/// `serving` hears when its looks begin and end (the transport's progress thread stands down
+/// while they serve it, and serves again from each sleep on the doorbell), and a ring that wakes it
 /// without making `ready()` true — peers' operations the progress thread applied, whose
 /// progress hook rings the doorbell — sends it back to its yield phase, in which `ready`
 /// serves the next ones itself. It takes `spin_looks` looks, `PAUSE` apart, before it yields
@@ -441,12 +443,69 @@ impl Clock {
     }
 }
 
-/// What a wait tells the other threads that serve its PE's transport work (the UCX progress
-/// thread) about its looks. The UCX waits progress the worker as they look, so that thread
-/// stands down while they do; `()` tells nothing (the shared-memory waits).
+/// [`wait_until_then`] whose every look first progresses `progress` (a network transport):
+/// the waiter serves its peers' operations itself while it looks, and tells `progress` when
+/// its looks begin and end, so the transport's own thread stands down meanwhile.
+pub(crate) fn wait_progressing(
+    mut ready: impl FnMut() -> bool,
+    bell: &Doorbell,
+    abort: &AbortWord,
+    policy: &WaitPolicy,
+    spin_looks: u32,
+    progress: &impl Progress,
+) -> Result<(), WaitError> {
+    let looks = Progressing {
+        progress,
+        served: Cell::new(false),
+    };
+    let look = || {
+        looks.look();
+        ready()
+    };
+    wait_until_then(look, bell, abort, policy, spin_looks, &looks)
+}
+
+/// The [`Serving`] of [`wait_progressing`]: each look progresses the transport.
+struct Progressing<'a, P: Progress> {
+    progress: &'a P,
+    /// Whether a look handled events since [`Serving::served`] last asked.
+    served: Cell<bool>,
+}
+
+impl<P: Progress> Progressing<'_, P> {
+    /// A look's progress.
+    #[inline]
+    fn look(&self) {
+        if self.progress.progress() != 0 {
+            self.served.set(true);
+        }
+    }
+}
+
+impl<P: Progress> Serving for &Progressing<'_, P> {
+    /// Each look progresses the transport: a system call, no pause needed between.
+    const PAUSE_BETWEEN_LOOKS: bool = false;
+
+    fn begin(&mut self) {
+        self.progress.begin_serving();
+    }
+
+    fn end(&mut self, hand_over: bool) {
+        self.progress.end_serving(hand_over);
+    }
+
+    fn served(&mut self) -> bool {
+        self.served.replace(false)
+    }
+}
+
+/// What a wait tells the other threads that serve its PE's transport work (a network
+/// transport's progress thread) about its looks. The network waits progress the transport as
+/// they look, so that thread stands down while they do; `()` tells nothing (the shared-memory
+/// waits).
 pub(crate) trait Serving {
-    /// Whether the spin phase pauses (`PAUSE`, some 40 ns here) between looks: not when each
-    /// look makes a system call (a UCX progress), which leaves the core to its sibling anyway
+    /// Whether the spin phase pauses (`PAUSE`) between looks: not when each look makes a
+    /// system call (a network transport's progress), which leaves the core to its sibling anyway
     /// and only comes later after a pause.
     const PAUSE_BETWEEN_LOOKS: bool = true;
 
