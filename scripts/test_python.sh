@@ -6,7 +6,9 @@
 #   - on every rank of hmrun jobs of 2 and 4 PEs (torch.distributed/gloo root groups), and
 #     of 2 PEs again with every pair of PEs on the UCX route (HYPER_MULTICORE_SHMEM_TRANSPORT=ucx),
 #   - the same three again with torch hidden (the NumPy-only path),
-# and the MoE dispatch/combine example on 4 PEs. Exits non-zero on the first failure.
+#   - the torch symmetric-memory tests under torchrun (2 processes),
+# and the MoE examples on 4 PEs (put + signal; torch's symm_mem all-to-all operators). Exits
+# non-zero on the first failure.
 #
 # Environment: PYTHON (default python3), CARGO_TARGET_DIR (default ./target),
 # HYPER_MULTICORE_SHMEM_TIMEOUT_SEC (default 20: every wait of the suite is bounded by it).
@@ -55,8 +57,15 @@ for pes in 2 4; do
   run "numpy only, hmrun -n $pes" env PYTHONPATH="$NUMPY_ONLY" \
     "$HMRUN" -n "$pes" --timeout 600 -- "${PYTEST[@]}"
 done
+run "torch symmetric memory, torchrun --nproc-per-node 2" \
+  "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node 2 \
+  -m pytest python/tests/test_symm_mem.py -q -p no:cacheprovider
 run "example: MoE dispatch/combine, hmrun -n 4" \
   "$HMRUN" -n 4 --timeout 300 -- "$PYTHON" examples/moe_dispatch_combine.py
 run "example: MoE dispatch/combine on gloo's WORLD, and the same steps through gloo, hmrun -n 2" \
   "$HMRUN" -n 2 --timeout 300 -- "$PYTHON" examples/moe_dispatch_combine.py --gloo
+run "example: MoE with torch's symm_mem all-to-all operators, hmrun -n 4" \
+  "$HMRUN" -n 4 --timeout 300 -- "$PYTHON" examples/moe_symm_mem.py
+run "example: MoE with torch's symm_mem all-to-all operators, every pair over UCX, hmrun -n 2" \
+  env HYPER_MULTICORE_SHMEM_TRANSPORT=ucx "$HMRUN" -n 2 --timeout 300 -- "$PYTHON" examples/moe_symm_mem.py
 echo "== all Python tests passed"

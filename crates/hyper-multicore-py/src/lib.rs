@@ -36,6 +36,7 @@ mod lock;
 mod memory;
 mod registry;
 mod shared_root;
+mod symm_mem;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -890,5 +891,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(broadcast, m)?)?;
     m.add_function(wrap_pyfunction!(all_to_all, m)?)?;
     m.add_function(wrap_pyfunction!(all_reduce, m)?)?;
+    m.add_function(wrap_pyfunction!(symm_mem::symm_put_signal, m)?)?;
+    m.add_function(wrap_pyfunction!(symm_mem::symm_wait_signal, m)?)?;
+    m.add_function(wrap_pyfunction!(symm_mem::symm_barrier, m)?)?;
+    m.add_function(wrap_pyfunction!(symm_mem::symm_addresses, m)?)?;
+    m.add_function(wrap_pyfunction!(symm_mem::symm_peer_capsule, m)?)?;
+    m.add_function(wrap_pyfunction!(symm_mem::symm_get_many, m)?)?;
     Ok(())
 }
