@@ -407,6 +407,11 @@ if [[ "${HM_BENCH_PYTHON:-1}" != 0 ]]; then
             printf "%s | sed -n '%s' >>%s\n" "${moe[*]}" "$moe_row" "$results/python.jsonl" >>"$commands"
             "${moe[@]}" | sed -n "$moe_row" >>"$results/python.jsonl"
         done
+        # torch symmetric memory (issue 44): one_shot_all_reduce and all_to_all_vdev against
+        # gloo and the runtime's collectives, on 2 and 4 PEs, in one job per PE count.
+        rm -f "$results"/symm_mem.jsonl
+        run "$results/symm_mem.jsonl" env HMRUN="$target/release/hmrun" \
+            python3 python/bench/symm_mem.py --trials "$trials"
         echo "load average after: $(cat /proc/loadavg)" >>"$results/python_machine.txt"
         printf 'python3 bench/report.py\n' >>"$commands"
     else

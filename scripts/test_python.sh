@@ -6,7 +6,9 @@
 #   - on every rank of hmrun jobs of 2 and 4 PEs (torch.distributed/gloo root groups), and
 #     of 2 PEs again with every pair of PEs on the UCX route (HYPER_MULTICORE_SHMEM_TRANSPORT=ucx),
 #   - the same three again with torch hidden (the NumPy-only path),
-#   - the torch symmetric-memory tests under torchrun (2 processes),
+#   - the torch symmetric-memory tests under torchrun (2 processes), and on two "hosts"
+#     (network namespaces, bench/namespace_hosts.sh; skipped, saying why, where they cannot be
+#     made: they need root and iproute2),
 # and the MoE examples on 4 PEs (put + signal; torch's symm_mem all-to-all operators). Exits
 # non-zero on the first failure.
 #
@@ -60,6 +62,28 @@ done
 run "torch symmetric memory, torchrun --nproc-per-node 2" \
   "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node 2 \
   -m pytest python/tests/test_symm_mem.py -q -p no:cacheprovider
+# Two hosts of 2 PEs each: shared memory within a host, UCX between them.
+namespace_hosts() {
+  local port=$((29500 + RANDOM % 1000)) node pids=() status=0 secret
+  secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  for node in 1 0; do
+    bench/namespace_hosts.sh exec "$node" env UCX_TLS=tcp,self HYPER_MULTICORE_SHMEM_SECRET="$secret" \
+      "$HMRUN" -n 2 --nnodes 2 \
+      --node-rank "$node" --master-addr 198.18.0.1 --master-port "$port" --timeout 600 -- \
+      "$PYTHON" -m pytest python/tests/test_symm_mem.py -q -p no:cacheprovider &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  return "$status"
+}
+if why=$(bench/namespace_hosts.sh up 2>&1); then
+  trap 'bench/namespace_hosts.sh down' EXIT
+  run "torch symmetric memory, 2 namespace hosts x hmrun -n 2" namespace_hosts
+  bench/namespace_hosts.sh down
+  trap - EXIT
+else
+  echo "== torch symmetric memory on 2 namespace hosts skipped: $why"
+fi
 run "example: MoE dispatch/combine, hmrun -n 4" \
   "$HMRUN" -n 4 --timeout 300 -- "$PYTHON" examples/moe_dispatch_combine.py
 run "example: MoE dispatch/combine on gloo's WORLD, and the same steps through gloo, hmrun -n 2" \

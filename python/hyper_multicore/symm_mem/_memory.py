@@ -224,6 +224,7 @@ class SymmetricMemory:
         self.group_name = group_name
         #: The members' PEs (global ranks), in group order.
         self.pes = tuple(members)
+        self._pe_list = list(members)
         self._rank = members.index(me)
         bases = _native.symm_addresses(block.key, list(members))
         self._bases = bases
@@ -369,9 +370,10 @@ class SymmetricMemory:
     def barrier(self, channel: int = 0, timeout_ms: int = 0) -> None:
         """Waits until every member has called it on ``channel``: a signal to every other
         member, then one from each (their earlier puts and signals are visible after it)."""
-        _native.symm_barrier(
-            self._block.key, list(self.pes), self._rank, self._row(channel), _timeout(timeout_ms)
-        )
+        small = self._block.pad < 4 * len(self.pes)
+        row = self._row(channel) if channel or small else 0
+        timeout = None if timeout_ms == 0 else _timeout(timeout_ms)
+        _native.symm_barrier(self._block.key, self._pe_list, self._rank, row, timeout)
 
     def put_signal(self, dst_rank: int, channel: int = 0, timeout_ms: int = 0) -> None:
         """Signals member ``dst_rank`` on ``channel`` (after this PE's earlier puts to it)."""
