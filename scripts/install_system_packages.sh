@@ -3,6 +3,7 @@
 #   libucx-dev    OpenUCX headers and libraries (hyper-multicore's default feature `ucx`)
 #   libclang-dev  libclang, which bindgen loads to generate the UCX bindings (crates/hm-ucx-sys)
 #   iproute2      `ip`, with which the multi-host tests make two network-namespace hosts (tests only)
+#   iptables      random packet loss on a namespace host's link (the lost-host tests; tests only)
 #   valgrind      memcheck, under which the C API's tests run one program (tests only)
 # Called by .ci/run, scripts/test.sh and scripts/demo.sh. Builds without UCX need neither:
 # `cargo build -p hyper-multicore --no-default-features`.
@@ -14,6 +15,7 @@ if [ -z "${LIBCLANG_PATH:-}" ] && ! dpkg -s libclang-dev >/dev/null 2>&1; then
   missing+=(libclang-dev)
 fi
 command -v ip >/dev/null || missing+=(iproute2)
+command -v iptables >/dev/null || missing+=(iptables)
 command -v valgrind >/dev/null || missing+=(valgrind)
 [ ${#missing[@]} -eq 0 ] && exit 0
 

@@ -34,6 +34,8 @@ pub struct Variable {
 pub const HEAP_SIZE: &str = "HYPER_MULTICORE_SHMEM_HEAP_SIZE";
 /// Deadline of every blocking wait, in seconds.
 pub const TIMEOUT_SEC: &str = "HYPER_MULTICORE_SHMEM_TIMEOUT_SEC";
+/// How long a host may be silent before its PEs are declared lost, in seconds, or `off`.
+pub const PEER_TIMEOUT_SEC: &str = "HYPER_MULTICORE_SHMEM_PEER_TIMEOUT_SEC";
 /// Address root rank 0 listens on for the bootstrap.
 pub const BOOTSTRAP_ENDPOINT: &str = "HYPER_MULTICORE_SHMEM_BOOTSTRAP_ENDPOINT";
 /// Log level of the runtime's tracing output.
@@ -62,6 +64,9 @@ pub const DEFAULT_HEAP_SIZE: u64 = 1 << 30;
 /// Default deadline of blocking waits: 120 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Default liveness deadline: a host silent for 5 s is lost.
+pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Every variable the runtime reads.
 pub const VARIABLES: &[Variable] = &[
     Variable {
@@ -75,6 +80,14 @@ pub const VARIABLES: &[Variable] = &[
         default: "120",
         meaning: "deadline in seconds of every blocking wait (rendezvous, collectives, barriers, \
                   signal waits); a positive number, fractions allowed",
+    },
+    Variable {
+        name: PEER_TIMEOUT_SEC,
+        default: "5",
+        meaning: "how long a PE's control-plane connection may stay silent before its host is \
+                  declared lost (heartbeats every fifth of it, sent by the runtime's own \
+                  threads, keep a busy PE alive); a positive number of seconds, fractions \
+                  allowed, or off (no liveness: a vanished host is noticed only at the timeout)",
     },
     Variable {
         name: BOOTSTRAP_ENDPOINT,
@@ -177,6 +190,9 @@ pub struct Config {
     pub heap_size: u64,
     /// Deadline of every blocking wait.
     pub timeout: Duration,
+    /// How long a peer's connection may be silent before it is declared lost; `None`: liveness
+    /// is off.
+    pub peer_timeout: Option<Duration>,
     /// Where root rank 0 listens; `None` means loopback with an ephemeral port.
     pub bootstrap_endpoint: Option<SocketAddr>,
     /// Log level name, one of [`LOG_LEVELS`].
@@ -195,6 +211,7 @@ impl Default for Config {
         Config {
             heap_size: DEFAULT_HEAP_SIZE,
             timeout: DEFAULT_TIMEOUT,
+            peer_timeout: Some(DEFAULT_PEER_TIMEOUT),
             bootstrap_endpoint: None,
             log_level: "warn".to_string(),
             host_address: None,
@@ -220,6 +237,7 @@ impl Config {
             config.timeout =
                 parse_seconds(&text).map_err(|why| invalid_variable(TIMEOUT_SEC, &text, &why))?;
         }
+        config.peer_timeout = peer_timeout_from_lookup(&lookup)?;
         if let Some(text) = lookup(BOOTSTRAP_ENDPOINT) {
             config.bootstrap_endpoint = Some(
                 parse_endpoint(&text)
@@ -295,6 +313,31 @@ pub fn parse_seconds(text: &str) -> std::result::Result<Duration, String> {
         return Err("the timeout must be a positive, finite number of seconds".into());
     }
     Duration::try_from_secs_f64(value).map_err(|_| "the timeout is too large".to_string())
+}
+
+/// Reads [`PEER_TIMEOUT_SEC`] from the process environment (the control plane reads it when it
+/// connects): the default when unset, `None` for `off`, else an error naming the variable.
+pub fn peer_timeout_from_env() -> Result<Option<Duration>> {
+    peer_timeout_from_lookup(|name| std::env::var(name).ok())
+}
+
+fn peer_timeout_from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<Duration>> {
+    match lookup(PEER_TIMEOUT_SEC) {
+        None => Ok(Some(DEFAULT_PEER_TIMEOUT)),
+        Some(text) => {
+            parse_peer_timeout(&text).map_err(|why| invalid_variable(PEER_TIMEOUT_SEC, &text, &why))
+        }
+    }
+}
+
+/// Parses a value of [`PEER_TIMEOUT_SEC`]: a positive number of seconds, or `off` (`None`).
+pub fn parse_peer_timeout(text: &str) -> std::result::Result<Option<Duration>, String> {
+    if text.trim().eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    parse_seconds(text)
+        .map(Some)
+        .map_err(|why| format!("{why}, or off"))
 }
 
 /// Parses `tcp://host:port` into a socket address (host names are resolved).
@@ -423,6 +466,24 @@ mod tests {
         for bad in ["0", "-3", "soon", "inf", "NaN"] {
             let err = config_with(TIMEOUT_SEC, bad).unwrap_err();
             assert!(err.to_string().contains(TIMEOUT_SEC), "{err}");
+        }
+    }
+
+    #[test]
+    fn peer_timeouts_are_positive_numbers_or_off() {
+        assert_eq!(Config::default().peer_timeout, Some(DEFAULT_PEER_TIMEOUT));
+        assert_eq!(
+            config_with(PEER_TIMEOUT_SEC, "2.5").unwrap().peer_timeout,
+            Some(Duration::from_millis(2500))
+        );
+        assert_eq!(
+            config_with(PEER_TIMEOUT_SEC, "OFF").unwrap().peer_timeout,
+            None
+        );
+        for bad in ["0", "-1", "never", "inf"] {
+            let err = config_with(PEER_TIMEOUT_SEC, bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+            assert!(err.to_string().contains(PEER_TIMEOUT_SEC), "{err}");
         }
     }
 

@@ -3,6 +3,7 @@
 mod arguments;
 mod environment;
 mod exit_status;
+mod lost_host;
 mod multinode;
 mod output;
 mod runtime_job;

@@ -54,6 +54,9 @@ pub enum Kind {
     /// Root → member: every member has recorded the global exit; end the process with this
     /// status (i32) now.
     ExitNow = 11,
+    /// Either way, empty: the sender is alive (see `control/liveness.rs`); sent by the routers
+    /// every fifth of the peer timeout.
+    Heartbeat = 12,
 }
 
 impl Kind {
@@ -70,6 +73,7 @@ impl Kind {
             9 => Kind::Exit,
             10 => Kind::ExitAck,
             11 => Kind::ExitNow,
+            12 => Kind::Heartbeat,
             _ => return None,
         })
     }

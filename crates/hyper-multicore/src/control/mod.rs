@@ -29,6 +29,8 @@ mod collectives;
 pub(crate) mod converge;
 pub mod frame;
 pub(crate) mod global_exit;
+mod hosts;
+mod liveness;
 mod network;
 mod point_to_point;
 mod progress;
@@ -48,7 +50,7 @@ pub use unique_id::{BootstrapListener, UniqueId, PROTOCOL_VERSION, SECRET_LEN};
 
 use frame::WireError;
 use network::Network;
-use rendezvous::VERDICT_GRACE;
+pub(crate) use rendezvous::VERDICT_GRACE;
 use router::Shared;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -127,6 +129,7 @@ impl ControlPlane {
             ));
         }
         let deadline = Instant::now() + timeout;
+        let peer_timeout = crate::config::peer_timeout_from_env()?;
         let shared = Arc::new(Shared::new(size));
         let network = match (rank, listener) {
             (_, _) if size == 1 => None,
@@ -140,8 +143,8 @@ impl ControlPlane {
                     )
                     .on_rank(0));
                 }
-                let members = rendezvous::accept_members(listener, size, deadline, watch)?;
-                Some(Network::root(&shared, members)?)
+                let (members, hosts) = rendezvous::accept_members(listener, size, deadline, watch)?;
+                Some(Network::root(&shared, members, hosts, peer_timeout)?)
             }
             (0, None) => {
                 return Err(Error::new(
@@ -153,8 +156,14 @@ impl ControlPlane {
             }
             (_, _) => {
                 let greeted = rendezvous::greet_root(id, rank, size, deadline, watch)?;
-                let connection = rendezvous::await_welcome(greeted, watch)?;
-                Some(Network::member(&shared, connection)?)
+                let (connection, hosts) = rendezvous::await_welcome(greeted, watch)?;
+                Some(Network::member(
+                    &shared,
+                    connection,
+                    rank,
+                    hosts,
+                    peer_timeout,
+                )?)
             }
         };
         Ok(ControlPlane::assemble(rank, size, timeout, shared, network))
@@ -231,6 +240,17 @@ impl ControlPlane {
     /// The reason the plane is broken, if it is.
     pub fn broken(&self) -> Option<Error> {
         self.check_usable("control plane").err()
+    }
+
+    /// The reason the plane is broken, waiting up to `grace` for one: for a caller that learnt
+    /// of a loss another way (a same-host PE's shared abort word) and wants this plane's own,
+    /// more precise report — which names the lost host — as it arrives moments later.
+    pub(crate) fn broken_within(&self, grace: Duration) -> Option<Error> {
+        self.shared
+            .wait_until(Instant::now() + grace, |inbox| {
+                inbox.broken.as_ref().filter(|_| inbox.announced).cloned()
+            })
+            .map(|wire| self.rebrand(&wire, "control plane"))
     }
 
     /// On root rank 0, breaks the plane with `error` (a peer loss this process saw outside the
@@ -320,9 +340,10 @@ pub struct Joining {
 impl Joining {
     /// Waits until every rank has arrived and returns the connected plane.
     pub fn finish(self) -> Result<ControlPlane> {
-        let connection = rendezvous::await_welcome(self.greeted, &unwatched)?;
+        let peer_timeout = crate::config::peer_timeout_from_env()?;
+        let (connection, hosts) = rendezvous::await_welcome(self.greeted, &unwatched)?;
         let shared = Arc::new(Shared::new(self.size));
-        let network = Network::member(&shared, connection)?;
+        let network = Network::member(&shared, connection, self.rank, hosts, peer_timeout)?;
         Ok(ControlPlane::assemble(
             self.rank,
             self.size,

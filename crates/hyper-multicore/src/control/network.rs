@@ -7,6 +7,8 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
+use super::hosts::HostMap;
+use super::liveness::{Liveness, Watchdog, Watched};
 use super::rendezvous;
 use super::router::{self, Link, MemberRouter, RootRouter, Shared};
 use crate::error::{Error, Result};
@@ -17,23 +19,33 @@ pub(super) struct Network {
     pub(super) links: Vec<Option<Arc<Link>>>,
     router: Mutex<Option<JoinHandle<()>>>,
     wake: Option<UnixStream>,
+    /// Heartbeats and the silence deadline (none with liveness off).
+    watchdog: Option<Watchdog>,
 }
 
 impl Network {
+    /// Root rank 0's sockets; `peer_timeout` is the liveness deadline (`None`: off).
     pub(super) fn root(
         shared: &Arc<Shared>,
         members: Vec<rendezvous::Connection>,
+        hosts: HostMap,
+        peer_timeout: Option<std::time::Duration>,
     ) -> Result<Network> {
         const OP: &str = "rendezvous";
         let mut links = vec![None];
         let mut readers = vec![None];
+        let mut probes = vec![None];
         for member in members {
-            let writer = member.stream.try_clone().map_err(|e| {
-                Error::backend(OP, "cannot clone a member connection", e).on_rank(0)
-            })?;
-            links.push(Some(Arc::new(Link::new(writer, 1))));
+            let clone = || {
+                member.stream.try_clone().map_err(|e| {
+                    Error::backend(OP, "cannot clone a member connection", e).on_rank(0)
+                })
+            };
+            links.push(Some(Arc::new(Link::new(clone()?, 1))));
+            probes.push(Some(clone()?));
             readers.push(Some((member.stream, member.decoder)));
         }
+        let liveness = Arc::new(Liveness::new(hosts));
         let (wake_here, wake_router) = UnixStream::pair().map_err(|e| {
             Error::backend(OP, "cannot create the router's wake-up socket", e).on_rank(0)
         })?;
@@ -42,39 +54,90 @@ impl Network {
             links: links.clone(),
             readers,
             wake: wake_router,
+            liveness: Arc::clone(&liveness),
         };
         let handle = spawn_router(move || router.run())?;
-        Ok(Network {
+        let watched = Watched {
+            rank: 0,
+            links: links.clone(),
+            probes,
+            shared: Arc::clone(shared),
+            liveness,
+        };
+        let network = Network {
             links,
             router: Mutex::new(Some(handle)),
             wake: Some(wake_here),
-        })
+            watchdog: None,
+        };
+        network.watched_by(watched, peer_timeout, 0)
     }
 
+    /// Member `rank`'s socket to root rank 0; `peer_timeout` as for [`Network::root`].
     pub(super) fn member(
         shared: &Arc<Shared>,
         connection: rendezvous::Connection,
+        rank: usize,
+        hosts: HostMap,
+        peer_timeout: Option<std::time::Duration>,
     ) -> Result<Network> {
         let writer = connection
             .stream
             .try_clone()
             .map_err(|e| Error::backend("rendezvous", "cannot clone the root connection", e))?;
+        let probe = connection
+            .stream
+            .try_clone()
+            .map_err(|e| Error::backend("rendezvous", "cannot clone the root connection", e))?;
         let link = Arc::new(Link::new(writer, 1));
+        let liveness = Arc::new(Liveness::new(hosts));
         let router = MemberRouter {
             shared: Arc::clone(shared),
             stream: connection.stream,
             decoder: connection.decoder,
             link: Arc::clone(&link),
+            liveness: Arc::clone(&liveness),
         };
         let handle = spawn_router(move || router.run())?;
-        Ok(Network {
+        let watched = Watched {
+            rank,
+            links: vec![Some(Arc::clone(&link))],
+            probes: vec![Some(probe)],
+            shared: Arc::clone(shared),
+            liveness,
+        };
+        let network = Network {
             links: vec![Some(link)],
             router: Mutex::new(Some(handle)),
             wake: None,
-        })
+            watchdog: None,
+        };
+        network.watched_by(watched, peer_timeout, rank)
+    }
+
+    /// Starts the plane's watchdog; a failure to start it closes the plane.
+    fn watched_by(
+        mut self,
+        watched: Watched,
+        peer_timeout: Option<std::time::Duration>,
+        rank: usize,
+    ) -> Result<Network> {
+        match Watchdog::start(watched, peer_timeout) {
+            Ok(watchdog) => {
+                self.watchdog = watchdog;
+                Ok(self)
+            }
+            Err(error) => {
+                self.close(rank);
+                Err(error.on_rank(rank))
+            }
+        }
     }
 
     pub(super) fn close(mut self, rank: usize) {
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.stop();
+        }
         if rank == 0 {
             if let Some(wake) = self.wake.as_mut() {
                 router::wake(wake);

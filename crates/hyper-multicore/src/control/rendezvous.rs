@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::frame::{
     write_frame, Frame, FrameDecoder, Kind, WireError, MAX_HANDSHAKE_PAYLOAD, MAX_PAYLOAD,
 };
+use super::hosts::{this_host, HostMap};
 use super::unique_id::{secrets_match, BootstrapListener, UniqueId, SECRET_LEN};
 use super::Watch;
 use crate::error::{Error, ErrorKind, Result};
@@ -40,6 +41,8 @@ struct Hello {
     secret: [u8; SECRET_LEN],
     rank: u32,
     size: u32,
+    /// The member's node name (see `hosts.rs`).
+    host: String,
 }
 
 /// An authenticated connection, with whatever bytes already arrived after its hello.
@@ -47,6 +50,8 @@ struct Hello {
 pub(crate) struct Connection {
     pub(crate) stream: TcpStream,
     pub(crate) decoder: FrameDecoder,
+    /// Root rank 0: the member's node name, from its hello (empty on a member).
+    host: String,
 }
 
 impl Connection {
@@ -54,6 +59,7 @@ impl Connection {
         Connection {
             stream,
             decoder: FrameDecoder::new(MAX_HANDSHAKE_PAYLOAD),
+            host: String::new(),
         }
     }
 
@@ -83,13 +89,14 @@ struct Pending {
     since: Instant,
 }
 
-/// Root rank 0's side: accepts and authenticates ranks `1..size`, returned by rank.
+/// Root rank 0's side: accepts and authenticates ranks `1..size`, returned by rank, with every
+/// rank's host (sent to each member in its welcome).
 pub(crate) fn accept_members(
     listener: BootstrapListener,
     size: usize,
     deadline: Instant,
     watch: Watch<'_>,
-) -> Result<Vec<Connection>> {
+) -> Result<(Vec<Connection>, HostMap)> {
     const OP: &str = "rendezvous";
     let BootstrapListener {
         listener,
@@ -183,15 +190,25 @@ pub(crate) fn accept_members(
         verify_owner,
         &mut members,
     );
+    let members: Vec<Connection> = members
+        .into_iter()
+        .skip(1)
+        .map(|member| member.expect("every member arrived"))
+        .collect();
+    let hosts = HostMap::new(
+        std::iter::once(this_host())
+            .chain(members.iter().map(|member| member.host.clone()))
+            .collect(),
+    );
+    let welcome = hosts.encode();
     let mut connections = Vec::with_capacity(size - 1);
-    for (rank, member) in members.into_iter().enumerate().skip(1) {
-        let mut member = member.expect("every member arrived");
-        write_frame(&mut member.stream, Kind::Welcome, 0, &[])
+    for (rank, mut member) in (1..).zip(members) {
+        write_frame(&mut member.stream, Kind::Welcome, 0, &[&welcome])
             .map_err(|e| Error::backend(OP, &format!("cannot welcome rank {rank}"), e))?;
         member.decoder.set_cap(MAX_PAYLOAD);
         connections.push(member);
     }
-    Ok(connections)
+    Ok((connections, hosts))
 }
 
 /// Ends a rendezvous that failed: everyone still waiting hears why, also the connections not
@@ -339,7 +356,7 @@ fn admit(
     };
     let verdict = owner.and_then(|()| check_hello(id, size, members, &frame));
     match verdict {
-        Ok(rank) => {
+        Ok((rank, host)) => {
             let stream = entry.connection.stream.try_clone();
             let Ok(stream) = stream else { return };
             members[rank] = Some(Connection {
@@ -348,6 +365,7 @@ fn admit(
                     &mut entry.connection.decoder,
                     FrameDecoder::new(MAX_HANDSHAKE_PAYLOAD),
                 ),
+                host,
             });
         }
         Err(error) => {
@@ -391,7 +409,7 @@ fn check_hello(
     size: usize,
     members: &[Option<Connection>],
     frame: &Frame,
-) -> Result<usize> {
+) -> Result<(usize, String)> {
     let refuse =
         |message: String| Error::new(ErrorKind::InvalidArgument, "rendezvous", message).on_rank(0);
     if frame.kind != Kind::Hello {
@@ -428,7 +446,7 @@ fn check_hello(
             "rank {rank} has already joined (duplicate rank); give every process a distinct rank"
         )));
     }
-    Ok(rank)
+    Ok((rank, hello.host))
 }
 
 /// A member that has connected to root rank 0 and said hello, waiting for the welcome.
@@ -436,6 +454,7 @@ fn check_hello(
 pub(crate) struct Greeted {
     connection: Connection,
     rank: usize,
+    size: usize,
     started: Instant,
     deadline: Instant,
 }
@@ -493,6 +512,7 @@ pub(crate) fn greet_root(
         secret: *id.secret(),
         rank: rank as u32,
         size: size as u32,
+        host: this_host(),
     };
     let payload = postcard::to_stdvec(&hello).expect("a hello always serializes");
     if let Err(e) = write_frame(&mut connection.stream, Kind::Hello, 0, &[&payload]) {
@@ -506,17 +526,20 @@ pub(crate) fn greet_root(
     Ok(Greeted {
         connection,
         rank,
+        size,
         started,
         deadline,
     })
 }
 
-/// A member's side, second half: waits for root rank 0's welcome (or its reason to refuse).
-pub(crate) fn await_welcome(greeted: Greeted, watch: Watch<'_>) -> Result<Connection> {
+/// A member's side, second half: waits for root rank 0's welcome (or its reason to refuse);
+/// returns the connection and every rank's host, which the welcome carries.
+pub(crate) fn await_welcome(greeted: Greeted, watch: Watch<'_>) -> Result<(Connection, HostMap)> {
     const OP: &str = "rendezvous";
     let Greeted {
         mut connection,
         rank,
+        size,
         started,
         deadline,
     } = greeted;
@@ -575,7 +598,15 @@ pub(crate) fn await_welcome(greeted: Greeted, watch: Watch<'_>) -> Result<Connec
                     .stream
                     .set_read_timeout(None)
                     .map_err(|e| Error::backend(OP, "cannot clear the read timeout", e))?;
-                Ok(connection)
+                let hosts = HostMap::decode(&frame.payload, size).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Protocol,
+                        OP,
+                        format!("root rank 0's welcome does not list the hosts of {size} ranks"),
+                    )
+                    .on_rank(rank)
+                })?;
+                Ok((connection, hosts))
             }
             Kind::Reject => Err(rejection(&frame, rank)),
             other => Err(Error::new(

@@ -25,6 +25,7 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use super::frame::{write_frame, Frame, FrameDecoder, Kind, WireError};
 use super::global_exit::{self, ExitRound};
+use super::liveness::Liveness;
 use super::progress::Progress;
 use crate::error::{Error, ErrorKind};
 
@@ -69,6 +70,17 @@ impl Link {
         let sequence = writer.next_sequence;
         writer.next_sequence += 1;
         write_frame(&mut writer.stream, kind, sequence, parts)
+    }
+
+    /// Sends one empty frame of `kind` unless another thread is writing on this link now
+    /// (then its frame reaches the peer instead); returns whether it sent.
+    pub(crate) fn try_send(&self, kind: Kind) -> std::io::Result<bool> {
+        let Some(mut writer) = self.writer.try_lock() else {
+            return Ok(false);
+        };
+        let sequence = writer.next_sequence;
+        writer.next_sequence += 1;
+        write_frame(&mut writer.stream, kind, sequence, &[]).map(|()| true)
     }
 
     /// Says goodbye and shuts the connection down (best effort: the peer may be gone).
@@ -356,6 +368,11 @@ impl Shared {
         });
     }
 
+    /// Reads the inbox without waking anyone.
+    pub(crate) fn peek<T>(&self, read: impl FnOnce(&Inbox) -> T) -> T {
+        read(&self.inbox.lock())
+    }
+
     /// Runs `update` on the inbox and wakes every waiter.
     pub(crate) fn update<T>(&self, update: impl FnOnce(&mut Inbox) -> T) -> T {
         let result = update(&mut self.inbox.lock());
@@ -523,6 +540,8 @@ pub(crate) struct RootRouter {
     pub(crate) links: Vec<Option<Arc<Link>>>,
     pub(crate) readers: Vec<Option<(TcpStream, FrameDecoder)>>,
     pub(crate) wake: UnixStream,
+    /// When each member was last heard; the hosts of the ranks.
+    pub(crate) liveness: Arc<Liveness>,
 }
 
 impl RootRouter {
@@ -604,17 +623,20 @@ impl RootRouter {
             return;
         }
         match read {
-            Ok(n) if n > 0 => {}
+            Ok(n) if n > 0 => self.liveness.heard(rank),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             ended => {
                 self.readers[rank] = None;
                 let departed = self.shared.update(|inbox| inbox.departed[rank]);
                 if !departed {
+                    let hosts = self.liveness.hosts();
+                    let host = hosts.describe(hosts.host_of(rank));
                     let detail = match ended {
-                        Err(e) => format!("its connection failed: {e}"),
-                        Ok(_) => "its connection closed without a goodbye: the process exited \
-                                  or was killed"
-                            .to_string(),
+                        Err(e) => format!("its connection from {host} failed: {e}"),
+                        Ok(_) => format!(
+                            "its connection from {host} closed without a goodbye: the process \
+                             exited or was killed"
+                        ),
                     };
                     let error = Error::peer_lost("control plane", rank, &detail);
                     self.abort_all(&error, Some(rank));
@@ -656,20 +678,31 @@ impl RootRouter {
                 global_exit::serve_request(&self.shared, &self.links, status);
             }
             Kind::ExitAck => global_exit::acknowledged(&self.shared, rank),
+            Kind::Heartbeat => {}
             other => return Err(format!("rank {rank} sent an unexpected {other:?} frame")),
         }
         Ok(())
     }
 
-    /// Breaks the plane and tells every member except `skip` why. The aborts go out before
-    /// anyone here is woken: a caller woken by the break may end this process at once, and the
-    /// members must then learn the real cause, not merely that root rank 0 hung up.
+    /// Breaks the plane and tells every member except `skip` why (see [`abort_members`]).
     fn abort_all(&self, error: &Error, skip: Option<usize>) {
-        let (wire, completed, first) = self.shared.mark_broken(WireError::from_error(error), None);
-        broadcast_abort(&self.links, &wire, completed, skip);
-        if first {
-            self.shared.announce_broken(&wire);
-        }
+        abort_members(&self.shared, &self.links, error, skip);
+    }
+}
+
+/// Root rank 0: breaks the plane with `error` and tells every member except `skip` why. The
+/// aborts go out before anyone here is woken: a caller woken by the break may end this process
+/// at once, and the members must then learn the real cause, not merely that root rank 0 hung up.
+pub(crate) fn abort_members(
+    shared: &Shared,
+    links: &[Option<Arc<Link>>],
+    error: &Error,
+    skip: Option<usize>,
+) {
+    let (wire, completed, first) = shared.mark_broken(WireError::from_error(error), None);
+    broadcast_abort(links, &wire, completed, skip);
+    if first {
+        shared.announce_broken(&wire);
     }
 }
 
@@ -707,6 +740,8 @@ pub(crate) struct MemberRouter {
     pub(crate) decoder: FrameDecoder,
     /// The link to root rank 0 (for the router's own answers: a global exit's acknowledgement).
     pub(crate) link: Arc<Link>,
+    /// When root rank 0 was last heard.
+    pub(crate) liveness: Arc<Liveness>,
 }
 
 impl MemberRouter {
@@ -732,7 +767,10 @@ impl MemberRouter {
                 }
             }
             match self.decoder.read_from(&mut self.stream) {
-                Ok(n) if n > 0 => active_until = Instant::now() + self.shared.spin,
+                Ok(n) if n > 0 => {
+                    self.liveness.heard(0);
+                    active_until = Instant::now() + self.shared.spin;
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 ended => {
                     let expected = self.shared.update(|i| {
@@ -755,6 +793,7 @@ impl MemberRouter {
 
     fn dispatch(&mut self, frame: Frame) {
         match frame.kind {
+            Kind::Heartbeat => {}
             Kind::Outcome => {
                 let outcome = parse_outcome(&frame.payload);
                 match outcome {

@@ -1073,8 +1073,10 @@ impl Shmem {
             }
             Err(WaitError::Aborted { lost_rank }) => {
                 // The control plane's own report is the most precise; the shared abort word may
-                // have arrived first (another PE's router set it).
-                let error = match self.plane.broken() {
+                // have arrived first (another PE's router set it): the report follows within
+                // moments (root rank 0's abort, or this PE's own liveness verdict).
+                let grace = crate::control::VERDICT_GRACE;
+                let error = match self.plane.broken_within(grace) {
                     Some(cause) => {
                         let error = Error::new(cause.kind(), operation, cause.message());
                         match cause.peer() {

@@ -1,0 +1,497 @@
+//! A lost host, on four network-namespace hosts joined by one bridge (issue 42): each host is a
+//! network namespace with its own host name (UTS namespace) and a veth pair to a bridge in a
+//! fifth, "switch", namespace; `hmrun -n 2 --nnodes 4` runs on each. Every PE puts 8 KiB to its
+//! right neighbour and passes a barrier, over and over (shared memory within a host, UCX between
+//! hosts), with a peer timeout of [`PEER_TIMEOUT`] and the default 120 s wait deadline left in
+//! place: a host's link cut at the switch, its processes SIGKILLed, or its processes frozen past
+//! the peer timeout must end every PE on every host with `peer lost` naming the lost host and
+//! its ranks (the cut-off host's PEs name root rank 0's host and every host they lost), and every
+//! hmrun must exit non-zero. Nothing may be declared lost when a PE computes for 30 s without a
+//! call, when a host's link is slow and drops 5% of its packets, or when a host is frozen for
+//! less than the peer timeout. Needs root (CI runs as root); where the namespaces cannot be
+//! made, each test prints why and returns, visibly marked SKIPPED.
+//!
+//! Nothing asserts a speed: a loss must end the waits with `peer lost` (not the 120 s timeout,
+//! and within the test's watchdog); the times from fault to detection are printed (`DETECTED`
+//! lines) for the benchmark report.
+
+use std::io::Write;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use hm_testkit::{is_pe, PE_VARIABLE};
+use hyper_multicore::world::World;
+use rustix::process::{kill_process, Pid, Signal};
+
+use crate::support::{
+    processes_with_marker, start_wrapped, wait_until_nothing_left, Finished, Job,
+};
+
+/// The same secret for every agent, so the world's rendezvous is authenticated.
+const SECRET: &str = "4242424242424242424242424242a42a";
+/// The peer timeout of these jobs, in seconds.
+const PEER_TIMEOUT: &str = "2";
+/// Hosts of a job, and PEs per host.
+const HOSTS: usize = 4;
+const PES_PER_HOST: usize = 2;
+/// The host every fault strikes (not root rank 0's).
+const VICTIM: usize = 2;
+
+/// Four namespace hosts on one bridge, removed on drop.
+struct FourHosts {
+    switch: String,
+    namespaces: Vec<String>,
+    /// Each host's end of its veth pair (inside the host).
+    devices: Vec<String>,
+    /// The bridge's end of each host's veth pair (inside the switch).
+    ports: Vec<String>,
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    run("ip", args)
+}
+
+fn run(program: &str, args: &[&str]) -> Result<(), String> {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "`{program} {}` failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr).trim()
+    ))
+}
+
+impl FourHosts {
+    /// Host h is 198.18.0.(h+1) on the bridge, named `hm-host-h`.
+    fn create(tag: &str) -> Result<FourHosts, String> {
+        let id = format!("{}{tag}", std::process::id() % 100_000);
+        let hosts = FourHosts {
+            switch: format!("hm{id}sw"),
+            namespaces: (0..HOSTS).map(|h| format!("hm{id}h{h}")).collect(),
+            devices: (0..HOSTS).map(|h| format!("hv{id}{h}")).collect(),
+            ports: (0..HOSTS).map(|h| format!("hp{id}{h}")).collect(),
+        };
+        let switch = hosts.switch.as_str();
+        ip(&["netns", "add", switch])?;
+        ip(&["-n", switch, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", switch, "link", "set", "br0", "up"])?;
+        for h in 0..HOSTS {
+            let (namespace, device, port) =
+                (&hosts.namespaces[h], &hosts.devices[h], &hosts.ports[h]);
+            let address = format!("198.18.0.{}/24", h + 1);
+            ip(&["netns", "add", namespace])?;
+            ip(&["link", "add", device, "type", "veth", "peer", "name", port])?;
+            ip(&["link", "set", device, "netns", namespace])?;
+            ip(&["link", "set", port, "netns", switch])?;
+            ip(&["-n", switch, "link", "set", port, "master", "br0"])?;
+            ip(&["-n", switch, "link", "set", port, "up"])?;
+            ip(&["-n", namespace, "addr", "add", &address, "dev", device])?;
+            ip(&["-n", namespace, "link", "set", device, "up"])?;
+            ip(&["-n", namespace, "link", "set", "lo", "up"])?;
+        }
+        Ok(hosts)
+    }
+
+    /// Cuts host `h`'s cable at the switch: nothing is closed, nothing arrives any more.
+    fn cut(&self, h: usize) {
+        ip(&["-n", &self.switch, "link", "set", &self.ports[h], "down"]).unwrap();
+    }
+
+    /// Makes host `h`'s link slow (1 Mbit/s through a token bucket that queues up to 400 ms)
+    /// and drops 5% of the packets arriving at it.
+    fn degrade(&self, h: usize) -> Result<(), String> {
+        let (namespace, device) = (&self.namespaces[h], &self.devices[h]);
+        let shape = [
+            "-n", namespace, "qdisc", "add", "dev", device, "root", "tbf", "rate", "1mbit",
+            "burst", "32kbit", "latency", "400ms",
+        ];
+        run("tc", &shape)?;
+        let drop = [
+            "netns",
+            "exec",
+            namespace,
+            "iptables",
+            "-A",
+            "INPUT",
+            "-m",
+            "statistic",
+            "--mode",
+            "random",
+            "--probability",
+            "0.05",
+            "-j",
+            "DROP",
+        ];
+        run("ip", &drop)
+    }
+
+    /// Starts host `h`'s agent for `test` with `envs` added.
+    fn agent(&self, h: usize, test: &str, envs: &[(&str, &str)]) -> Job {
+        let test_binary = std::env::current_exe().unwrap();
+        let test_binary = test_binary.to_str().unwrap();
+        let (hosts, pes, node_rank) = (HOSTS.to_string(), PES_PER_HOST.to_string(), h.to_string());
+        let args = [
+            "-n",
+            &pes,
+            "--nnodes",
+            &hosts,
+            "--node-rank",
+            &node_rank,
+            "--master-addr",
+            "198.18.0.1",
+            "--master-port",
+            "29500",
+            "--",
+            test_binary,
+            test,
+            "--exact",
+            "--nocapture",
+            "-q",
+        ];
+        let mut all = vec![
+            (PE_VARIABLE, "1"),
+            ("HYPER_MULTICORE_SHMEM_SECRET", SECRET),
+            ("HYPER_MULTICORE_SHMEM_PEER_TIMEOUT_SEC", PEER_TIMEOUT),
+            ("UCX_TLS", "tcp,self"),
+            ("UCX_NET_DEVICES", self.devices[h].as_str()),
+        ];
+        all.extend_from_slice(envs);
+        let hostname = format!("hostname hm-host-{h} && exec \"$@\"");
+        let wrapper = [
+            "ip",
+            "netns",
+            "exec",
+            &self.namespaces[h],
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            &hostname,
+            "sh",
+        ];
+        start_wrapped(&format!("lost-host-{h}"), &wrapper, &args, &all)
+    }
+
+    /// Starts the job on every host.
+    fn start(&self, test: &str, envs: &[(&str, &str)]) -> Vec<Job> {
+        (0..HOSTS).map(|h| self.agent(h, test, envs)).collect()
+    }
+}
+
+impl Drop for FourHosts {
+    fn drop(&mut self) {
+        for namespace in self.namespaces.iter().chain([&self.switch]) {
+            let _ = Command::new("ip")
+                .args(["netns", "del", namespace])
+                .output();
+        }
+    }
+}
+
+fn four_hosts_or_skip(test: &str, tag: &str) -> Option<FourHosts> {
+    match FourHosts::create(tag) {
+        Ok(hosts) => Some(hosts),
+        Err(why) => {
+            // Straight to stderr: the harness drops what a passing test prints.
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "SKIPPED {test}: cannot make four namespace hosts on a bridge here: {why}"
+            );
+            None
+        }
+    }
+}
+
+/// The variable telling a PE for how long to exchange (seconds); unset: until a fault ends it.
+const RUN_FOR: &str = "HM_TEST_RUN_FOR";
+/// The variable naming a world rank that computes for 30 s without calling the runtime.
+const COMPUTING_RANK: &str = "HM_TEST_COMPUTING_RANK";
+
+/// A PE's part: join the world and the runtime, print READY, then put 8 KiB to the right
+/// neighbour, barrier and hear from root rank 0 whether to go on, until [`RUN_FOR`] has passed
+/// on root rank 0 (then DONE, exit 0) or a call fails (then the runtime is dropped, `LOST` is
+/// printed with the error and how long after the last good round it came, exit 1).
+fn exchange() {
+    let run_for = std::env::var(RUN_FOR)
+        .ok()
+        .map(|s| Duration::from_secs(s.parse().unwrap()));
+    let computing: Option<usize> = std::env::var(COMPUTING_RANK)
+        .ok()
+        .map(|s| s.parse().unwrap());
+    let world = World::from_env().unwrap();
+    let shmem = hm_testkit::initialize_over(&world, Some(8 << 20)).unwrap();
+    let (rank, size) = (shmem.rank(), shmem.size());
+    let block = shmem.allocate::<u8>(8 << 10, None).unwrap();
+    let data = vec![rank as u8; 8 << 10];
+    shmem.barrier().unwrap();
+    println!("READY");
+    let started = Instant::now();
+    let mut last_good = Instant::now();
+    if computing == Some(rank) {
+        let until = Instant::now() + Duration::from_secs(30);
+        let mut spins = 0u64;
+        while Instant::now() < until {
+            spins = std::hint::black_box(spins.wrapping_add(1));
+        }
+        println!("COMPUTED");
+    }
+    let outcome = loop {
+        let round = (|| {
+            shmem.put(&block, &data, (rank + 1) % size)?;
+            shmem.barrier()?;
+            let go = !run_for.is_some_and(|limit| started.elapsed() >= limit);
+            world.control().broadcast(&[u8::from(go)])
+        })();
+        match round {
+            Ok(go) if go == [1] => last_good = Instant::now(),
+            Ok(_) => break Ok(()),
+            Err(error) => break Err(error),
+        }
+    };
+    match outcome {
+        Ok(()) => {
+            shmem.free(block).unwrap();
+            drop(shmem);
+            println!("DONE");
+        }
+        Err(error) => {
+            let after = last_good.elapsed();
+            // The runtime tears down after a loss (what `release` does), without hanging.
+            drop(block);
+            drop(shmem);
+            drop(world);
+            println!(
+                "LOST kind={:?} peer={:?} after_ms={}: {error}",
+                error.kind(),
+                error.peer(),
+                after.as_millis()
+            );
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Waits until every host's agent printed READY for both its PEs.
+fn wait_until_ready(agents: &mut [Job]) {
+    for agent in agents.iter_mut() {
+        agent.wait_for_ranks_printing("READY", PES_PER_HOST);
+    }
+}
+
+/// The processes of host `h`'s job (its agent and its PEs).
+fn processes_of(agent: &Job) -> Vec<Pid> {
+    processes_with_marker(agent.marker())
+        .into_iter()
+        .filter_map(|(pid, _)| Pid::from_raw(pid as i32))
+        .collect()
+}
+
+/// Every agent failed; each host's PEs that reported (at least one per host: an agent stops
+/// its other PE once one fails) got `peer lost`; the survivors name the victim host and its
+/// ranks, the victim's PEs (where they could report) name root rank 0's host and the hosts they
+/// lost. Prints the time from `fault` to each agent's exit.
+fn assert_victim_lost(agents: Vec<Job>, fault: Instant, victim_reports: bool) {
+    let mut finished: Vec<(Finished, Duration)> = Vec::new();
+    for agent in agents {
+        let done = agent.finish();
+        finished.push((done, fault.elapsed()));
+    }
+    let victim_ranks = format!(
+        "host hm-host-{VICTIM} (ranks [{}, {}])",
+        VICTIM * PES_PER_HOST,
+        VICTIM * PES_PER_HOST + 1
+    );
+    for (h, (done, exited_after)) in finished.iter().enumerate() {
+        println!(
+            "DETECTED host {h} agent exited {} ms after the fault",
+            exited_after.as_millis()
+        );
+        if h == VICTIM && !victim_reports {
+            continue;
+        }
+        assert_ne!(done.code(), 0, "host {h}: {done:?}");
+        let lost: Vec<String> = done
+            .stdout_lines()
+            .into_iter()
+            .filter(|l| l.contains("LOST"))
+            .collect();
+        assert!(!lost.is_empty(), "host {h} reported no loss: {done:?}");
+        for line in &lost {
+            println!("host {h}: {line}");
+            assert!(line.contains("LOST kind=PeerLost"), "host {h}: {line}");
+            let named = if h == VICTIM {
+                line.contains("host hm-host-0 of root rank 0 is lost")
+                    && line.contains("hm-host-1 (ranks [2, 3])")
+                    && line.contains("hm-host-3 (ranks [6, 7])")
+            } else {
+                line.contains(&victim_ranks)
+            };
+            assert!(named, "host {h} does not name what it lost: {line}");
+        }
+    }
+    for (done, _) in &finished {
+        wait_until_nothing_left(&done.marker);
+    }
+}
+
+/// Every agent succeeded and no PE reported a loss.
+fn assert_no_loss(agents: Vec<Job>) {
+    for (h, agent) in agents.into_iter().enumerate() {
+        let done = agent.finish();
+        assert_eq!(done.code(), 0, "host {h}: {done:?}");
+        let lines = [done.stdout_lines(), done.stderr_lines()].concat();
+        assert!(
+            !lines.iter().any(|l| l.contains("LOST")),
+            "host {h}: {done:?}"
+        );
+        assert_eq!(
+            crate::support::ranks_printing(&done.stdout, "DONE").len(),
+            PES_PER_HOST,
+            "host {h}: {done:?}"
+        );
+        wait_until_nothing_left(&done.marker);
+    }
+}
+
+#[test]
+fn a_host_whose_link_is_cut_is_named_lost_on_every_host() {
+    if is_pe() {
+        return exchange();
+    }
+    let test = "lost_host::a_host_whose_link_is_cut_is_named_lost_on_every_host";
+    let Some(hosts) = four_hosts_or_skip(test, "c") else {
+        return;
+    };
+    let mut agents = hosts.start(test, &[]);
+    wait_until_ready(&mut agents);
+    hosts.cut(VICTIM);
+    assert_victim_lost(agents, Instant::now(), true);
+}
+
+#[test]
+fn a_host_whose_processes_are_killed_is_named_lost_on_every_host() {
+    if is_pe() {
+        return exchange();
+    }
+    let test = "lost_host::a_host_whose_processes_are_killed_is_named_lost_on_every_host";
+    let Some(hosts) = four_hosts_or_skip(test, "k") else {
+        return;
+    };
+    let mut agents = hosts.start(test, &[]);
+    wait_until_ready(&mut agents);
+    let fault = Instant::now();
+    for pid in processes_of(&agents[VICTIM]) {
+        let _ = kill_process(pid, Signal::KILL);
+    }
+    assert_victim_lost(agents, fault, false);
+}
+
+#[test]
+fn a_host_frozen_past_the_peer_timeout_is_named_lost_on_every_host() {
+    if is_pe() {
+        return exchange();
+    }
+    let test = "lost_host::a_host_frozen_past_the_peer_timeout_is_named_lost_on_every_host";
+    let Some(hosts) = four_hosts_or_skip(test, "f") else {
+        return;
+    };
+    let mut agents = hosts.start(test, &[]);
+    wait_until_ready(&mut agents);
+    let frozen = processes_of(&agents[VICTIM]);
+    let fault = Instant::now();
+    for &pid in &frozen {
+        let _ = kill_process(pid, Signal::STOP);
+    }
+    let victim = agents.remove(VICTIM);
+    // The survivors must notice on their own while the victim stays frozen.
+    let survivors: Vec<Finished> = agents.into_iter().map(Job::finish).collect();
+    let detected = fault.elapsed();
+    for &pid in &frozen {
+        let _ = kill_process(pid, Signal::CONT);
+    }
+    let victim = victim.finish();
+    println!(
+        "DETECTED frozen host: survivors' agents exited {} ms after the freeze",
+        detected.as_millis()
+    );
+    assert_ne!(victim.code(), 0, "the thawed victim: {victim:?}");
+    for (done, h) in survivors.iter().zip([0, 1, 3]) {
+        assert_ne!(done.code(), 0, "host {h}: {done:?}");
+        let lost: Vec<String> = done
+            .stdout_lines()
+            .into_iter()
+            .filter(|l| l.contains("LOST"))
+            .collect();
+        assert!(!lost.is_empty(), "host {h} reported no loss: {done:?}");
+        for line in &lost {
+            assert!(line.contains("LOST kind=PeerLost"), "host {h}: {line}");
+            assert!(
+                line.contains("host hm-host-2 (ranks [4, 5]) is lost"),
+                "host {h} does not name the frozen host: {line}"
+            );
+        }
+        wait_until_nothing_left(&done.marker);
+    }
+    wait_until_nothing_left(&victim.marker);
+}
+
+#[test]
+fn a_pe_computing_for_30_s_without_calls_is_not_lost() {
+    if is_pe() {
+        return exchange();
+    }
+    let test = "lost_host::a_pe_computing_for_30_s_without_calls_is_not_lost";
+    let Some(hosts) = four_hosts_or_skip(test, "p") else {
+        return;
+    };
+    let agents = hosts.start(test, &[(RUN_FOR, "2"), (COMPUTING_RANK, "5")]);
+    assert_no_loss(agents);
+}
+
+#[test]
+fn a_slow_lossy_link_is_not_a_lost_host() {
+    if is_pe() {
+        return exchange();
+    }
+    let test = "lost_host::a_slow_lossy_link_is_not_a_lost_host";
+    let Some(hosts) = four_hosts_or_skip(test, "l") else {
+        return;
+    };
+    if let Err(why) = hosts.degrade(VICTIM) {
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIPPED {test}: cannot make a slow lossy link here: {why}"
+        );
+        return;
+    }
+    let agents = hosts.start(test, &[(RUN_FOR, "15")]);
+    assert_no_loss(agents);
+}
+
+#[test]
+fn a_host_frozen_for_less_than_the_peer_timeout_is_not_lost() {
+    if is_pe() {
+        return exchange();
+    }
+    let test = "lost_host::a_host_frozen_for_less_than_the_peer_timeout_is_not_lost";
+    let Some(hosts) = four_hosts_or_skip(test, "s") else {
+        return;
+    };
+    let mut agents = hosts.start(test, &[(RUN_FOR, "6")]);
+    wait_until_ready(&mut agents);
+    let frozen = processes_of(&agents[VICTIM]);
+    for &pid in &frozen {
+        let _ = kill_process(pid, Signal::STOP);
+    }
+    // The fault itself: frozen for half the peer timeout.
+    std::thread::sleep(Duration::from_secs(1));
+    for &pid in &frozen {
+        let _ = kill_process(pid, Signal::CONT);
+    }
+    assert_no_loss(agents);
+}
