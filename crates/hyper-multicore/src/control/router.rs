@@ -266,8 +266,8 @@ impl SpinWork {
 /// after another thread (the UCX progress thread) handled events of that work, i.e. peers' traffic
 /// arrives while the waiter sleeps. A waiter spins only for a window after the last events it
 /// handled itself; once asleep, it would otherwise leave every later request of a long wait to
-/// the progress thread, which answers each after a wake-up (a round trip of ~20 µs against ~8 µs
-/// over TCP here). One load when no such waiter sleeps.
+/// the progress thread, which answers each only after a wake-up. One load when no such waiter
+/// sleeps.
 ///
 /// Lock order: the UCX transport nudges from its worker's progress hook, where the progressing
 /// thread may hold UCX's worker lock, and a nudge takes the inbox lock: nothing may progress a

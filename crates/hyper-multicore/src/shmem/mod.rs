@@ -35,6 +35,7 @@
 mod allocation;
 pub(crate) mod allocator;
 pub(crate) mod arguments;
+mod atomics;
 mod collectives;
 mod data;
 mod debug;
@@ -50,12 +51,13 @@ mod team;
 pub(crate) mod team_sync;
 
 pub use crate::sys::mapping::{LocalSource, LocalTarget, Strides};
+pub use crate::transport::SignalOp;
 pub use allocation::{
     Allocation, AllocationId, AllocationRecord, AllocationSpec, Dtype, Element, Region, Symmetric,
     View,
 };
 pub use collectives::{RootTarget, BROADCAST_PULL_MIN_BYTES};
-pub use data::{AtomicOp, AtomicWord, Comparison, Located, LocatedCache, SignalOp};
+pub use data::{AtomicOp, AtomicWord, Comparison, Located, LocatedCache};
 pub(crate) use initialize::Joining;
 // The lifecycle converges its stages through the runtime's front door.
 pub(crate) use crate::control::converge;

@@ -61,9 +61,9 @@ use crate::transport::sync::Deadline;
 use crate::transport::Route;
 
 /// The smallest vector (in bytes) a whole-root reduction across hosts combines hierarchically;
-/// a smaller one is combined in rank order (two cross-host barriers instead of four: about
-/// 1 ms less for 8 bytes over TCP, while from 64 KiB on the hierarchical form is as fast or
-/// faster, 2× at 8 MiB — `bench/findings.md`).
+/// a smaller one is combined in rank order (two cross-host barriers instead of four: small
+/// vectors are dominated by the barriers, large ones by the bytes that cross hosts, which the
+/// hierarchical form sends once per host; the generated tables show where they cross).
 pub const HIERARCHICAL_REDUCE_MIN_BYTES: u64 = 64 << 10;
 
 /// The longest vector (in bytes) that every member of a team mapped on one host combines whole

@@ -48,7 +48,7 @@ pub(crate) struct Heap {
     pub(crate) allocator: Allocator,
     /// Live allocations by index. Looked up, never iterated in an order that matters: a hash
     /// map, so a dozen live allocations do not make every allocate split a B-tree node and
-    /// every free merge it back (findings, round 8); FxHash, as the allocator's live blocks.
+    /// every free merge it back; FxHash, as the allocator's live blocks.
     pub(crate) records: FxHashMap<u64, AllocationRecord>,
     pub(crate) next_index: u64,
     /// Number of collective argument checks so far (selects the double-buffered slot).

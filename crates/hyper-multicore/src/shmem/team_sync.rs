@@ -25,7 +25,7 @@
 //! every other.
 
 use crate::primitive::{fence, AtomicU32, Ordering};
-use crate::transport::segment::Segment;
+use crate::transport::segment::{Counter, Segment};
 use crate::transport::sync::{self, AbortWord, BarrierKind, Doorbell, WaitError, WaitPolicy};
 
 /// The pair counters of the PEs of a segment, by slot, and their barrier doorbells.
@@ -121,12 +121,12 @@ pub(crate) fn team_barrier(
 /// Pair counters of `pes` PEs outside a segment, for the in-process tests and models.
 impl PairWords for Segment {
     fn signals(&self, to: usize, from: usize) -> &AtomicU32 {
-        self.counter(to, from, false)
+        self.counter(to, from, Counter::Sent)
             .expect("team signals are used only where the segment has them")
     }
 
     fn consumed(&self, owner: usize, from: usize) -> &AtomicU32 {
-        self.counter(owner, from, true)
+        self.counter(owner, from, Counter::Consumed)
             .expect("team signals are used only where the segment has them")
     }
 

@@ -16,7 +16,7 @@ pub(crate) mod segment_words;
 pub(crate) mod socket_owner;
 pub(crate) mod spawn;
 pub(crate) mod zero_pages;
-// The UCX transport's foundation, under the transport layer's UCX route (transport/ucx.rs).
+// The UCX transport's foundation, under the transport layer's UCX route (transport/ucx/).
 // Its own tests also call a few functions the transport does not (memory UCX allocates, the
 // worker's event descriptor, non-blocking puts, an endpoint's close), hence the allowance
 // outside test builds. Nothing in it is a shared-memory protocol, so loom builds skip it.

@@ -26,8 +26,8 @@ pub(crate) enum PeerOwner {
 /// i.e. the other end of a connection this process holds from `local` to `peer`.
 ///
 /// Socket diagnostics find the socket in the kernel's hash table. Reading a socket table instead
-/// costs milliseconds on some kernels (it walks every bucket of the table: 4.6 ms per read on
-/// the 24 GiB VMs here, which made a 32-PE rendezvous take 250 ms), so it is only the fallback,
+/// walks every bucket of the kernel's table, which is large on a machine with much memory, once
+/// per connection of a rendezvous, so it is only the fallback,
 /// and there the table of the peer's likely family is read first and the other only if the
 /// socket is not there.
 pub(crate) fn tcp_peer_owner(local: SocketAddr, peer: SocketAddr) -> PeerOwner {

@@ -2,8 +2,8 @@
 //!
 //! `Command::spawn` with a `pre_exec` hook (the only way std offers to arm
 //! `PR_SET_PDEATHSIG` in the child) forks: the child gets a copy of the launcher's page tables,
-//! which its `exec` then throws away. A 32-PE job spent ~10 ms of its start-up there on two
-//! cores. This module does what glibc's `posix_spawn` does instead — `clone(CLONE_VM |
+//! which its `exec` then throws away, a cost every PE of a large job pays at start-up. This
+//! module does what glibc's `posix_spawn` does instead — `clone(CLONE_VM |
 //! CLONE_VFORK)`: the child runs on its own small stack in the launcher's memory, the
 //! launcher's thread waits until the child has called `execve` (or failed) — and runs the few
 //! system calls a PE needs on the way: parent-death signal, process group, standard streams,

@@ -20,6 +20,25 @@ use crate::control::{ControlPlane, Progress};
 use crate::error::Result;
 use crate::sys::mapping::{LocalSource, LocalTarget, Strides};
 
+/// How a signal (or an update) writes its word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignalOp {
+    /// Store the value.
+    Set,
+    /// Add the value (wrapping).
+    Add,
+}
+
+/// Which write of a word a call makes: an update (complete at the next quiet) or a signal
+/// (ordered after this PE's earlier puts to the target, and waking the target's waiter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WordWrite {
+    /// An update.
+    Update,
+    /// A signal.
+    Signal,
+}
+
 /// The read-modify-write operations on one word (the bits of the value, zero-extended).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Rmw {
@@ -41,12 +60,11 @@ pub(crate) enum Rmw {
 }
 
 impl Rmw {
-    /// The write of an update or a signal: an add of `value` with `add`, else a store of it.
-    pub(crate) fn update(add: bool, value: u64) -> Rmw {
-        if add {
-            Rmw::Add(value)
-        } else {
-            Rmw::Store(value)
+    /// The write of an update or a signal: a store or an add of `value`, as `op` says.
+    pub(crate) fn update(op: SignalOp, value: u64) -> Rmw {
+        match op {
+            SignalOp::Set => Rmw::Store(value),
+            SignalOp::Add => Rmw::Add(value),
         }
     }
 }
@@ -217,7 +235,7 @@ pub(crate) trait Transport: Sized {
     /// Updates wake the target's waiters.
     fn atomic(&self, peer: Self::Peer, offset: usize, width: Width, rmw: Rmw) -> Result<u64>;
 
-    /// Sets or adds `value` to the word at `offset` of PE `pe`'s heap without reading it back:
+    /// Sets or adds (`op`) `value` to the word at `offset` of PE `pe`'s heap without reading it back:
     /// complete at the next [`Transport::quiet`]. Updates wake the target's waiters.
     #[inline(always)]
     fn update(
@@ -225,14 +243,14 @@ pub(crate) trait Transport: Sized {
         peer: Self::Peer,
         offset: usize,
         width: Width,
-        add: bool,
+        op: SignalOp,
         value: u64,
     ) -> Result<()> {
-        self.atomic(peer, offset, width, Rmw::update(add, value))
+        self.atomic(peer, offset, width, Rmw::update(op, value))
             .map(drop)
     }
 
-    /// Sets or adds `value` to the signal word at `offset` of PE `pe`'s heap, ordered after this
+    /// Sets or adds (`op`) `value` to the signal word at `offset` of PE `pe`'s heap, ordered after this
     /// PE's earlier puts to `pe`, and wakes the target's waiter. By default the update, which
     /// must then be ordered so (a sequentially consistent store or add in shared memory is).
     #[inline(always)]
@@ -241,10 +259,10 @@ pub(crate) trait Transport: Sized {
         peer: Self::Peer,
         offset: usize,
         width: Width,
-        add: bool,
+        op: SignalOp,
         value: u64,
     ) -> Result<()> {
-        self.update(peer, offset, width, add, value)
+        self.update(peer, offset, width, op, value)
     }
 
     /// Orders this PE's earlier puts to each PE before its later ones.

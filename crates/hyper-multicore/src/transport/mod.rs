@@ -39,6 +39,7 @@ mod absent;
 #[cfg(not(all(feature = "ucx", not(loom))))]
 use absent::Absent as UcxTransport;
 
+pub use interface::SignalOp;
 pub(crate) use interface::{Rmw, Start, Transport, Width};
 pub use locality::TEST_HOST_VARIABLE;
 pub(crate) use locality::{host_identity, Locality};

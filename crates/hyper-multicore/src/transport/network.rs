@@ -14,7 +14,9 @@ use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use super::interface::{start_one, Exchange, NetworkTransport, Rmw, Start, Transport, Width};
+use super::interface::{
+    start_one, Exchange, NetworkTransport, Rmw, SignalOp, Start, Transport, Width,
+};
 use super::shm::ShmTransport;
 use super::UcxTransport;
 use crate::control::{Nudger, Progress, ServeRequester, SpinWork};
@@ -28,7 +30,7 @@ pub(crate) use super::interface::NetPeer;
 /// start-up fails saying which feature to build with).
 #[derive(Debug)]
 pub(crate) enum Network {
-    /// UCX (`sys/ucx.rs`, `transport/ucx.rs`; cargo feature `ucx`).
+    /// UCX (`sys/ucx/`, `transport/ucx/`; cargo feature `ucx`).
     Ucx(UcxTransport),
 }
 
@@ -171,10 +173,10 @@ impl Network {
         peer: NetPeer,
         offset: usize,
         width: Width,
-        add: bool,
+        op: SignalOp,
         value: u64,
     ) -> Result<()> {
-        on_network!(self, net => net.update(peer, offset, width, add, value))
+        on_network!(self, net => net.update(peer, offset, width, op, value))
     }
 
     /// See [`Transport::signal`].
@@ -183,10 +185,10 @@ impl Network {
         peer: NetPeer,
         offset: usize,
         width: Width,
-        add: bool,
+        op: SignalOp,
         value: u64,
     ) -> Result<()> {
-        on_network!(self, net => net.signal(peer, offset, width, add, value))
+        on_network!(self, net => net.signal(peer, offset, width, op, value))
     }
 
     /// See [`Transport::fence`].

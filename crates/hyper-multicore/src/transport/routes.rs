@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::interface::{start_one, Rmw, RmwKind, Start, Transport, Width};
+use super::interface::{start_one, Rmw, RmwKind, SignalOp, Start, Transport, Width, WordWrite};
 use super::network::{NetLink, NetPeer, Network};
 use super::segment::{self, Segment};
 use super::shm::{ShmPeer, ShmTransport};
@@ -330,10 +330,10 @@ impl Transports {
         pe: usize,
         offset: usize,
         width: Width,
-        add: bool,
+        op: SignalOp,
         value: u64,
     ) -> Result<()> {
-        self.write_word(pe, offset, width, add, value, false)
+        self.write_word(pe, offset, width, op, value, WordWrite::Update)
     }
 
     /// See [`Transport::signal`].
@@ -343,26 +343,26 @@ impl Transports {
         pe: usize,
         offset: usize,
         width: Width,
-        add: bool,
+        op: SignalOp,
         value: u64,
     ) -> Result<()> {
-        self.write_word(pe, offset, width, add, value, true)
+        self.write_word(pe, offset, width, op, value, WordWrite::Signal)
     }
 
-    /// An update, or with `signal` a signal: in shared memory both are the same store or add.
+    /// An update or a signal (`write`): in shared memory both are the same store or add.
     #[inline(always)]
     fn write_word(
         &self,
         pe: usize,
         offset: usize,
         width: Width,
-        add: bool,
+        op: SignalOp,
         value: u64,
-        signal: bool,
+        write: WordWrite,
     ) -> Result<()> {
         match self.routes[pe] {
-            Route::Local(peer) => self.local.update(peer, offset, width, add, value),
-            Route::Net(peer) => self.net_write_word(peer, offset, width, add, value, signal),
+            Route::Local(peer) => self.local.update(peer, offset, width, op, value),
+            Route::Net(peer) => self.net_write_word(peer, offset, width, op, value, write),
         }
     }
 
@@ -373,15 +373,14 @@ impl Transports {
         peer: NetPeer,
         offset: usize,
         width: Width,
-        add: bool,
+        op: SignalOp,
         value: u64,
-        signal: bool,
+        write: WordWrite,
     ) -> Result<()> {
         let network = self.network()?;
-        if signal {
-            network.signal(peer, offset, width, add, value)
-        } else {
-            network.update(peer, offset, width, add, value)
+        match write {
+            WordWrite::Signal => network.signal(peer, offset, width, op, value),
+            WordWrite::Update => network.update(peer, offset, width, op, value),
         }
     }
 

@@ -19,17 +19,19 @@
 //!   the peer's progress applies in the order sent, and acknowledges every put with a message
 //!   back). Puts of up to [`MESSAGE_PUT_MAX`] bytes, signals and non-fetching atomics are this
 //!   transport's own active messages, applied by the peer's handlers (the update with the same
-//!   CPU atomic as the shared-memory route's) and not acknowledged: one message per operation
-//!   (over TCP here a signal ping-pong's one way 6.6 → 3.7 µs, bench/findings.md round 27).
+//!   CPU atomic as the shared-memory route's) and not acknowledged: one message per operation,
+//!   where UCX's emulation costs a request and its acknowledgement.
 //!   Each lands behind every earlier operation on the lane, so a signal is ordered after the
 //!   puts before it without a fence, and a get or atomic after a put reads what it wrote. A
 //!   quiet covers them with a probe: a one-byte get from each peer that was sent some since the
-//!   last probe, answered only after the peer applied them (put 8 B + quiet 13.2 → 10.4 µs).
+//!   last probe, answered only after the peer applied them (one round trip per quiet, where
+//!   acknowledged puts would wait for each).
 //!   Where one lane carries every active message, puts of any size go as messages of up to
-//!   [`MESSAGE_CHUNK`] (1 MiB put + quiet 570 → 225 µs), and a get above [`MESSAGE_PUT_MAX`]
+//!   [`MESSAGE_CHUNK`] (unacknowledged, where UCX's emulated put waits for an acknowledgement
+//!   per fragment), and a get above [`MESSAGE_PUT_MAX`]
 //!   is a request ([`GET_AM`]) the peer's handler answers with messages from its heap
 //!   ([`GET_REPLY_AM`], without waiting), which land in the caller's buffer, lent for the wait
-//!   (`ucx::Landings`; 1 MiB 420 → 205 µs).
+//!   (`ucx::Landings`). The measurements are in the generated tables (docs/benchmarks.md).
 //! - **Operations** (a lane does RMA or atomics itself: CMA, shared-memory CPU atomics,
 //!   RDMA): UCX's puts; a signal is a *fetching* UCX atomic (swap for set, fetch-add for add),
 //!   ordered after earlier puts by a worker fence and returning only once it was applied at the
@@ -54,15 +56,16 @@
 //! collective serves its peers' operations itself; the progress thread stands down meanwhile
 //! and gets the worker back before the waiter sleeps.
 
-use rustc_hash::FxHashMap;
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use super::interface::{Exchange, NetPeer, NetworkTransport};
+mod messages;
+
+use super::interface::{Exchange, NetPeer, NetworkTransport, SignalOp, WordWrite};
 use super::network::NetStart;
 use super::routes::MESSAGE_SPIN_LOOKS;
 use super::segment::Segment;
@@ -75,26 +78,11 @@ use crate::sys::mapping::{LocalSource, LocalTarget};
 use crate::sys::ucx::{
     self, Context, Endpoint, Landings, MemoryRegion, ProgressThread, RemoteKey, Worker,
 };
+use messages::{
+    exchange_key, get_request, put_header, put_offset, update_header, update_of, Mailbox,
+    DOORBELL_AM, EXCHANGE_AM, GET_AM, GET_REPLY_AM, PUT_AM, UPDATE_AM,
+};
 
-/// The active message that rings the receiving PE's doorbell.
-const DOORBELL_AM: u16 = 1;
-/// The active message of a two-rank exchange ([`UcxTransport::send_exchange`]): header
-/// (source rank, tag, sequence), the data as its payload.
-const EXCHANGE_AM: u16 = 2;
-/// The active message of a put on a [`Path::Messages`] path: header the offset in the target's
-/// heap ([`put_header`]), the bytes as payload.
-const PUT_AM: u16 = 3;
-/// The active message of a signal or a non-fetching atomic (set, add) on a [`Path::Messages`]
-/// path: header ([`update_header`]) the word's offset, the value, its width and whether it
-/// adds; no payload.
-const UPDATE_AM: u16 = 4;
-/// The request of a get on a [`Path::Messages`] path whose one lane carries every active
-/// message: header ([`get_request`]) the offset and length in the target's heap and the
-/// requester's landing token; no payload. The target answers with [`GET_REPLY_AM`]s.
-const GET_AM: u16 = 5;
-/// A part of a get's answer: header the landing token and the part's place in the buffer
-/// (little-endian), the heap's bytes as payload (at most [`MESSAGE_CHUNK`] each).
-const GET_REPLY_AM: u16 = 6;
 /// How long a UCX endpoint's failure waits for the control plane to report a loss that caused
 /// it ([`UcxTransport::checked`]): it hears of a dead rank within milliseconds.
 const LOSS_REPORT_GRACE: Duration = Duration::from_millis(250);
@@ -107,44 +95,6 @@ const MESSAGE_PUT_MAX: usize = 1024;
 /// size go as messages of at most this many bytes each (and gets' answers as parts of it): UCX sends each in eager fragments with no
 /// acknowledgement per fragment, and reassembles it at the target into a buffer of its size.
 const MESSAGE_CHUNK: usize = 256 << 10;
-
-/// What identifies a two-rank exchange's message: (source rank, tag, sequence).
-type ExchangeKey = (u64, u64, u64);
-
-/// The messages of two-rank exchanges that arrived and were not taken yet, with their keys
-/// (source rank, tag, sequence); and how many exchanges this PE started with each (peer, tag).
-#[derive(Debug, Default)]
-struct Mailbox {
-    /// A list, not a map: it holds one message or two at a time (one per exchange in flight),
-    /// which a scan finds sooner than a hash does (bench/findings.md, round 29).
-    arrived: Mutex<Vec<(ExchangeKey, Vec<u8>)>>,
-    /// How many messages `arrived` holds: a waiter's look is one load while it is zero.
-    unclaimed: AtomicUsize,
-    started: Mutex<FxHashMap<(usize, u64), u64>>,
-}
-
-impl Mailbox {
-    /// Files a peer's message (called by the exchange handler).
-    fn post(&self, key: ExchangeKey, data: &[u8]) {
-        self.arrived.lock().push((key, data.to_vec()));
-        // SeqCst: the count precedes the read of the sleeper count in the handler's `ring`.
-        self.unclaimed.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// The message filed under `key`, taken out.
-    fn take(&self, key: ExchangeKey) -> Option<Vec<u8>> {
-        if self.unclaimed.load(Ordering::SeqCst) == 0 {
-            return None;
-        }
-        let message = {
-            let mut arrived = self.arrived.lock();
-            let at = arrived.iter().position(|(filed, _)| *filed == key)?;
-            arrived.swap_remove(at).1
-        };
-        self.unclaimed.fetch_sub(1, Ordering::SeqCst);
-        Some(message)
-    }
-}
 
 /// What a PE publishes for its peers.
 #[derive(Debug, Serialize, Deserialize)]
@@ -176,7 +126,7 @@ struct Peer {
     rkey: RemoteKey,
     base: u64,
     /// How puts and signals reach the peer. Read from UCX at the first put or signal to the
-    /// peer (50-190 µs each, so not for every peer at start-up).
+    /// peer (the query formats UCX's lane table: too slow to make for every peer at start-up).
     path: OnceLock<Path>,
     /// Puts and signals sent to the peer as active messages (which no UCX flush covers), and
     /// how many of them a completed probe covers ([`UcxTransport::quiet`]).
@@ -275,10 +225,10 @@ impl Progress for ServeWhileWaiting {
 
 /// A peer's request that this PE serve its worker (see `control::ServeRequester`), on the
 /// router thread: the progress thread takes over, and the router thread itself progresses the
-/// worker until idle first. The router runs at once where the progress thread may not: traced,
-/// a progress thread woken on the core of its PE's computing main thread stayed runnable there
-/// for 2.7 ms (the scheduler left it queued behind the computation while the other core idled)
-/// as the peer's get and its requests waited. The router progresses only while the transport
+/// worker until idle first. The router runs at once where the progress thread may not: a
+/// progress thread woken on the core of its PE's computing main thread can stay queued behind
+/// the computation (the scheduler does not move it to an idle core at once) while the peer's get
+/// and its requests wait. The router progresses only while the transport
 /// is up: the transport closes `open` (waiting for a progress under way) before it tears down
 /// the heap's registration and endpoints.
 #[derive(Debug)]
@@ -584,10 +534,10 @@ impl Transport for UcxTransport {
         peer: UcxPeer,
         offset: usize,
         width: Width,
-        add: bool,
+        op: SignalOp,
         value: u64,
     ) -> Result<()> {
-        self.write_word(peer, offset, width, add, value, false)
+        self.write_word(peer, offset, width, op, value, WordWrite::Update)
     }
 
     fn signal(
@@ -595,10 +545,10 @@ impl Transport for UcxTransport {
         peer: UcxPeer,
         offset: usize,
         width: Width,
-        add: bool,
+        op: SignalOp,
         value: u64,
     ) -> Result<()> {
-        self.write_word(peer, offset, width, add, value, true)
+        self.write_word(peer, offset, width, op, value, WordWrite::Signal)
     }
 
     fn fence(&self) -> Result<()> {
@@ -714,7 +664,7 @@ impl UcxTransport {
     /// to the answers' handler, one request goes out, and this thread progresses the worker
     /// (then sleeps on the doorbell, which the progress hook rings) until the answers filled it.
     /// UCX's emulated get moves the bytes in acknowledged fragments; the answer's eager
-    /// messages are not acknowledged (1 MiB: bench/findings.md round 27).
+    /// messages are not acknowledged, so a large get waits for no round trip per fragment.
     fn get_by_messages(
         &self,
         peer: UcxPeer,
@@ -768,24 +718,28 @@ impl UcxTransport {
         peer: UcxPeer,
         offset: usize,
         width: Width,
-        add: bool,
+        op: SignalOp,
         value: u64,
-        signal: bool,
+        write: WordWrite,
     ) -> Result<()> {
+        let signal = write == WordWrite::Signal;
         self.not_aborted(if signal { "signal" } else { "atomic" })?;
         let (remote, address) = self.remote(peer, offset);
         let endpoint = remote.endpoint.lock();
         let deadline = self.deadline();
-        let (key, update) = (&remote.rkey, Rmw::update(add, value));
+        let (key, update) = (&remote.rkey, Rmw::update(op, value));
         let outcome = match remote.path(&endpoint) {
             Path::Messages { .. } => {
-                let header = update_header(offset, width, add, value);
+                let header = update_header(offset, width, op, value);
                 endpoint
                     .am_send(UPDATE_AM, &header, &[], deadline)
                     .map(|()| remote.sent_message())
             }
             Path::Operations { ring } if signal => {
-                let fetching = if add { update } else { Rmw::Swap(value) };
+                let fetching = match op {
+                    SignalOp::Add => update,
+                    SignalOp::Set => Rmw::Swap(value),
+                };
                 self.worker
                     .fence()
                     .and_then(|()| amo(&endpoint, address, key, width, fetching, deadline))
@@ -905,62 +859,6 @@ impl UcxTransport {
     }
 }
 
-/// The (source rank, tag, sequence) of an exchange message's header, if it is one.
-fn exchange_key(header: &[u8]) -> Option<ExchangeKey> {
-    let header: &[u8; 24] = header.try_into().ok()?;
-    Some((word_of(header, 0), word_of(header, 1), word_of(header, 2)))
-}
-
-/// The (offset, length, token) of a get request, if its header is one and the range lies in a
-/// heap of `heap_len` bytes.
-fn get_request(header: &[u8], heap_len: usize) -> Option<(usize, usize, u64)> {
-    let header: &[u8; 24] = header.try_into().ok()?;
-    let offset = usize::try_from(word_of(header, 0)).ok()?;
-    let len = usize::try_from(word_of(header, 1)).ok()?;
-    (offset.checked_add(len)? <= heap_len).then_some((offset, len, word_of(header, 2)))
-}
-
-/// The header of a put message: the offset in the target's heap, little-endian.
-fn put_header(offset: usize) -> [u8; 8] {
-    (offset as u64).to_le_bytes()
-}
-
-/// The heap offset of a put message of `len` bytes, if its header is one and the bytes fit in
-/// a heap of `heap_len` bytes.
-fn put_offset(header: &[u8], len: usize, heap_len: usize) -> Option<usize> {
-    let header: &[u8; 8] = header.try_into().ok()?;
-    let offset = usize::try_from(word_of(header, 0)).ok()?;
-    (offset.checked_add(len)? <= heap_len).then_some(offset)
-}
-
-/// The header of an update message: offset and value (little-endian), then one byte: bit 0 for
-/// a 64-bit word, bit 1 to add rather than set.
-fn update_header(offset: usize, width: Width, add: bool, value: u64) -> [u8; 17] {
-    let mut header = [0u8; 17];
-    header[..8].copy_from_slice(&(offset as u64).to_le_bytes());
-    header[8..16].copy_from_slice(&value.to_le_bytes());
-    header[16] = u8::from(width == Width::W64) | u8::from(add) << 1;
-    header
-}
-
-/// The word (heap offset, width) and operation of an update message, if its header is one and
-/// names an aligned word inside a heap of `heap_len` bytes.
-fn update_of(header: &[u8], heap_len: usize) -> Option<(usize, Width, Rmw)> {
-    let header: &[u8; 17] = header.try_into().ok()?;
-    let offset = usize::try_from(word_of(header, 0)).ok()?;
-    let (value, kind) = (word_of(header, 1), header[16]);
-    if kind > 0b11 {
-        return None;
-    }
-    let (width, size) = if kind & 1 == 1 {
-        (Width::W64, 8)
-    } else {
-        (Width::W32, 4)
-    };
-    let fits = offset % size == 0 && offset.checked_add(size)? <= heap_len;
-    fits.then_some((offset, width, Rmw::update(kind & 2 == 2, value)))
-}
-
 /// One atomic on the `width` word at `address`; returns the previous value, zero-extended.
 fn amo(
     endpoint: &Endpoint,
@@ -1015,68 +913,5 @@ fn mask<T>() -> u64 {
         u64::from(u32::MAX)
     } else {
         u64::MAX
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_put_header_reads_back_inside_the_heap_only() {
-        let header = put_header(4096);
-        assert_eq!(put_offset(&header, 100, 8192), Some(4096));
-        assert_eq!(
-            put_offset(&header, 4096, 8192),
-            Some(4096),
-            "up to the heap's end"
-        );
-        assert_eq!(put_offset(&header, 4097, 8192), None, "past the heap's end");
-        assert_eq!(
-            put_offset(&put_header(usize::MAX), 1, usize::MAX),
-            None,
-            "overflow"
-        );
-        assert_eq!(put_offset(&header[..7], 1, 8192), None);
-        assert_eq!(put_offset(&[0u8; 9], 1, 8192), None);
-    }
-
-    #[test]
-    fn a_update_header_reads_back_for_aligned_words_inside_the_heap_only() {
-        for (width, size) in [(Width::W32, 4), (Width::W64, 8)] {
-            for add in [false, true] {
-                let header = update_header(64, width, add, 0xDEAD_BEEF);
-                let rmw = if add {
-                    Rmw::Add(0xDEAD_BEEF)
-                } else {
-                    Rmw::Store(0xDEAD_BEEF)
-                };
-                assert_eq!(update_of(&header, 64 + size), Some((64, width, rmw)));
-                assert_eq!(
-                    update_of(&header, 64 + size - 1),
-                    None,
-                    "past the heap's end"
-                );
-            }
-            let misaligned = update_header(size / 2, width, false, 1);
-            assert_eq!(update_of(&misaligned, 4096), None);
-        }
-        let mut unknown = update_header(0, Width::W64, false, 1);
-        unknown[16] = 4;
-        assert_eq!(update_of(&unknown, 4096), None);
-        assert_eq!(update_of(&[0u8; 16], 4096), None);
-        assert_eq!(update_of(&[0u8; 18], 4096), None);
-    }
-
-    #[test]
-    fn an_exchange_header_reads_back_and_other_lengths_are_refused() {
-        let header = words_header([3, u64::from_be_bytes(*b"hm-lbarr"), 17]);
-        assert_eq!(
-            exchange_key(&header),
-            Some((3, u64::from_be_bytes(*b"hm-lbarr"), 17))
-        );
-        assert_eq!(exchange_key(&header[..16]), None);
-        assert_eq!(exchange_key(&[0u8; 25]), None);
-        assert_eq!(exchange_key(&[]), None);
     }
 }
