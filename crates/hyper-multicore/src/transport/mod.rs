@@ -43,7 +43,10 @@ pub use interface::SignalOp;
 pub(crate) use interface::{Rmw, Start, Transport, Width};
 pub use locality::TEST_HOST_VARIABLE;
 pub(crate) use locality::{host_identity, Locality};
-pub(crate) use network::{word_of, words_header, Network};
+// The test-only probes on `Shmem` read the network transports' counters.
+#[cfg(feature = "fault-injection")]
+pub(crate) use network::Network;
+pub(crate) use network::{word_of, words_header};
 pub use routes::TransportState;
 pub(crate) use routes::{Route, Transports};
 pub(crate) use shm::{segment, sync};
