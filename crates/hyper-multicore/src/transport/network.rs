@@ -12,14 +12,14 @@
 
 use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::interface::{
     start_one, Exchange, NetworkTransport, Rmw, SignalOp, Start, Transport, Width,
 };
 use super::shm::ShmTransport;
 use super::UcxTransport;
-use crate::control::{Nudger, Progress, ServeRequester, SpinWork};
+use crate::control::{Nudger, Progress, SpinWork};
 use crate::error::Result;
 use crate::sys::mapping::{LocalSource, LocalTarget, Strides};
 
@@ -43,18 +43,34 @@ macro_rules! on_network {
     };
 }
 
+/// Asks root rank `peer`'s process, over the control plane, to serve its progress now, unless
+/// this process asked it within `interval` (the caller's threshold of a slow request; see
+/// `ServeRequester`).
+pub(crate) type AskToServe = Arc<dyn Fn(usize, Duration) + Send + Sync>;
+
 /// What a network transport's start-up gets besides [`Start`]: made by [`NetLink::start`]
 /// for whichever transport it starts. Read only by the network transports this build has.
-#[derive(Debug)]
 #[cfg_attr(not(all(feature = "ucx", not(loom))), allow(dead_code))]
 pub(crate) struct NetStart<'a> {
     /// The shared-memory transport, started (the network transport registers its heap).
     pub(crate) local: &'a ShmTransport,
     /// Asks a peer's process to serve its progress now (None for a root of one rank).
-    pub(crate) requester: Option<Arc<ServeRequester>>,
-    /// Set once the transport's progress is the control plane's spin work: wakes the plane's
-    /// waiters that went to sleep, to serve the events another thread handled.
-    pub(crate) nudger: Arc<OnceLock<Nudger>>,
+    pub(crate) ask_to_serve: Option<AskToServe>,
+    /// Wakes the control plane's waiters that went to sleep, to serve the events another
+    /// thread of the transport handled (nothing until the transport's progress is the plane's
+    /// spin work).
+    pub(crate) nudge: Nudge,
+}
+
+/// See [`NetStart::nudge`].
+pub(crate) type Nudge = Arc<dyn Fn() + Send + Sync>;
+
+impl std::fmt::Debug for NetStart<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetStart")
+            .field("local", &self.local)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The network transport and the control plane's hold on its progress. Fields drop in order:
@@ -71,10 +87,20 @@ impl NetLink {
     /// makes its progress the control plane's spin work, so a PE waiting in a control-plane
     /// collective serves its peers' operations itself.
     pub(crate) fn start(start: &Start<'_>, local: &ShmTransport) -> Result<NetLink> {
+        let nudger = Arc::new(OnceLock::<Nudger>::new());
         let hooks = NetStart {
             local,
-            requester: start.plane.serve_requester().map(Arc::new),
-            nudger: Arc::new(OnceLock::new()),
+            ask_to_serve: start.plane.serve_requester().map(|requester| {
+                Arc::new(move |peer, interval| requester.request(peer, interval)) as AskToServe
+            }),
+            nudge: {
+                let nudger = Arc::clone(&nudger);
+                Arc::new(move || {
+                    if let Some(nudger) = nudger.get() {
+                        nudger.nudge();
+                    }
+                })
+            },
         };
         let net_start = Start {
             net: Some(&hooks),
@@ -82,7 +108,7 @@ impl NetLink {
         };
         let network = start_one::<UcxTransport>(&net_start).map(Network::Ucx)?;
         let spin_work = start.plane.while_spinning(network.plane_work());
-        let _ = hooks.nudger.set(spin_work.nudger());
+        let _ = nudger.set(spin_work.nudger());
         Ok(NetLink {
             _spin_work: spin_work,
             network,

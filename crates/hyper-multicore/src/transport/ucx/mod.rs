@@ -290,13 +290,11 @@ impl Transport for UcxTransport {
         // The same hook sends a control-plane waiter that went to sleep back to serving these
         // events itself (`Nudger`), once the router has made it the plane's spin work.
         let ringing = Arc::clone(&segment);
-        let nudging = Arc::clone(&net.nudger);
+        let nudge = Arc::clone(&net.nudge);
         worker.on_progress(move || {
             fence(Ordering::SeqCst);
             sync::ring(&ringing.pe_words(bell).doorbell);
-            if let Some(nudger) = nudging.get() {
-                nudger.nudge();
-            }
+            nudge();
         })?;
         let len = usize::try_from(start.heap_size).map_err(|_| {
             Error::new(
@@ -377,17 +375,15 @@ impl Transport for UcxTransport {
         })?;
         // A request that waits long for a peer's progress asks that peer's progress thread to
         // serve (over the control plane: see `ServeRequester`); a flush asks every remote peer.
-        if let Some(requester) = net.requester.clone() {
+        if let Some(ask) = net.ask_to_serve.clone() {
             let rank = start.plane.rank();
             let group_of = &start.locality.group_of;
             let remote: Vec<usize> = (0..group_of.len())
                 .filter(|&pe| group_of[pe] != group_of[rank])
                 .collect();
             worker.on_slow_request(move |peer| match peer {
-                Some(peer) => requester.request(peer, ucx::SLOW_REQUEST),
-                None => remote
-                    .iter()
-                    .for_each(|&peer| requester.request(peer, ucx::SLOW_REQUEST)),
+                Some(peer) => ask(peer, ucx::SLOW_REQUEST),
+                None => remote.iter().for_each(|&peer| ask(peer, ucx::SLOW_REQUEST)),
             })?;
         }
         let progress = worker.start_progress_thread()?;
