@@ -145,6 +145,15 @@ fn watch(watched: &Watched, deadline: Duration, stop: &(Mutex<bool>, Condvar)) {
                 return;
             }
         }
+        // A broken or closing plane has nobody left to convince; a heartbeat arriving at a
+        // root rank 0 that closes without reading it would make its kernel reset the
+        // connection, and a reset can overtake the abort that root rank 0 sent before it.
+        if watched
+            .shared
+            .peek(|inbox| inbox.broken.is_some() || inbox.closing)
+        {
+            continue;
+        }
         for link in watched.links.iter().flatten() {
             // A failed send means the peer is gone: its hang-up or silence is reported anyway.
             let _ = link.try_send(Kind::Heartbeat);
