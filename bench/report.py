@@ -910,6 +910,7 @@ def main():
     oshmem = load(os.path.join(args.results, "oshmem.jsonl"))
     c_api = load(os.path.join(args.results, "c_api.jsonl"))
     control = load(os.path.join(args.results, "control.jsonl"))
+    liveness = load_plain(os.path.join(args.results, "liveness.jsonl"))
     machine = read_text(os.path.join(args.results, "machine.txt"))
     commands = read_text(os.path.join(args.results, "commands.txt"))
     oshmem_notes = read_text(os.path.join(args.results, "oshmem.txt"))
@@ -1231,6 +1232,27 @@ def main():
             w(f"| `{r['op']}` | {r['layer']} | {r['pes']} | {human_ns(r['median_ns'])} | "
               f"{human_ns(r['min_ns'])} | {human_ns(r['max_ns'])} | "
               f"{human_ns(r.get('ref_ns'))} | {ratio} |")
+        w("")
+
+    if liveness:
+        w("## Liveness across hosts: time to detect a lost host")
+        w("")
+        w("`bench/liveness.sh` (issue 42): four network-namespace hosts on a bridge, "
+          "`hmrun -n 2 --nnodes 4` on each, peer timeout as given; the time from the fault to "
+          "the exit of the last agent that had to notice it (every PE having ended with `peer "
+          "lost` naming the host). Bar: ≤ peer timeout + 1 s.")
+        w("")
+        w("| fault | peer timeout | runs | median | max | bar | verdict |")
+        w("|---|---:|---:|---:|---:|---:|---|")
+        faults = {}
+        for r in liveness:
+            faults.setdefault((r["fault"], r["peer_timeout_s"]), []).append(r["ms"])
+        for (fault, timeout), times in faults.items():
+            bar = (timeout + 1) * 1000
+            worst = max(times)
+            met = "met" if worst <= bar else "missed"
+            w(f"| {fault} | {timeout} s | {len(times)} | {statistics.median(times) / 1000:.2f} s | "
+              f"{worst / 1000:.2f} s | {bar / 1000:.0f} s | {met} |")
         w("")
 
     if oshmem_notes:

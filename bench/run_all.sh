@@ -64,6 +64,14 @@ fi
 # The file the commands of the current step are recorded in.
 commands="$results/commands.txt"
 
+# Liveness across hosts (issue 42): how long after a host is lost (link cut, processes killed,
+# host frozen) every agent of a four-namespace-host job has exited, 10 runs of each
+# (bench/liveness.sh; needs root, adds nothing otherwise). A failed run is reported, not fatal.
+if [[ "${HM_BENCH_LIVENESS:-1}" != 0 ]]; then
+    rm -f "$results/liveness.jsonl"
+    bench/liveness.sh 10 "$results/liveness.jsonl" || echo "bench/liveness.sh: some runs failed" >&2
+fi
+
 # run OUTPUT COMMAND…: records the command, runs it, appends its stdout to OUTPUT.
 run() {
     local output="$1"
