@@ -216,6 +216,69 @@ fn killing_the_root_during_allgather_names_it_on_every_survivor() {
     assert_survivors_saw_peer_lost(job, 4, 0);
 }
 
+/// Liveness on one host (the four-host tests in crates/hmrun need root): PE 1 stops PE 2
+/// (SIGSTOP) and never continues it; with a 1 s peer timeout and a 60 s wait timeout, the
+/// barrier of PEs 0 and 1 ends with `peer lost` naming rank 2 as frozen (its host still
+/// answers, so only the process is named), and PE 1 then kills PE 2 (which made no call the
+/// others' barrier could complete with).
+#[test]
+fn a_member_stopped_past_the_peer_timeout_is_named_lost() {
+    use hyper_multicore::config::PEER_TIMEOUT_SEC;
+    use rustix::process::{kill_process, Pid, Signal};
+    if is_pe() {
+        let world = World::from_env().unwrap();
+        let plane = world.control();
+        let pids = plane.allgather(&std::process::id().to_le_bytes()).unwrap();
+        let victim = i32::from_le_bytes(pids[2][..4].try_into().unwrap());
+        let victim = Pid::from_raw(victim).unwrap();
+        match world.rank() {
+            // The victim makes no call the others could complete with: it is stopped (and
+            // then killed) while it waits here.
+            2 => std::thread::sleep(Duration::from_secs(120)),
+            1 => {
+                kill_process(victim, Signal::STOP).unwrap();
+                hm_testkit::wait_until_stopped(victim.as_raw_nonzero().get());
+            }
+            _ => {}
+        }
+        let outcome = plane.barrier();
+        if world.rank() == 1 {
+            kill_process(victim, Signal::KILL).unwrap();
+        }
+        let error = outcome.unwrap_err();
+        println!("KIND {:?}", error.kind());
+        println!("PEER {:?}", error.peer());
+        println!("MESSAGE {error}");
+        return;
+    }
+    let job = Job::launch_with(
+        "a_member_stopped_past_the_peer_timeout_is_named_lost",
+        3,
+        Options::default()
+            .env(PEER_TIMEOUT_SEC, 1)
+            .env(TIMEOUT_SEC, 60),
+    );
+    let result = job.wait();
+    for rank in [0, 1] {
+        let pe = result.pe(rank);
+        assert!(pe.status.success(), "{}", result.describe());
+        assert_eq!(
+            pe.lines_with("KIND "),
+            ["PeerLost"],
+            "{}",
+            result.describe()
+        );
+        assert_eq!(pe.lines_with("PEER "), ["Some(2)"], "{}", result.describe());
+        let message = &pe.lines_with("MESSAGE ")[0];
+        assert!(
+            message.contains("rank 2 on host") && message.contains("frozen or stopped"),
+            "{message}"
+        );
+    }
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(result.pe(2).status.signal(), Some(9));
+}
+
 #[test]
 fn a_member_that_never_arrives_is_named_at_the_deadline() {
     if is_pe() {
