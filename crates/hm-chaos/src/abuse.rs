@@ -157,7 +157,8 @@ impl Stranger {
     }
 }
 
-/// A hello as the rendezvous encodes it (postcard: the 16 secret bytes, then varints).
+/// A hello as the rendezvous encodes it (postcard: the 16 secret bytes, then varints, then the
+/// member's host name as a length-prefixed string).
 pub fn hello(secret: &[u8; SECRET_LEN], rank: usize, size: usize) -> Vec<u8> {
     let mut bytes = secret.to_vec();
     for value in [rank as u32, size as u32] {
@@ -172,6 +173,9 @@ pub fn hello(secret: &[u8; SECRET_LEN], rank: usize, size: usize) -> Vec<u8> {
             bytes.push(byte | 0x80);
         }
     }
+    const HOST: &[u8] = b"hm-chaos";
+    bytes.push(HOST.len() as u8);
+    bytes.extend_from_slice(HOST);
     bytes
 }
 

@@ -146,7 +146,7 @@ pub fn encode_frames(frames: &[(Kind, Vec<u8>)]) -> Vec<u8> {
 }
 
 /// Every frame kind.
-pub const KINDS: [Kind; 11] = [
+pub const KINDS: [Kind; 12] = [
     Kind::Hello,
     Kind::Welcome,
     Kind::Reject,
@@ -158,6 +158,7 @@ pub const KINDS: [Kind; 11] = [
     Kind::Exit,
     Kind::ExitAck,
     Kind::ExitNow,
+    Kind::Heartbeat,
 ];
 
 /// The cargo-fuzz entry for the frame decoder. Byte 0 picks the cap (the handshake cap, the
