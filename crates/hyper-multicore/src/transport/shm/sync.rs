@@ -33,7 +33,8 @@
 //! switches than ⌈log2 pes⌉ waits.
 //!
 //! Waiting has three phases (ARCHITECTURE.md decision 6): spin with `PAUSE` (only when every
-//! local PE can have its own core), then `sched_yield` a bounded number of times, then sleep on
+//! local PE can have its own core, and only as long as spinning has been paying in this process
+//! lately: see [`SPIN_BUDGET`]), then `sched_yield` a bounded number of times, then sleep on
 //! the waiting PE's doorbell (a futex). A sleeper first counts itself in the doorbell's
 //! `sleepers` word, so wakers make a system call only when someone actually sleeps; the fast path
 //! of [`ring`] is one load. Each sleep lasts at most [`SLEEP_SLICE`], every phase checks the
@@ -51,9 +52,12 @@ pub(crate) use crate::sys::segment_words::{
     AbortWord, BarrierFlags, CentralWords, Doorbell, MAX_BARRIER_ROUNDS,
 };
 
-/// `PAUSE` iterations before yielding (when spinning is allowed at all). Loom explores every
-/// interleaving, so there one step of each phase is enough.
+/// `PAUSE` iterations before yielding (when spinning is allowed at all), at most: see
+/// [`SpinBudget`]. Loom explores every interleaving, so there one step of each phase is enough.
 const SPIN_LIMIT: u32 = if cfg!(loom) { 1 } else { 4096 };
+/// The fewest looks a spin phase shrinks to ([`SpinBudget`]): enough to catch a peer whose
+/// store is already crossing to this core.
+const SPIN_FLOOR: u32 = if cfg!(loom) { 1 } else { 16 };
 /// How many spins pass between two looks at the clock (the first look starts the deadline of a
 /// [`Deadline::After`]).
 const SPINS_PER_CLOCK_CHECK: u32 = 256;
@@ -69,6 +73,98 @@ const GENERATION_STEP: u32 = 2;
 pub(crate) const SLEEP_SLICE: Duration = Duration::from_millis(20);
 /// The most PEs one segment (one host) can hold: one barrier flag per round.
 pub(crate) const MAX_SEGMENT_PES: usize = 1 << MAX_BARRIER_ROUNDS;
+
+/// How many looks this process's waits spin before they yield: [`SPIN_LIMIT`] while spinning
+/// pays, halved by each spin phase that runs out (down to [`SPIN_FLOOR`]), doubled by each wait
+/// that a later look of its spin phase ends. A spin pays only while the awaited PE runs on
+/// another core. When other processes share the cores (a load the core count does not show),
+/// the awaited PE is often waiting for a core, at times for the very core the waiter spins on:
+/// the spin burns the waiter's share of the CPU for nothing, and the scheduler then makes its
+/// yield wait behind the other processes for whole slices, once per wait.
+static SPIN_BUDGET: SpinBudget = SpinBudget::new();
+
+/// The adaptive length of the spin phase (see [`SPIN_BUDGET`]): process-local tuning state,
+/// not a protocol word, so a plain `std` atomic (a lost update between two threads' waits only
+/// delays the adaptation by one wait; under loom it stays at 1). On a cache line of its own:
+/// every wait reads it, and no other thread's writes should evict it meanwhile.
+#[repr(align(64))]
+struct SpinBudget {
+    looks: std::sync::atomic::AtomicU32,
+}
+
+/// How a wait's spin phase ended, as [`SpinBudget::record`] learns it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SpinPhase {
+    /// A look after the first found the condition true: the spin paid.
+    Caught,
+    /// Every look found it false: the wait goes on to yield.
+    RanOut,
+}
+
+impl SpinBudget {
+    const fn new() -> Self {
+        SpinBudget {
+            looks: std::sync::atomic::AtomicU32::new(SPIN_LIMIT),
+        }
+    }
+
+    /// The budget now: a wait spins at most this many looks.
+    #[inline]
+    fn looks(&self) -> u32 {
+        self.looks.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The spin phase of [`wait`]: looks until `done()` or an abort settles the wait (its
+    /// outcome) or `clock`'s deadline passes (the timeout), `limit` looks at most and no more
+    /// than the budget, `PAUSE` apart if `S` says so; `None` when they ran out. Learns from how
+    /// the phase ended.
+    #[inline]
+    fn spin<S: Serving>(
+        &self,
+        done: &mut impl FnMut() -> bool,
+        abort: &AbortWord,
+        limit: u32,
+        clock: &mut Clock,
+    ) -> Option<Result<(), WaitError>> {
+        let budget = self.looks();
+        let looks = limit.min(budget);
+        for look in 0..looks {
+            if let Some(outcome) = settled(done, abort) {
+                // A condition true at the first look says nothing about spinning (the later
+                // of two PEs meeting finds the earlier one's flag already set).
+                if look > 0 {
+                    self.record(budget, SpinPhase::Caught);
+                }
+                return Some(outcome);
+            }
+            if look % SPINS_PER_CLOCK_CHECK == SPINS_PER_CLOCK_CHECK - 1 {
+                if let Err(timeout) = clock.check() {
+                    return Some(Err(timeout));
+                }
+            }
+            if S::PAUSE_BETWEEN_LOOKS {
+                spin_loop();
+            }
+        }
+        if looks > 0 {
+            self.record(budget, SpinPhase::RanOut);
+        }
+        None
+    }
+
+    /// Doubles the budget, `looks` when the spin phase began, after a spin that paid; halves
+    /// it after one that ran out.
+    #[inline]
+    fn record(&self, looks: u32, phase: SpinPhase) {
+        let next = match phase {
+            SpinPhase::Caught => looks.saturating_mul(2).min(SPIN_LIMIT),
+            SpinPhase::RanOut => (looks / 2).max(SPIN_FLOOR),
+        };
+        if next != looks {
+            self.looks.store(next, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
 
 /// Which barrier the PEs of a segment use: the segment's creator decides (from the local PE
 /// count and its cores) and records it in the header, so that every member runs the same one.
@@ -566,16 +662,16 @@ impl<S: Serving> Drop for Looking<S> {
     }
 }
 
-/// Spins (`spin_looks` looks), yields (until [`YIELD_LIMIT`] looks in a row served nothing:
-/// see [`Serving::served`]), then sleeps on the futex `word` until `done()`, an abort or
-/// `clock`'s deadline. `sleepers` counts the sleepers on `word`; whoever makes `done()` true
-/// changes `word` and wakes it when `sleepers` is not zero. `serving` hears when the looks
-/// begin and when they end: before the first sleep after a run of looks (handing over; the
-/// one look after a sleep slice that ended without a change begins nothing) and as the wait
-/// ends. With `rewatch`, a wake-up by a change of `word` that did not make `done()` true sends
-/// the waiter back to its yield phase before it sleeps again (the UCX waits: a ring there is
-/// peers' traffic, which the waiter's looks then serve themselves), and the wait hands over
-/// again when it ends in such looks.
+/// Spins (`spin_looks` looks, or fewer as [`SPIN_BUDGET`] has it), yields (until [`YIELD_LIMIT`]
+/// looks in a row served nothing: see [`Serving::served`]), then sleeps on the futex `word` until
+/// `done()`, an abort or `clock`'s deadline. `sleepers` counts the sleepers on `word`; whoever
+/// makes `done()` true changes `word` and wakes it when `sleepers` is not zero. `serving` hears
+/// when the looks begin and when they end: before the first sleep after a run of looks (handing
+/// over; the one look after a sleep slice that ended without a change begins nothing) and as the
+/// wait ends. With `rewatch`, a wake-up by a change of `word` that did not make `done()` true sends
+/// the waiter back to its yield phase before it sleeps again (the UCX waits: a ring there is peers'
+/// traffic, which the waiter's looks then serve themselves), and the wait hands over again when it
+/// ends in such looks.
 #[allow(clippy::too_many_arguments)]
 fn wait<S: Serving>(
     mut done: impl FnMut() -> bool,
@@ -591,18 +687,8 @@ fn wait<S: Serving>(
     // Whether the looks served peers' work that did not end the wait (see the end).
     let mut served_peers = false;
     let outcome = 'waited: {
-        for spin in 0..spin_looks {
-            if let Some(outcome) = settled(&mut done, abort) {
-                break 'waited outcome;
-            }
-            if spin % SPINS_PER_CLOCK_CHECK == SPINS_PER_CLOCK_CHECK - 1 {
-                if let Err(timeout) = clock.check() {
-                    break 'waited Err(timeout);
-                }
-            }
-            if S::PAUSE_BETWEEN_LOOKS {
-                spin_loop();
-            }
+        if let Some(outcome) = SPIN_BUDGET.spin::<S>(&mut done, abort, spin_looks, clock) {
+            break 'waited outcome;
         }
         loop {
             serving.begin_again();

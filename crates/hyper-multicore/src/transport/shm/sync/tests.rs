@@ -84,6 +84,61 @@ fn barrier_holds_every_round_16_pes() {
     barrier_rounds(16, 300);
 }
 
+/// One spin phase of `budget` with at most `limit` looks, whose condition turns true at look
+/// `ready_at` (counted from 1; never if `None`): its outcome and the looks it took.
+fn spin_phase(
+    budget: &SpinBudget,
+    limit: u32,
+    ready_at: Option<u32>,
+) -> (Option<Result<(), WaitError>>, u32) {
+    let mut looks = 0;
+    let mut done = || {
+        looks += 1;
+        ready_at.is_some_and(|at| looks >= at)
+    };
+    let outcome = budget.spin::<()>(
+        &mut done,
+        &AbortWord::new(),
+        limit,
+        &mut Clock::new(deadline()),
+    );
+    (outcome, looks)
+}
+
+#[test]
+fn spins_shrink_while_they_run_out_and_grow_back_while_they_pay() {
+    let budget = SpinBudget::new();
+    // Phases that run out take all the budget's looks and halve it, down to the floor.
+    let mut expected = SPIN_LIMIT;
+    loop {
+        assert_eq!(spin_phase(&budget, SPIN_LIMIT, None), (None, expected));
+        let next = (expected / 2).max(SPIN_FLOOR);
+        assert_eq!(budget.looks(), next);
+        if next == expected {
+            break;
+        }
+        expected = next;
+    }
+    assert_eq!(expected, SPIN_FLOOR);
+    // A condition true at the first look tells nothing: the budget stays.
+    assert_eq!(spin_phase(&budget, SPIN_LIMIT, Some(1)), (Some(Ok(())), 1));
+    assert_eq!(budget.looks(), SPIN_FLOOR);
+    // A wait without a spin phase (more PEs than cores) leaves it too.
+    assert_eq!(spin_phase(&budget, 0, None), (None, 0));
+    assert_eq!(budget.looks(), SPIN_FLOOR);
+    // Phases that a later look ends double it, up to the limit.
+    while expected < SPIN_LIMIT {
+        assert_eq!(spin_phase(&budget, SPIN_LIMIT, Some(2)), (Some(Ok(())), 2));
+        expected = (expected * 2).min(SPIN_LIMIT);
+        assert_eq!(budget.looks(), expected);
+    }
+    assert_eq!(spin_phase(&budget, SPIN_LIMIT, Some(2)), (Some(Ok(())), 2));
+    assert_eq!(budget.looks(), SPIN_LIMIT);
+    // A wait allowed fewer looks than the budget (a network wait's) takes only those.
+    assert_eq!(spin_phase(&budget, 8, None), (None, 8));
+    assert_eq!(budget.looks(), SPIN_LIMIT / 2);
+}
+
 #[test]
 fn barrier_of_one_pe_returns_at_once() {
     let words = TestWords::new(1);
