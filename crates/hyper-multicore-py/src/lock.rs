@@ -1,7 +1,7 @@
 //! The registry's lock (`hyper_multicore.shmem._registry._lock`): a reentrant lock that Python
 //! code holds with `with _lock:` and the native registry ([`crate::registry::Registry`]) takes
-//! without a Python call (two `with` blocks cost 0.3 µs of a 3 µs `empty` + `free`; see
-//! bench/findings.md, round 23).
+//! without a Python call (a Python-level `with` on every allocation call would be a visible
+//! share of a small `empty` + `free`; bench/findings.md has the measurement).
 //!
 //! It serialises what one process's threads do to the registry, and their collective
 //! allocation calls (every PE must make those in the same order). A thread that has to wait for
