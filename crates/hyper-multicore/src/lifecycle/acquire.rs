@@ -276,7 +276,7 @@ fn distribute_unique_id(
         }
         Some(fault::Fault::Differ) | None => local,
     };
-    let ids = crate::shmem::converge::converge(channel, operation, local)?;
+    let ids = crate::control::converge::converge(channel, operation, local)?;
     let id_bytes = ids[0].as_deref().unwrap_or_default();
     let id = UniqueId::from_bytes(id_bytes)?;
     Ok((

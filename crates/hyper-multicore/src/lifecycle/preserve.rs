@@ -5,7 +5,7 @@
 //!
 //! Two ways, chosen alike on every PE by the new heap size:
 //! - **In place**, when the new heap fits the room each heap has in its segment (twice the old
-//!   heap; see `shmem/segment.rs`): Initialize maps the same memfd again (`Segment::regrow`),
+//!   heap; see `transport/shm/segment.rs`): Initialize maps the same memfd again (`Segment::regrow`),
 //!   so the kept bytes never leave their pages. A preserved allocation that lands at another
 //!   offset is moved inside the heap, in an order that never overwrites a prefix still to be
 //!   moved ([`schedule`]; a cycle goes through a buffer). Then the old mapping is detached

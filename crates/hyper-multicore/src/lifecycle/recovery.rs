@@ -5,7 +5,7 @@
 use super::stage::{Stage, StageFailure};
 use super::LIFECYCLE;
 use crate::error::{Error, ErrorKind, Recovery, Result};
-use crate::shmem::converge::LocalFailure;
+use crate::control::converge::LocalFailure;
 use crate::shmem::process;
 use crate::shmem::Shmem;
 

@@ -8,7 +8,7 @@ use super::stage::Stage;
 use super::steps::Steps;
 use super::LIFECYCLE;
 use crate::error::{Error, ErrorKind, Recovery, Result};
-use crate::shmem::converge::LocalFailure;
+use crate::control::converge::LocalFailure;
 use crate::shmem::registry::check_unmanaged;
 
 /// Drops a reference; the last one shuts the runtime down collectively (stages Preflight,

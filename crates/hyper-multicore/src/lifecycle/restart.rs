@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::control::UniqueId;
 use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::Allocator;
-use crate::shmem::converge::LocalFailure;
+use crate::control::converge::LocalFailure;
 use crate::shmem::registry::check_unmanaged;
 use crate::shmem::{
     max_alignment, Allocation, AllocationRecord, AllocationSpec, Element, Joining, Region, Shmem,

@@ -45,7 +45,7 @@ use crate::config::{Config, HEAP_SIZE};
 use crate::control::GroupChannel;
 use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::{Allocator, MIN_ALIGNMENT};
-use crate::shmem::converge::converge;
+use crate::control::converge::converge;
 use crate::shmem::registry::set_managed;
 use crate::shmem::{AllocationId, AllocationRecord, AllocationSpec, DebugState, DEFAULT_ALIGNMENT};
 use crate::world::World;

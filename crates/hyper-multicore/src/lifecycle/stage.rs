@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::fault::{self, Fault};
 use crate::control::GroupChannel;
 use crate::error::{Error, ErrorKind};
-use crate::shmem::converge::{converge_step, Diverged, LocalFailure};
+use crate::control::converge::{converge_step, Diverged, LocalFailure};
 
 /// One step of a collective state change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

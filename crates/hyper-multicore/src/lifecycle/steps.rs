@@ -10,7 +10,7 @@ use super::recovery::{classify, usable};
 use super::stage::{self, Stage, StageFailure, StageTimings};
 use crate::control::GroupChannel;
 use crate::error::{Error, Recovery, Result};
-use crate::shmem::converge::LocalFailure;
+use crate::control::converge::LocalFailure;
 use crate::shmem::process;
 use crate::shmem::{DebugState, Shmem, ShutdownError};
 

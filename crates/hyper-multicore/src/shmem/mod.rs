@@ -59,8 +59,6 @@ pub use allocation::{
 pub use collectives::{RootTarget, BROADCAST_PULL_MIN_BYTES};
 pub use data::{AtomicOp, AtomicWord, Comparison, Located, LocatedCache};
 pub(crate) use initialize::Joining;
-// The lifecycle converges its stages through the runtime's front door.
-pub(crate) use crate::control::converge;
 pub use crate::sys::copies::{copy_count, count_bounced, CopyCount};
 pub use crate::transport::segment::max_alignment;
 pub(crate) use crate::transport::segment::Segment;
