@@ -146,7 +146,7 @@ pub fn encode_frames(frames: &[(Kind, Vec<u8>)]) -> Vec<u8> {
 }
 
 /// Every frame kind.
-pub const KINDS: [Kind; 12] = [
+pub const KINDS: [Kind; 13] = [
     Kind::Hello,
     Kind::Welcome,
     Kind::Reject,
@@ -159,6 +159,7 @@ pub const KINDS: [Kind; 12] = [
     Kind::ExitAck,
     Kind::ExitNow,
     Kind::Heartbeat,
+    Kind::Silent,
 ];
 
 /// The cargo-fuzz entry for the frame decoder. Byte 0 picks the cap (the handshake cap, the

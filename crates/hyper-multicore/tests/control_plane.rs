@@ -216,50 +216,54 @@ fn killing_the_root_during_allgather_names_it_on_every_survivor() {
     assert_survivors_saw_peer_lost(job, 4, 0);
 }
 
-/// Liveness on one host (the four-host tests in crates/hmrun need root): PE 1 stops PE 2
-/// (SIGSTOP) and never continues it; with a 1 s peer timeout and a 60 s wait timeout, the
-/// barrier of PEs 0 and 1 ends with `peer lost` naming rank 2 as frozen (its host still
-/// answers, so only the process is named), and PE 1 then kills PE 2 (which made no call the
-/// others' barrier could complete with).
-#[test]
-fn a_member_stopped_past_the_peer_timeout_is_named_lost() {
-    use hyper_multicore::config::PEER_TIMEOUT_SEC;
+/// The variable naming the rank a liveness test stops.
+const VICTIM: &str = "HM_TEST_VICTIM";
+
+/// A PE of a liveness test: rank 1 stops the rank [`VICTIM`] names (SIGSTOP) and never
+/// continues it; the barrier of the others ends with `peer lost` (printed), and rank 1 then
+/// kills the victim (which made no call the others' barrier could complete with).
+fn stop_a_member() {
     use rustix::process::{kill_process, Pid, Signal};
-    if is_pe() {
-        let world = World::from_env().unwrap();
-        let plane = world.control();
-        let pids = plane.allgather(&std::process::id().to_le_bytes()).unwrap();
-        let victim = i32::from_le_bytes(pids[2][..4].try_into().unwrap());
-        let victim = Pid::from_raw(victim).unwrap();
-        match world.rank() {
-            // The victim makes no call the others could complete with: it is stopped (and
-            // then killed) while it waits here.
-            2 => std::thread::sleep(Duration::from_secs(120)),
-            1 => {
-                kill_process(victim, Signal::STOP).unwrap();
-                hm_testkit::wait_until_stopped(victim.as_raw_nonzero().get());
-            }
-            _ => {}
-        }
-        let outcome = plane.barrier();
-        if world.rank() == 1 {
-            kill_process(victim, Signal::KILL).unwrap();
-        }
-        let error = outcome.unwrap_err();
-        println!("KIND {:?}", error.kind());
-        println!("PEER {:?}", error.peer());
-        println!("MESSAGE {error}");
-        return;
+    let world = World::from_env().unwrap();
+    let plane = world.control();
+    let victim: usize = std::env::var(VICTIM).unwrap().parse().unwrap();
+    let pids = plane.allgather(&std::process::id().to_le_bytes()).unwrap();
+    let pid = i32::from_le_bytes(pids[victim][..4].try_into().unwrap());
+    let pid = Pid::from_raw(pid).unwrap();
+    if world.rank() == victim {
+        // Stopped (and then killed) while it waits here.
+        std::thread::sleep(Duration::from_secs(120));
     }
-    let job = Job::launch_with(
-        "a_member_stopped_past_the_peer_timeout_is_named_lost",
-        3,
-        Options::default()
-            .env(PEER_TIMEOUT_SEC, 1)
-            .env(TIMEOUT_SEC, 60),
-    );
-    let result = job.wait();
-    for rank in [0, 1] {
+    if world.rank() == 1 {
+        kill_process(pid, Signal::STOP).unwrap();
+        hm_testkit::wait_until_stopped(pid.as_raw_nonzero().get());
+    }
+    let outcome = plane.barrier();
+    if world.rank() == 1 {
+        kill_process(pid, Signal::KILL).unwrap();
+    }
+    let error = outcome.unwrap_err();
+    println!("KIND {:?}", error.kind());
+    println!("PEER {:?}", error.peer());
+    println!("MESSAGE {error}");
+}
+
+/// Runs [`stop_a_member`] as `test` on PEs on `hosts` (simulated host names, by rank; a
+/// plane's liveness beats across them as across hosts), with a 1 s peer timeout and a 60 s wait
+/// timeout; every other PE must name `victim` lost, frozen, as seen by `witness` (a rank of its
+/// host: its host still answers, so only the process is named).
+fn assert_a_stopped_member_is_named(test: &str, hosts: &[&str], victim: usize, witness: usize) {
+    use hyper_multicore::config::PEER_TIMEOUT_SEC;
+    use hyper_multicore::control::TEST_HOST_VARIABLE;
+    let mut options = Options::default()
+        .env(PEER_TIMEOUT_SEC, 1)
+        .env(TIMEOUT_SEC, 60)
+        .env(VICTIM, victim);
+    for (rank, host) in hosts.iter().enumerate() {
+        options = options.rank_env(rank, TEST_HOST_VARIABLE, host);
+    }
+    let result = Job::launch_with(test, hosts.len(), options).wait();
+    for rank in (0..hosts.len()).filter(|&rank| rank != victim) {
         let pe = result.pe(rank);
         assert!(pe.status.success(), "{}", result.describe());
         assert_eq!(
@@ -268,15 +272,99 @@ fn a_member_stopped_past_the_peer_timeout_is_named_lost() {
             "{}",
             result.describe()
         );
-        assert_eq!(pe.lines_with("PEER "), ["Some(2)"], "{}", result.describe());
+        assert_eq!(
+            pe.lines_with("PEER "),
+            [format!("Some({victim})")],
+            "{}",
+            result.describe()
+        );
         let message = &pe.lines_with("MESSAGE ")[0];
+        let named = format!(
+            "rank {victim} on host {} is lost: rank {witness} of that host heard nothing",
+            hosts[victim]
+        );
         assert!(
-            message.contains("rank 2 on host") && message.contains("frozen or stopped"),
+            message.contains(&named) && message.contains("frozen or stopped"),
             "{message}"
         );
     }
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(result.pe(2).status.signal(), Some(9));
+    assert_eq!(result.pe(victim).status.signal(), Some(9));
+}
+
+/// Liveness on one host (the four-host tests in crates/hmrun need root): root rank 0, the
+/// host's leader, finds rank 2 silent over the host's local liveness socket.
+#[test]
+fn a_member_stopped_past_the_peer_timeout_is_named_lost() {
+    if is_pe() {
+        return stop_a_member();
+    }
+    assert_a_stopped_member_is_named(
+        "a_member_stopped_past_the_peer_timeout_is_named_lost",
+        &["a", "a", "a"],
+        2,
+        0,
+    );
+}
+
+/// On simulated hosts a a b b c c, rank 3 (not a leader) is stopped: its leader, rank 2, finds
+/// it silent and reports it to root rank 0, which names it to everyone.
+#[test]
+fn a_member_stopped_on_another_host_is_named_by_its_host_s_leader() {
+    if is_pe() {
+        return stop_a_member();
+    }
+    assert_a_stopped_member_is_named(
+        "a_member_stopped_on_another_host_is_named_by_its_host_s_leader",
+        &["a", "a", "b", "b", "c", "c"],
+        3,
+        2,
+    );
+}
+
+/// Traffic across hosts grows with hosts, not PEs: on simulated hosts a a b b c c, root rank 0
+/// receives heartbeats from the other hosts' leaders (ranks 2 and 4) and from no other rank.
+/// Root waits until each leader has beaten three times (a 1 s peer timeout: a beat every
+/// 200 ms), while the others wait in a barrier.
+#[test]
+fn only_each_host_s_leader_beats_across_hosts() {
+    use hyper_multicore::config::PEER_TIMEOUT_SEC;
+    use hyper_multicore::control::TEST_HOST_VARIABLE;
+    const HOSTS: [&str; 6] = ["a", "a", "b", "b", "c", "c"];
+    if is_pe() {
+        let world = World::from_env().unwrap();
+        let plane = world.control();
+        if world.rank() == 0 {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let beats = loop {
+                let beats = plane.heartbeats_received();
+                if beats[2] >= 3 && beats[4] >= 3 {
+                    break beats;
+                }
+                assert!(Instant::now() < deadline, "leaders never beat: {beats:?}");
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            println!("BEATS {beats:?}");
+        }
+        plane.barrier().unwrap();
+        return;
+    }
+    let mut options = Options::default().env(PEER_TIMEOUT_SEC, 1);
+    for (rank, host) in HOSTS.iter().enumerate() {
+        options = options.rank_env(rank, TEST_HOST_VARIABLE, host);
+    }
+    let result = Job::launch_with("only_each_host_s_leader_beats_across_hosts", 6, options).wait();
+    result.assert_all_succeeded();
+    let line = &result.pe(0).lines_with("BEATS ")[0];
+    let beats: Vec<u64> = line
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .split(", ")
+        .map(|count| count.parse().unwrap())
+        .collect();
+    for rank in [1, 3, 5] {
+        assert_eq!(beats[rank], 0, "rank {rank} is no leader: {line}");
+    }
 }
 
 #[test]

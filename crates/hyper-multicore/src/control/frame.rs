@@ -54,9 +54,13 @@ pub enum Kind {
     /// Root → member: every member has recorded the global exit; end the process with this
     /// status (i32) now.
     ExitNow = 11,
-    /// Either way, empty: the sender is alive (see `control/liveness.rs`); sent by the routers
-    /// every fifth of the peer timeout.
+    /// Either way, empty: the sender is alive (see `control/liveness.rs`); sent by the
+    /// watchdogs every fifth of the peer timeout.
     Heartbeat = 12,
+    /// Member → root: a rank on the sender's host fell silent past the peer timeout (seen over
+    /// the host's local liveness sockets, see `control/host_watch.rs`). Payload: that rank, u32;
+    /// how long it was silent, in milliseconds, u32.
+    Silent = 13,
 }
 
 impl Kind {
@@ -74,6 +78,7 @@ impl Kind {
             10 => Kind::ExitAck,
             11 => Kind::ExitNow,
             12 => Kind::Heartbeat,
+            13 => Kind::Silent,
             _ => return None,
         })
     }

@@ -1,11 +1,13 @@
-//! Which host every rank of a control plane runs on, so that a loss names hosts and ranks.
+//! Which host every rank of a control plane runs on, so that a loss names hosts and ranks, and
+//! liveness beats across hosts once per host.
 //!
 //! Each member says its node name (the kernel's `uname` node name) in its hello; root rank 0
-//! adds its own and sends the whole map, by rank, in every member's welcome. The map is only
-//! used for errors: which ranks shared a host decides nothing else here.
+//! adds its own and sends the whole map, by rank, in every member's welcome. Errors name hosts
+//! from it, and each host's lowest rank is its leader: the only rank of the host that beats
+//! across hosts (see `liveness.rs` and `host_watch.rs`).
 //!
 //! ```text
-//! ranks 0 1 2 3 on hosts a a b b:  host_of(2) = "b", ranks_on("b") = [2, 3]
+//! ranks 0 1 2 3 on hosts a a b b:  host_of(2) = "b", ranks_on("b") = [2, 3], leader_of(3) = 2
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -16,8 +18,18 @@ pub(crate) struct HostMap {
     names: Vec<String>,
 }
 
+/// Test-only: a simulated host name replacing this process's host identity, so one machine
+/// can run a group spanning "hosts" (shared memory within each, UCX between them; the control
+/// plane's liveness beats across them as across hosts). Read only by builds with the
+/// `fault-injection` cargo feature (the test harness).
+pub const TEST_HOST_VARIABLE: &str = "HYPER_MULTICORE_TEST_HOST";
+
 /// This machine's node name, as a member states it in its hello.
 pub(crate) fn this_host() -> String {
+    #[cfg(feature = "fault-injection")]
+    if let Ok(simulated) = std::env::var(TEST_HOST_VARIABLE) {
+        return simulated;
+    }
     rustix::system::uname()
         .nodename()
         .to_string_lossy()
@@ -59,6 +71,14 @@ impl HostMap {
             .collect()
     }
 
+    /// The leader of `rank`'s host: its lowest rank.
+    pub(crate) fn leader_of(&self, rank: usize) -> usize {
+        let host = self.host_of(rank);
+        (0..self.names.len())
+            .find(|&other| self.names[other] == host)
+            .unwrap_or(rank)
+    }
+
     /// `host` and its ranks: `"host b (ranks [2, 3])"`.
     pub(crate) fn describe(&self, host: &str) -> String {
         format!("host {host} (ranks {:?})", self.ranks_on(host))
@@ -94,6 +114,7 @@ mod tests {
         assert_eq!(map.host_of(3), "b");
         assert_eq!(map.host_of(9), "?");
         assert_eq!(map.ranks_on("b"), [2, 3]);
+        assert_eq!([0, 1, 2, 3, 4].map(|rank| map.leader_of(rank)), [0, 0, 2, 2, 4]);
         assert_eq!(map.describe("b"), "host b (ranks [2, 3])");
         assert_eq!(map.hosts_except("b"), "a (ranks [0, 1]), c (ranks [4])");
     }

@@ -1,19 +1,30 @@
-//! Liveness of a control plane: heartbeats on the star's links and a silence deadline, so a
-//! host that vanishes without closing anything (power, cable, a frozen machine) ends every wait
+//! Liveness of a control plane: heartbeats across hosts and a silence deadline, so a host
+//! that vanishes without closing anything (power, cable, a frozen machine) ends every wait
 //! within the peer timeout instead of the wait's own deadline.
 //!
 //! A watchdog thread per connected plane does all of it, never a user call, so a PE computing
-//! for minutes without calling the runtime stays alive: root rank 0's watchdog sends a
-//! [`Kind::Heartbeat`] to every member, and each member's watchdog one to root rank 0, every
-//! fifth of the peer timeout ([`crate::config::PEER_TIMEOUT_SEC`]). Whatever the router reads
-//! counts as heard, and so do bytes waiting unread in a connection (the router may be busy
-//! serving the transport; the peer is alive all the same). Root rank 0 declares a member lost
-//! when nothing arrived from it for the peer timeout, names its host and the host's silent ranks,
-//! and tells every survivor (the plane's usual abort); a member that hears nothing from root rank
-//! 0 for as long breaks its own plane, naming root rank 0's host and every host it reached
-//! through it. Traffic is one small frame per member per interval each way — it grows with PEs,
-//! not with pairs of PEs: a thousand ranks at the default cost root rank 0 a thousand 20-byte
-//! frames a second each way.
+//! for minutes without calling the runtime stays alive. Traffic across hosts grows with hosts,
+//! not with PEs: only each host's leader (its lowest rank) beats across hosts — root rank 0's
+//! watchdog sends a [`Kind::Heartbeat`] to every other host's leader, and each leader's watchdog
+//! one to root rank 0, every fifth of the peer timeout ([`crate::config::PEER_TIMEOUT_SEC`]).
+//! Within a host, the leader and its other ranks beat to each other over Unix sockets
+//! (`host_watch.rs`). Whatever the router reads counts as heard, and so do bytes waiting unread
+//! in a connection (the router may be busy serving the transport; the peer is alive all the
+//! same).
+//!
+//! What a silence means:
+//! - root rank 0 hears nothing from a host's leader for the peer timeout: that host is lost
+//!   (named with its ranks), and root tells every survivor (the plane's usual abort);
+//! - a leader hears nothing from root rank 0 for as long: it breaks its own plane, naming root
+//!   rank 0's host and every host it reached through it, and tells its locals, who do the same;
+//! - a leader hears nothing from one of its locals: it reports the rank to root rank 0
+//!   ([`Kind::Silent`]), which names that rank's process frozen and tells everyone;
+//! - a local hears nothing from its leader: it reports the leader the same way (or, for root
+//!   rank 0, breaks its plane naming it) and beats to root rank 0 itself from then on.
+//!
+//! Root rank 0 watches every rank that beats to it, so a local that beats across hosts itself
+//! (its leader left, or cannot be reached) is watched too. A thousand ranks on a hundred hosts
+//! at the default cost root rank 0 a hundred 20-byte frames a second each way.
 //!
 //! The watchdog is a thread of its own, not the router's: the router also serves the network
 //! transport's requests and may be held up there, and a late heartbeat is a false alarm on the
@@ -21,7 +32,7 @@
 //! traffic the peer hears just as well.
 //!
 //! ```text
-//! peer timeout 5 s: beats every 1 s; a member silent for 5 s is lost
+//! peer timeout 5 s: beats every 1 s; a leader silent for 5 s: its host is lost
 //! ```
 
 use std::net::TcpStream;
@@ -34,6 +45,7 @@ use parking_lot::{Condvar, Mutex};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use super::frame::Kind;
+use super::host_watch::{Finding, HostSide};
 use super::hosts::HostMap;
 use super::router::{abort_members, Link, Shared};
 use crate::config::PEER_TIMEOUT_SEC;
@@ -42,15 +54,17 @@ use crate::error::{Error, Result};
 /// Heartbeats per peer timeout.
 const BEATS_PER_DEADLINE: u32 = 5;
 
-/// When each rank of a plane was last heard, written by the router, read by the watchdog; and
-/// the hosts of the ranks.
+/// When each rank of a plane was last heard, written by the router and the watchdog, read by
+/// the watchdog; the heartbeats root rank 0 received from each rank; and the hosts of the ranks.
 #[derive(Debug)]
 pub(crate) struct Liveness {
     hosts: HostMap,
     epoch: Instant,
     /// Nanoseconds since `epoch` at which something last arrived from each rank (a member
-    /// only uses rank 0's entry).
+    /// uses root rank 0's entry and its host's).
     last_heard: Box<[AtomicU64]>,
+    /// Root rank 0: heartbeat frames received from each rank.
+    heartbeats: Box<[AtomicU64]>,
 }
 
 impl Liveness {
@@ -61,6 +75,7 @@ impl Liveness {
             hosts,
             epoch: Instant::now(),
             last_heard: (0..size).map(|_| AtomicU64::new(0)).collect(),
+            heartbeats: (0..size).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -77,14 +92,36 @@ impl Liveness {
         }
     }
 
+    /// Root rank 0: records a heartbeat frame from `peer`.
+    pub(crate) fn heartbeat_from(&self, peer: usize) {
+        if let Some(count) = self.heartbeats.get(peer) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Root rank 0: the heartbeat frames received from each rank so far.
+    pub(crate) fn heartbeats(&self) -> Vec<u64> {
+        self.heartbeats
+            .iter()
+            .map(|count| count.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Root rank 0: whether it beats with `peer` across hosts: a host's leader, and any rank
+    /// that beats to it itself.
+    fn beats_with(&self, peer: usize) -> bool {
+        self.hosts.leader_of(peer) == peer || self.heartbeats[peer].load(Ordering::Relaxed) > 0
+    }
+
     /// How long nothing arrived from `peer`.
-    fn silent_for(&self, peer: usize) -> Duration {
+    pub(crate) fn silent_for(&self, peer: usize) -> Duration {
         let last = self.last_heard[peer].load(Ordering::Relaxed);
         Duration::from_nanos(crate::sys::nanos_since(self.epoch).saturating_sub(last))
     }
 }
 
-/// What a watchdog watches: this process's rank, its links and connections, and the plane.
+/// What a watchdog watches: this process's rank, its links and connections, its part in its
+/// host's liveness, and the plane.
 pub(crate) struct Watched {
     /// This process's rank.
     pub(crate) rank: usize,
@@ -92,6 +129,8 @@ pub(crate) struct Watched {
     pub(crate) links: Vec<Option<Arc<Link>>>,
     /// The same connections, by rank, to look for bytes the router has not read yet.
     pub(crate) probes: Vec<Option<TcpStream>>,
+    /// This rank's part in its host's liveness.
+    pub(crate) side: HostSide,
     pub(crate) shared: Arc<Shared>,
     pub(crate) liveness: Arc<Liveness>,
 }
@@ -114,7 +153,7 @@ impl Watchdog {
         let stopping = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("hm-liveness".into())
-            .spawn(move || watch(&watched, deadline, &stopping))
+            .spawn(move || watch(watched, deadline, &stopping))
             .map_err(|e| {
                 Error::backend("rendezvous", "cannot start the control plane's watchdog", e)
             })?;
@@ -132,7 +171,7 @@ impl Watchdog {
 
 /// The watchdog's loop: beat, look for silence, sleep an interval; until stopped or it
 /// declared a loss.
-fn watch(watched: &Watched, deadline: Duration, stop: &(Mutex<bool>, Condvar)) {
+fn watch(mut watched: Watched, deadline: Duration, stop: &(Mutex<bool>, Condvar)) {
     let interval = deadline / BEATS_PER_DEADLINE;
     loop {
         {
@@ -154,54 +193,134 @@ fn watch(watched: &Watched, deadline: Duration, stop: &(Mutex<bool>, Condvar)) {
         {
             continue;
         }
-        for link in watched.links.iter().flatten() {
-            // A failed send means the peer is gone: its hang-up or silence is reported anyway.
-            let _ = link.try_send(Kind::Heartbeat);
-        }
-        if declared_a_loss(watched, deadline) {
+        beat_across_hosts(&watched);
+        let Watched {
+            side, liveness, ..
+        } = &mut watched;
+        let finding = side.beat(liveness.hosts(), liveness, deadline);
+        if declared_a_loss(&mut watched, deadline, finding) {
             return;
         }
     }
 }
 
-/// Declares the first peer silent past `deadline` lost, unless the plane is closing or broken
-/// already; returns whether it did.
-fn declared_a_loss(watched: &Watched, deadline: Duration) -> bool {
-    let Watched {
-        rank,
-        links,
-        shared,
-        liveness,
-        ..
-    } = watched;
-    let silent = |peer: usize| {
+/// Sends this interval's heartbeats across hosts: root rank 0 to every rank it beats with, a
+/// member that beats across hosts to root rank 0.
+fn beat_across_hosts(watched: &Watched) {
+    let liveness = &watched.liveness;
+    let beating = |rank: usize| {
+        if watched.rank == 0 {
+            liveness.beats_with(rank)
+        } else {
+            watched.side.beats_across_hosts()
+        }
+    };
+    let departed = if watched.rank == 0 {
+        watched.shared.peek(|inbox| inbox.departed.clone())
+    } else {
+        Vec::new()
+    };
+    for (rank, link) in watched.links.iter().enumerate() {
+        let Some(link) = link else { continue };
+        if departed.get(rank).copied().unwrap_or(false) || !beating(rank) {
+            continue;
+        }
+        // A failed send means the peer is gone: its hang-up or silence is reported anyway.
+        let _ = link.try_send(Kind::Heartbeat);
+    }
+}
+
+/// Declares a loss when a peer this rank watches fell silent past `deadline` (or its host's
+/// liveness found one: `finding`), unless the plane is closing or broken already; returns
+/// whether it did.
+fn declared_a_loss(watched: &mut Watched, deadline: Duration, finding: Option<Finding>) -> bool {
+    let rank = watched.rank;
+    let silent_across_hosts = |watched: &Watched, peer: usize| {
         let waiting = watched.probes.get(peer).and_then(Option::as_ref);
         if waiting.is_some_and(has_unread_bytes) {
-            liveness.heard(peer);
+            watched.liveness.heard(peer);
         }
-        liveness.silent_for(peer) > deadline
+        watched.liveness.silent_for(peer) > deadline
     };
-    if *rank == 0 {
-        let departed = shared.peek(|inbox| inbox.departed.clone());
-        let watched_member = |peer: usize| !departed[peer];
-        let Some(lost) = (1..departed.len()).find(|&peer| watched_member(peer) && silent(peer))
-        else {
+    let ended = |watched: &Watched| {
+        watched.shared.peek(|inbox| {
+            inbox.closing || inbox.broken.is_some() || (rank != 0 && inbox.root_departed)
+        })
+    };
+    if rank == 0 {
+        let departed = watched.shared.peek(|inbox| inbox.departed.clone());
+        let liveness = &watched.liveness;
+        let across = |peer: usize| !departed[peer] && liveness.beats_with(peer);
+        let lost = (1..departed.len())
+            .find(|&peer| across(peer) && silent_across_hosts(watched, peer))
+            .map(|peer| member_lost(liveness, deadline, peer, across))
+            .or_else(|| match finding {
+                Some(Finding::LocalSilent(peer, silence)) if !departed[peer] => {
+                    Some(local_lost(liveness.hosts(), peer, 0, silence))
+                }
+                _ => None,
+            });
+        let Some(error) = lost else {
             return false;
         };
-        if shared.peek(|inbox| inbox.closing || inbox.broken.is_some()) {
+        if ended(watched) {
             return false;
         }
-        let error = member_lost(liveness, deadline, lost, watched_member);
-        abort_members(shared, links, &error, Some(lost));
-    } else {
-        if !silent(0)
-            || shared.peek(|inbox| inbox.closing || inbox.root_departed || inbox.broken.is_some())
-        {
-            return false;
-        }
-        shared.break_with(&root_lost(liveness, deadline, *rank));
+        abort_members(&watched.shared, &watched.links, &error, error.peer());
+        return true;
     }
-    true
+    let root_link = watched.links.first().and_then(Option::as_ref);
+    match finding {
+        Some(Finding::LocalSilent(peer, silence) | Finding::LeaderSilent(peer, silence))
+            if peer != 0 =>
+        {
+            // Root rank 0 names it to everyone; this plane breaks when its abort arrives.
+            let payload = [
+                (peer as u32).to_le_bytes(),
+                (silence.as_millis().min(u128::from(u32::MAX)) as u32).to_le_bytes(),
+            ]
+            .concat();
+            if let Some(link) = root_link {
+                let _ = link.send(Kind::Silent, &[&payload]);
+            }
+            false
+        }
+        Some(Finding::LeaderSilent(_, silence)) => {
+            if ended(watched) {
+                return false;
+            }
+            let how_long = silence_past(silence, deadline);
+            let error = root_lost(watched.liveness.hosts(), rank, &how_long);
+            watched.shared.break_with(&error);
+            true
+        }
+        Some(Finding::RootLostByLeader(leader)) => {
+            if ended(watched) {
+                return false;
+            }
+            let how_long = format!(
+                "this host's leader rank {leader} heard nothing from it for longer than \
+                 {PEER_TIMEOUT_SEC}={}",
+                deadline.as_secs_f64()
+            );
+            let error = root_lost(watched.liveness.hosts(), rank, &how_long);
+            watched.shared.break_with(&error);
+            true
+        }
+        _ => {
+            if !watched.side.beats_across_hosts()
+                || !silent_across_hosts(watched, 0)
+                || ended(watched)
+            {
+                return false;
+            }
+            let how_long = silence_past(watched.liveness.silent_for(0), deadline);
+            let error = root_lost(watched.liveness.hosts(), rank, &how_long);
+            watched.side.tell_root_lost();
+            watched.shared.break_with(&error);
+            true
+        }
+    }
 }
 
 /// Whether bytes wait unread in `stream` (or it ended: the router reports that itself).
@@ -214,9 +333,19 @@ fn has_unread_bytes(stream: &TcpStream) -> bool {
     matches!(poll(&mut fds, Some(&now)), Ok(n) if n > 0)
 }
 
-/// Root rank 0's error for member `lost`, silent past `deadline`: its whole host is lost when
-/// every watched rank there fell silent too (a vanished host falls silent all at once: its
-/// other ranks are well past half the deadline), else only its process.
+/// "nothing arrived from it for 5.2 s, past HYPER_MULTICORE_SHMEM_PEER_TIMEOUT_SEC=5".
+fn silence_past(silence: Duration, deadline: Duration) -> String {
+    format!(
+        "nothing arrived from it for {:.1} s, past {PEER_TIMEOUT_SEC}={}",
+        silence.as_secs_f64(),
+        deadline.as_secs_f64()
+    )
+}
+
+/// Root rank 0's error for `lost`, a rank it beats with across hosts, silent past `deadline`:
+/// its whole host is lost when every rank there that root beats with fell silent too (a host's
+/// leader stands for its host; a vanished host falls silent all at once: its other such ranks
+/// are well past half the deadline), else only its process.
 fn member_lost(
     liveness: &Liveness,
     deadline: Duration,
@@ -235,11 +364,7 @@ fn member_lost(
         .copied()
         .filter(|&rank| liveness.silent_for(rank) > deadline / 2)
         .collect();
-    let how_long = format!(
-        "nothing arrived for {:.1} s, past {PEER_TIMEOUT_SEC}={}",
-        liveness.silent_for(lost).as_secs_f64(),
-        deadline.as_secs_f64()
-    );
+    let how_long = silence_past(liveness.silent_for(lost), deadline);
     let detail = if silent == on_host && host != hosts.host_of(0) {
         format!(
             "{} is lost: {how_long}; the host lost power or its network, or it is frozen",
@@ -254,15 +379,21 @@ fn member_lost(
     Error::peer_lost("control plane", lost, &detail).on_rank(0)
 }
 
-/// Member `rank`'s error for root rank 0, silent past `deadline`.
-fn root_lost(liveness: &Liveness, deadline: Duration, rank: usize) -> Error {
-    let hosts = liveness.hosts();
-    let (root_host, mine) = (hosts.host_of(0), hosts.host_of(rank));
-    let how_long = format!(
-        "nothing arrived from it for {:.1} s, past {PEER_TIMEOUT_SEC}={}",
-        liveness.silent_for(0).as_secs_f64(),
-        deadline.as_secs_f64()
+/// Root rank 0's error for rank `lost`, found silent for `silence` by `witness`, a rank of
+/// its host, over the host's local liveness: its process is frozen (its host answers).
+pub(crate) fn local_lost(hosts: &HostMap, lost: usize, witness: usize, silence: Duration) -> Error {
+    let detail = format!(
+        "rank {lost} on host {} is lost: rank {witness} of that host heard nothing from it for \
+         {:.1} s, past {PEER_TIMEOUT_SEC}; its process is frozen or stopped",
+        hosts.host_of(lost),
+        silence.as_secs_f64()
     );
+    Error::peer_lost("control plane", lost, &detail).on_rank(0)
+}
+
+/// Member `rank`'s error for root rank 0, silent as `how_long` says.
+fn root_lost(hosts: &HostMap, rank: usize, how_long: &str) -> Error {
+    let (root_host, mine) = (hosts.host_of(0), hosts.host_of(rank));
     let detail = if root_host == mine {
         format!("root rank 0 on this host ({mine}) is lost: {how_long}; its process is frozen or stopped")
     } else {
@@ -323,14 +454,14 @@ mod tests {
     #[test]
     fn a_member_that_lost_root_names_root_s_host_and_every_other_host() {
         let liveness = liveness();
-        let error = root_lost(&liveness, Duration::from_secs(1), 2);
+        let error = root_lost(liveness.hosts(), 2, "silent");
         assert_eq!(error.peer(), Some(0));
         assert!(
             error.message().contains("host a of root rank 0 is lost")
                 && error.message().contains("a (ranks [0, 1]), c (ranks [4])"),
             "{error}"
         );
-        let error = root_lost(&liveness, Duration::from_secs(1), 1);
+        let error = root_lost(liveness.hosts(), 1, "silent");
         assert!(
             error.message().contains("root rank 0 on this host (a)"),
             "{error}"

@@ -29,6 +29,7 @@ mod collectives;
 pub(crate) mod converge;
 pub mod frame;
 pub(crate) mod global_exit;
+mod host_watch;
 mod hosts;
 mod liveness;
 mod network;
@@ -45,6 +46,7 @@ use parking_lot::Mutex;
 
 pub use channel::{ChannelMode, GroupChannel};
 pub(crate) use progress::Progress;
+pub use hosts::TEST_HOST_VARIABLE;
 pub(crate) use router::{Nudger, ServeRequester, SpinWork};
 pub use unique_id::{BootstrapListener, UniqueId, PROTOCOL_VERSION, SECRET_LEN};
 
@@ -130,6 +132,7 @@ impl ControlPlane {
         }
         let deadline = Instant::now() + timeout;
         let peer_timeout = crate::config::peer_timeout_from_env()?;
+        let bound = host_watch::Bound::when_watched(id, rank, size, peer_timeout);
         let shared = Arc::new(Shared::new(size));
         let network = match (rank, listener) {
             (_, _) if size == 1 => None,
@@ -144,7 +147,8 @@ impl ControlPlane {
                     .on_rank(0));
                 }
                 let (members, hosts) = rendezvous::accept_members(listener, size, deadline, watch)?;
-                Some(Network::root(&shared, members, hosts, peer_timeout)?)
+                let side = host_watch::Bound::side(bound, &hosts);
+                Some(Network::root(&shared, members, hosts, side, peer_timeout)?)
             }
             (0, None) => {
                 return Err(Error::new(
@@ -157,11 +161,13 @@ impl ControlPlane {
             (_, _) => {
                 let greeted = rendezvous::greet_root(id, rank, size, deadline, watch)?;
                 let (connection, hosts) = rendezvous::await_welcome(greeted, watch)?;
+                let side = host_watch::Bound::side(bound, &hosts);
                 Some(Network::member(
                     &shared,
                     connection,
                     rank,
                     hosts,
+                    side,
                     peer_timeout,
                 )?)
             }
@@ -186,9 +192,13 @@ impl ControlPlane {
             ));
         }
         let deadline = Instant::now() + timeout;
+        let peer_timeout = crate::config::peer_timeout_from_env()?;
+        let bound = host_watch::Bound::when_watched(id, rank, size, peer_timeout);
         let greeted = rendezvous::greet_root(id, rank, size, deadline, &unwatched)?;
         Ok(Joining {
             greeted,
+            bound,
+            peer_timeout,
             rank,
             size,
             timeout,
@@ -235,6 +245,17 @@ impl ControlPlane {
         self.shared.on_break(Box::new(move |wire: &WireError| {
             hook(wire.kind, wire.peer.map(|p| p as usize), &wire.message)
         }));
+    }
+
+    /// Test-only (`fault-injection` builds): on root rank 0, the heartbeat frames received from
+    /// each rank so far — across hosts only each host's leader (its lowest rank) beats to root
+    /// rank 0; empty on a member or in a plane of one rank.
+    #[cfg(feature = "fault-injection")]
+    pub fn heartbeats_received(&self) -> Vec<u64> {
+        match &self.network {
+            Some(network) if self.rank == 0 => network.liveness.heartbeats(),
+            _ => Vec::new(),
+        }
     }
 
     /// The reason the plane is broken, if it is.
@@ -332,6 +353,9 @@ impl ControlPlane {
 #[derive(Debug)]
 pub struct Joining {
     greeted: rendezvous::Greeted,
+    /// This rank's local liveness socket (none with liveness off).
+    bound: Option<host_watch::Bound>,
+    peer_timeout: Option<Duration>,
     rank: usize,
     size: usize,
     timeout: Duration,
@@ -340,10 +364,17 @@ pub struct Joining {
 impl Joining {
     /// Waits until every rank has arrived and returns the connected plane.
     pub fn finish(self) -> Result<ControlPlane> {
-        let peer_timeout = crate::config::peer_timeout_from_env()?;
         let (connection, hosts) = rendezvous::await_welcome(self.greeted, &unwatched)?;
+        let side = host_watch::Bound::side(self.bound, &hosts);
         let shared = Arc::new(Shared::new(self.size));
-        let network = Network::member(&shared, connection, self.rank, hosts, peer_timeout)?;
+        let network = Network::member(
+            &shared,
+            connection,
+            self.rank,
+            hosts,
+            side,
+            self.peer_timeout,
+        )?;
         Ok(ControlPlane::assemble(
             self.rank,
             self.size,

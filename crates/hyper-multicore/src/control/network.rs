@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
+use super::host_watch::HostSide;
 use super::hosts::HostMap;
 use super::liveness::{Liveness, Watchdog, Watched};
 use super::rendezvous;
@@ -21,14 +22,20 @@ pub(super) struct Network {
     wake: Option<UnixStream>,
     /// Heartbeats and the silence deadline (none with liveness off).
     watchdog: Option<Watchdog>,
+    /// What the router and the watchdog heard (read by tests through
+    /// [`super::ControlPlane::heartbeats_received`]).
+    #[cfg(feature = "fault-injection")]
+    pub(super) liveness: Arc<Liveness>,
 }
 
 impl Network {
-    /// Root rank 0's sockets; `peer_timeout` is the liveness deadline (`None`: off).
+    /// Root rank 0's sockets; `side` is its part in its host's liveness, `peer_timeout` the
+    /// liveness deadline (`None`: off).
     pub(super) fn root(
         shared: &Arc<Shared>,
         members: Vec<rendezvous::Connection>,
         hosts: HostMap,
+        side: HostSide,
         peer_timeout: Option<std::time::Duration>,
     ) -> Result<Network> {
         const OP: &str = "rendezvous";
@@ -57,28 +64,33 @@ impl Network {
             liveness: Arc::clone(&liveness),
         };
         let handle = spawn_router(move || router.run())?;
-        let watched = Watched {
-            rank: 0,
-            links: links.clone(),
-            probes,
-            shared: Arc::clone(shared),
-            liveness,
-        };
         let network = Network {
-            links,
+            links: links.clone(),
             router: Mutex::new(Some(handle)),
             wake: Some(wake_here),
             watchdog: None,
+            #[cfg(feature = "fault-injection")]
+            liveness: Arc::clone(&liveness),
+        };
+        let watched = Watched {
+            rank: 0,
+            links,
+            probes,
+            side,
+            shared: Arc::clone(shared),
+            liveness,
         };
         network.watched_by(watched, peer_timeout, 0)
     }
 
-    /// Member `rank`'s socket to root rank 0; `peer_timeout` as for [`Network::root`].
+    /// Member `rank`'s socket to root rank 0; `side` and `peer_timeout` as for
+    /// [`Network::root`].
     pub(super) fn member(
         shared: &Arc<Shared>,
         connection: rendezvous::Connection,
         rank: usize,
         hosts: HostMap,
+        side: HostSide,
         peer_timeout: Option<std::time::Duration>,
     ) -> Result<Network> {
         let writer = connection
@@ -99,18 +111,21 @@ impl Network {
             liveness: Arc::clone(&liveness),
         };
         let handle = spawn_router(move || router.run())?;
-        let watched = Watched {
-            rank,
-            links: vec![Some(Arc::clone(&link))],
-            probes: vec![Some(probe)],
-            shared: Arc::clone(shared),
-            liveness,
-        };
         let network = Network {
-            links: vec![Some(link)],
+            links: vec![Some(Arc::clone(&link))],
             router: Mutex::new(Some(handle)),
             wake: None,
             watchdog: None,
+            #[cfg(feature = "fault-injection")]
+            liveness: Arc::clone(&liveness),
+        };
+        let watched = Watched {
+            rank,
+            links: vec![Some(link)],
+            probes: vec![Some(probe)],
+            side,
+            shared: Arc::clone(shared),
+            liveness,
         };
         network.watched_by(watched, peer_timeout, rank)
     }

@@ -25,7 +25,7 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use super::frame::{write_frame, Frame, FrameDecoder, Kind, WireError};
 use super::global_exit::{self, ExitRound};
-use super::liveness::Liveness;
+use super::liveness::{local_lost, Liveness};
 use super::progress::Progress;
 use crate::error::{Error, ErrorKind};
 
@@ -678,8 +678,41 @@ impl RootRouter {
                 global_exit::serve_request(&self.shared, &self.links, status);
             }
             Kind::ExitAck => global_exit::acknowledged(&self.shared, rank),
-            Kind::Heartbeat => {}
+            Kind::Heartbeat => self.liveness.heartbeat_from(rank),
+            Kind::Silent => self.silent_reported(rank, &frame.payload)?,
             other => return Err(format!("rank {rank} sent an unexpected {other:?} frame")),
+        }
+        Ok(())
+    }
+
+    /// Rank `reporter` found a rank of its host silent past the peer timeout (payload: that
+    /// rank u32, the silence in milliseconds u32): names that rank's process lost to everyone.
+    fn silent_reported(&self, reporter: usize, payload: &[u8]) -> Result<(), String> {
+        let field = |at: usize| {
+            let bytes = payload.get(at..at + 4)?.try_into().ok()?;
+            Some(u32::from_le_bytes(bytes))
+        };
+        let (Some(peer), Some(millis)) = (field(0), field(4)) else {
+            return Err(format!("rank {reporter} sent a truncated silence report"));
+        };
+        let (peer, hosts) = (peer as usize, self.liveness.hosts());
+        if peer == 0 || peer == reporter || peer >= hosts.len() {
+            return Err(format!(
+                "rank {reporter} reported rank {peer} silent, not another member"
+            ));
+        }
+        if hosts.host_of(peer) != hosts.host_of(reporter) {
+            return Err(format!(
+                "rank {reporter} reported rank {peer} silent, which runs on another host"
+            ));
+        }
+        let ended = self.shared.peek(|inbox| {
+            inbox.departed[peer] || inbox.closing || inbox.broken.is_some()
+        });
+        if !ended {
+            let silence = Duration::from_millis(u64::from(millis));
+            let error = local_lost(hosts, peer, reporter, silence);
+            self.abort_all(&error, Some(peer));
         }
         Ok(())
     }

@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Version of the control-plane protocol carried in every unique ID and frame.
-pub const PROTOCOL_VERSION: u8 = 2;
+pub const PROTOCOL_VERSION: u8 = 3;
 
 pub use crate::config::SECRET_LEN;
 

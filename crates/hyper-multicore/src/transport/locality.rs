@@ -3,10 +3,7 @@
 
 use crate::config::TransportMode;
 
-/// Test-only: a simulated host name replacing this process's host identity, so one machine
-/// can run a root spanning "hosts" (shared memory within each, UCX between them). Read only by
-/// builds with the `fault-injection` cargo feature (the test harness).
-pub const TEST_HOST_VARIABLE: &str = "HYPER_MULTICORE_TEST_HOST";
+pub use crate::control::TEST_HOST_VARIABLE;
 
 /// This host's identity: its name, boot ID (distinct per machine and boot) and network
 /// namespace (the segment hand-off's abstract Unix socket is per network namespace, so PEs in
