@@ -226,9 +226,9 @@ impl HostSide {
                     let _ = local.stream.write(&[BEAT]);
                     open
                 });
-                let silent = locals.iter_mut().find(|local| {
-                    !local.reported && liveness.silent_for(local.rank) > deadline
-                })?;
+                let silent = locals
+                    .iter_mut()
+                    .find(|local| !local.reported && liveness.silent_for(local.rank) > deadline)?;
                 silent.reported = true;
                 Some(Finding::LocalSilent(
                     silent.rank,
@@ -363,7 +363,10 @@ mod tests {
         // Ranks 0 and 1 beat; rank 2 never does after its hello.
         let until = std::time::Instant::now() + Duration::from_secs(60);
         let finding = loop {
-            assert!(std::time::Instant::now() < until, "never found rank 2 silent");
+            assert!(
+                std::time::Instant::now() < until,
+                "never found rank 2 silent"
+            );
             let _ = sides[1].beat(&hosts, &liveness[1], deadline);
             if let Some(finding) = sides[0].beat(&hosts, &liveness[0], deadline) {
                 break finding;
@@ -374,7 +377,10 @@ mod tests {
             matches!(finding, Finding::LocalSilent(2, silence) if silence > deadline),
             "{finding:?}"
         );
-        assert!(liveness[1].silent_for(0) < deadline, "rank 1 hears its leader");
+        assert!(
+            liveness[1].silent_for(0) < deadline,
+            "rank 1 hears its leader"
+        );
         sides[0].tell_root_lost();
         let told = loop {
             assert!(std::time::Instant::now() < until, "rank 1 never heard R");

@@ -114,7 +114,10 @@ mod tests {
         assert_eq!(map.host_of(3), "b");
         assert_eq!(map.host_of(9), "?");
         assert_eq!(map.ranks_on("b"), [2, 3]);
-        assert_eq!([0, 1, 2, 3, 4].map(|rank| map.leader_of(rank)), [0, 0, 2, 2, 4]);
+        assert_eq!(
+            [0, 1, 2, 3, 4].map(|rank| map.leader_of(rank)),
+            [0, 0, 2, 2, 4]
+        );
         assert_eq!(map.describe("b"), "host b (ranks [2, 3])");
         assert_eq!(map.hosts_except("b"), "a (ranks [0, 1]), c (ranks [4])");
     }

@@ -194,9 +194,7 @@ fn watch(mut watched: Watched, deadline: Duration, stop: &(Mutex<bool>, Condvar)
             continue;
         }
         beat_across_hosts(&watched);
-        let Watched {
-            side, liveness, ..
-        } = &mut watched;
+        let Watched { side, liveness, .. } = &mut watched;
         let finding = side.beat(liveness.hosts(), liveness, deadline);
         if declared_a_loss(&mut watched, deadline, finding) {
             return;

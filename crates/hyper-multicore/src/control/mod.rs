@@ -45,8 +45,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 pub use channel::{ChannelMode, GroupChannel};
-pub(crate) use progress::Progress;
 pub use hosts::TEST_HOST_VARIABLE;
+pub(crate) use progress::Progress;
 pub(crate) use router::{Nudger, ServeRequester, SpinWork};
 pub use unique_id::{BootstrapListener, UniqueId, PROTOCOL_VERSION, SECRET_LEN};
 

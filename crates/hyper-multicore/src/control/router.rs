@@ -706,9 +706,9 @@ impl RootRouter {
                 "rank {reporter} reported rank {peer} silent, which runs on another host"
             ));
         }
-        let ended = self.shared.peek(|inbox| {
-            inbox.departed[peer] || inbox.closing || inbox.broken.is_some()
-        });
+        let ended = self
+            .shared
+            .peek(|inbox| inbox.departed[peer] || inbox.closing || inbox.broken.is_some());
         if !ended {
             let silence = Duration::from_millis(u64::from(millis));
             let error = local_lost(hosts, peer, reporter, silence);
