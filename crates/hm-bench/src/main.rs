@@ -13,15 +13,13 @@
 //! ```
 //!
 //! Unsafe code is denied except in `shared_word.rs` (raw atomics on the symmetric heap, the
-//! floor the data plane is compared with) and `own_heap.rs` (a PE's own copy of a symmetric
-//! allocation as a slice: the heap-side buffers of `programs`).
+//! floor the data plane is compared with).
 
 #![deny(unsafe_code)]
 #![warn(clippy::missing_docs_in_private_items)]
 
 mod control;
 mod launch;
-mod own_heap;
 mod programs;
 mod reference;
 mod report;

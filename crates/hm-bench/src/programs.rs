@@ -49,7 +49,6 @@ use hyper_multicore::world::World;
 use serde::{Deserialize, Serialize};
 
 use crate::launch::{self, emit};
-use crate::own_heap::OwnHeapBytes;
 use crate::report::{Report, Row};
 use crate::shmem::{
     allowed_cpus, initialize_over, method, nanos, pin_main_thread, root_duration, together,
@@ -349,23 +348,27 @@ impl Programs<'_> {
             return Ok(());
         };
         let remote = shmem.allocate::<u8>(largest, None)?;
-        let mut source_block = OwnHeapBytes::allocate(shmem, largest)?;
-        let mut landing_block = OwnHeapBytes::allocate(shmem, largest)?;
+        // The heap rows' local side: this PE's own copy of a symmetric allocation, moved with
+        // `put_from` / `get_into` (heap to heap, no slice over the heap), as a program does.
+        let heap_source = shmem.allocate::<u8>(largest, None)?;
+        let heap_landing = shmem.allocate::<u8>(largest, None)?;
         let mut source = LineAligned::new(largest, 0);
         fill_pattern(source.bytes_mut(), 0);
-        fill_pattern(source_block.bytes_mut(shmem)?, 0);
         let mut landing = LineAligned::new(largest, 0xa5);
         let mut copy = LineAligned::new(largest, 0x5a);
+        let me = shmem.rank();
+        shmem.put(&heap_source, source.bytes(), me)?;
+        shmem.put(&heap_landing, landing.bytes(), me)?;
         // Touch every page of the target on every PE (a fresh page is faulted in on first use).
-        shmem.put(&remote, copy.bytes(), shmem.rank())?;
+        shmem.put(&remote, copy.bytes(), me)?;
         shmem.barrier()?;
         let source = source.bytes();
-        let heap_source = source_block.bytes(shmem)?;
-        let heap_landing = landing_block.bytes_mut(shmem)?;
-        heap_landing.fill(0xa5);
-        if shmem.rank() == 0 {
-            for (what, from) in [("heap", heap_source), ("private", source)] {
-                shmem.put(&remote, from, PEER)?;
+        if me == 0 {
+            for what in ["heap", "private"] {
+                match what {
+                    "heap" => shmem.put_from(&remote, &heap_source, PEER)?,
+                    _ => shmem.put(&remote, source, PEER)?,
+                }
                 shmem.quiet();
                 shmem.get(landing.bytes_mut(), &remote, PEER)?;
                 ensure!(
@@ -374,9 +377,10 @@ impl Programs<'_> {
                 );
                 landing.bytes_mut().fill(0xa5);
             }
-            shmem.get(heap_landing, &remote, PEER)?;
+            shmem.get_into(&heap_landing, &remote, PEER)?;
+            shmem.get(landing.bytes_mut(), &heap_landing, me)?;
             ensure!(
-                &*heap_landing == source,
+                landing.bytes() == source,
                 "get into the heap: other bytes came back"
             );
         }
@@ -384,10 +388,11 @@ impl Programs<'_> {
         let reference = "memcpy of the same size, PE 1 asleep";
         for bytes in sizes {
             let target = remote.view(..bytes)?;
-            let (source, heap_source) = (&source[..bytes], &heap_source[..bytes]);
+            let (heap_source, heap_landing) =
+                (heap_source.view(..bytes)?, heap_landing.view(..bytes)?);
+            let source = &source[..bytes];
             let copy = &mut copy.bytes_mut()[..bytes];
             let landing = &mut landing.bytes_mut()[..bytes];
-            let heap_landing = &mut heap_landing[..bytes];
             let put = |from: &[u8], ops| -> Result<Duration> {
                 let start = Instant::now();
                 for _ in 0..ops {
@@ -396,20 +401,35 @@ impl Programs<'_> {
                 }
                 Ok(start.elapsed())
             };
-            let get = |into: &mut [u8], ops| -> Result<Duration> {
+            let put_heap = |ops| -> Result<Duration> {
                 let start = Instant::now();
                 for _ in 0..ops {
-                    shmem.get(&mut *into, &target, PEER)?;
-                    black_box(&mut *into);
+                    shmem.put_from(&target, black_box(&heap_source), PEER)?;
+                    shmem.quiet();
+                }
+                Ok(start.elapsed())
+            };
+            let get = |ops| -> Result<Duration> {
+                let start = Instant::now();
+                for _ in 0..ops {
+                    shmem.get(&mut *landing, &target, PEER)?;
+                    black_box(&mut *landing);
+                }
+                Ok(start.elapsed())
+            };
+            let get_heap = |ops| -> Result<Duration> {
+                let start = Instant::now();
+                for _ in 0..ops {
+                    shmem.get_into(black_box(&heap_landing), &target, PEER)?;
                 }
                 Ok(start.elapsed())
             };
             let timings = self.time(vec![
                 self.asleep_on_root(|ops| Ok(memcpy(copy, source, ops))),
                 self.waiting_on_root(|ops| put(source, ops)),
-                self.waiting_on_root(|ops| put(heap_source, ops)),
-                self.waiting_on_root(|ops| get(landing, ops)),
-                self.waiting_on_root(|ops| get(heap_landing, ops)),
+                self.waiting_on_root(put_heap),
+                self.waiting_on_root(get),
+                self.waiting_on_root(get_heap),
             ])?;
             let [memcpy, put_private, put_heap, get_private, get_heap] = timings[..] else {
                 unreachable!("five batches were timed")
@@ -422,8 +442,8 @@ impl Programs<'_> {
             self.report("get_heap", LAYER, bytes, get_heap, same_size)?;
         }
         shmem.barrier()?;
-        landing_block.free(shmem)?;
-        source_block.free(shmem)?;
+        shmem.free(heap_landing)?;
+        shmem.free(heap_source)?;
         Ok(shmem.free(remote)?)
     }
 
@@ -433,23 +453,26 @@ impl Programs<'_> {
         let shmem = self.shmem;
         let largest = RATE_BYTES[RATE_BYTES.len() - 1];
         let remote = shmem.allocate::<u8>(largest, None)?;
-        let mut source_block = OwnHeapBytes::allocate(shmem, largest)?;
-        fill_pattern(source_block.bytes_mut(shmem)?, 0);
+        let heap_source = shmem.allocate::<u8>(largest, None)?;
         let mut source = LineAligned::new(largest, 0);
         fill_pattern(source.bytes_mut(), 0);
         let mut copy = LineAligned::new(largest, 0x5a);
+        shmem.put(&heap_source, source.bytes(), shmem.rank())?;
         shmem.put(&remote, copy.bytes(), shmem.rank())?;
         shmem.barrier()?;
-        let heap_source = source_block.bytes(shmem)?;
         for bytes in RATE_BYTES {
             let target = remote.view(..bytes)?;
-            let (source, heap_source) = (&source.bytes()[..bytes], &heap_source[..bytes]);
+            let (source, heap_source) = (&source.bytes()[..bytes], heap_source.view(..bytes)?);
             let copy = &mut copy.bytes_mut()[..bytes];
-            let windows = |from: &[u8], ops| -> Result<Duration> {
+            // One window of puts, each from the private `source` or (None) from the heap.
+            let windows = |from: Option<&[u8]>, ops| -> Result<Duration> {
                 let start = Instant::now();
                 for _ in 0..ops {
                     for _ in 0..RATE_WINDOW {
-                        shmem.put(&target, black_box(from), PEER)?;
+                        match from {
+                            Some(from) => shmem.put(&target, black_box(from), PEER)?,
+                            None => shmem.put_from(&target, black_box(&heap_source), PEER)?,
+                        }
                     }
                     shmem.quiet();
                 }
@@ -457,8 +480,8 @@ impl Programs<'_> {
             };
             let timings = self.time(vec![
                 self.asleep_on_root(|ops| Ok(memcpy(copy, source, ops))),
-                self.waiting_on_root(|ops| windows(source, ops)),
-                self.waiting_on_root(|ops| windows(heap_source, ops)),
+                self.waiting_on_root(|ops| windows(Some(source), ops)),
+                self.waiting_on_root(|ops| windows(None, ops)),
             ])?;
             let [memcpy, private, heap] = timings[..] else {
                 unreachable!("three batches were timed")
@@ -478,7 +501,7 @@ impl Programs<'_> {
             );
         }
         shmem.barrier()?;
-        source_block.free(shmem)?;
+        shmem.free(heap_source)?;
         Ok(shmem.free(remote)?)
     }
 

@@ -104,21 +104,13 @@ pub fn start_runtime(
     Ok((world, shmem))
 }
 
-/// Initializes a runtime over every rank of `world` (a collective call).
+/// Initializes a runtime over every rank of `world` (a collective call), configured from the
+/// environment.
 pub fn initialize_over(
     world: &World,
     heap_size: Option<u64>,
 ) -> hyper_multicore::Result<hyper_multicore::shmem::Shmem> {
-    use hyper_multicore::control::UniqueId;
-    use hyper_multicore::shmem::Shmem;
-    let (bytes, listener) = if world.rank() == 0 {
-        let (id, listener) = Shmem::get_unique_id(world.config())?;
-        (world.control().broadcast(&id.to_bytes())?, Some(listener))
-    } else {
-        (world.control().broadcast(&[])?, None)
-    };
-    let id = UniqueId::from_bytes(&bytes)?;
-    Shmem::initialize(world.rank(), world.size(), &id, listener, heap_size)
+    hyper_multicore::shmem::Shmem::initialize_over(world, Config::from_env()?, heap_size)
 }
 
 /// Counts this process's threads.

@@ -44,7 +44,6 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use clap::builder::RangedU64ValueParser;
 use clap::Args;
-use hyper_multicore::control::UniqueId;
 use hyper_multicore::shmem::Shmem;
 use hyper_multicore::world::World;
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
@@ -378,21 +377,7 @@ pub(crate) fn initialize_over(world: &World, heap: u64, transport: Option<&str>)
         config.transport =
             hyper_multicore::config::parse_transport(transport).map_err(anyhow::Error::msg)?;
     }
-    let (bytes, listener) = if world.rank() == 0 {
-        let (id, listener) = Shmem::get_unique_id(world.config())?;
-        (world.control().broadcast(&id.to_bytes())?, Some(listener))
-    } else {
-        (world.control().broadcast(&[])?, None)
-    };
-    let id = UniqueId::from_bytes(&bytes)?;
-    Ok(Shmem::initialize_with(
-        config,
-        world.rank(),
-        world.size(),
-        &id,
-        listener,
-        Some(heap),
-    )?)
+    Ok(Shmem::initialize_over(world, config, Some(heap))?)
 }
 
 /// The CPUs this process may use (before any pinning).

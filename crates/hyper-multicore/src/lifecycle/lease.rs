@@ -9,8 +9,8 @@ use serde::Serialize;
 use super::guard::guarded;
 use super::root_channel;
 use super::shared_root::{allocation_budget, show_bytes, Owned, Shared};
-use crate::error::{Error, ErrorKind, Result};
 use crate::control::converge::converge;
+use crate::error::{Error, ErrorKind, Result};
 use crate::shmem::registry::{bind_lease, on_behalf_of_consumer, set_lease, under_lease};
 use crate::shmem::{Allocation, AllocationId, AllocationRecord, AllocationSpec, Element, Shmem};
 

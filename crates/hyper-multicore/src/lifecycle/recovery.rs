@@ -4,8 +4,8 @@
 
 use super::stage::{Stage, StageFailure};
 use super::LIFECYCLE;
-use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::control::converge::LocalFailure;
+use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::process;
 use crate::shmem::Shmem;
 

@@ -7,8 +7,8 @@ use super::recovery::{check_valid, usable, with_hint};
 use super::stage::Stage;
 use super::steps::Steps;
 use super::LIFECYCLE;
-use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::control::converge::LocalFailure;
+use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::registry::check_unmanaged;
 
 /// Drops a reference; the last one shuts the runtime down collectively (stages Preflight,

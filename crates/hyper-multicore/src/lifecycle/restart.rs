@@ -15,10 +15,10 @@ use super::stage::{self, Stage, StageFailure, StageTimings};
 use super::steps::Steps;
 use super::LIFECYCLE;
 use crate::config::Config;
+use crate::control::converge::LocalFailure;
 use crate::control::UniqueId;
 use crate::error::{Error, ErrorKind, Recovery, Result};
 use crate::shmem::allocator::Allocator;
-use crate::control::converge::LocalFailure;
 use crate::shmem::registry::check_unmanaged;
 use crate::shmem::{
     max_alignment, Allocation, AllocationRecord, AllocationSpec, Element, Joining, Region, Shmem,

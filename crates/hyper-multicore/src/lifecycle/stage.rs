@@ -6,9 +6,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::fault::{self, Fault};
+use crate::control::converge::{converge_step, Diverged, LocalFailure};
 use crate::control::GroupChannel;
 use crate::error::{Error, ErrorKind};
-use crate::control::converge::{converge_step, Diverged, LocalFailure};
 
 /// One step of a collective state change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

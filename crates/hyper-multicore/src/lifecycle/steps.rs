@@ -8,9 +8,9 @@ use serde::Serialize;
 
 use super::recovery::{classify, usable};
 use super::stage::{self, Stage, StageFailure, StageTimings};
+use crate::control::converge::LocalFailure;
 use crate::control::GroupChannel;
 use crate::error::{Error, Recovery, Result};
-use crate::control::converge::LocalFailure;
 use crate::shmem::process;
 use crate::shmem::{DebugState, Shmem, ShutdownError};
 

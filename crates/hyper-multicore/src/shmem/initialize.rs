@@ -21,6 +21,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::transport::segment::{max_alignment, Layout, Segment};
 use crate::transport::sync;
 use crate::transport::{self, Locality, Transports};
+use crate::world::World;
 
 /// Everything [`Shmem::join`] needs besides the configuration.
 pub(crate) struct Joining<'a> {
@@ -81,6 +82,20 @@ impl Shmem {
     ) -> Result<Shmem> {
         let watch = crate::control::unwatched;
         Shmem::initialize_watched(config, rank, size, unique_id, listener, heap_size, &watch)
+    }
+
+    /// [`Shmem::initialize_with`] over every rank of `world` (collective over the world): root
+    /// rank 0 creates the unique ID and the world's control plane carries it to the others, so
+    /// a program launched by `hmrun` needs no channel of its own for it.
+    pub fn initialize_over(world: &World, config: Config, heap_size: Option<u64>) -> Result<Shmem> {
+        let (bytes, listener) = if world.rank() == 0 {
+            let (id, listener) = Shmem::get_unique_id(&config)?;
+            (world.control().broadcast(&id.to_bytes())?, Some(listener))
+        } else {
+            (world.control().broadcast(&[])?, None)
+        };
+        let id = UniqueId::from_bytes(&bytes)?;
+        Shmem::initialize_with(config, world.rank(), world.size(), &id, listener, heap_size)
     }
 
     /// [`Shmem::initialize_with`] whose rendezvous also gives up as soon as `watch` fails (the

@@ -6,15 +6,10 @@
 //! use hyper_multicore::world::World;
 //!
 //! let world = World::from_env()?;
-//! // Root rank 0 creates the unique ID; the world's control plane distributes it.
-//! let (id, listener) = if world.rank() == 0 {
-//!     let (id, listener) = Shmem::get_unique_id(world.config())?;
-//!     (world.control().broadcast(&id.to_bytes())?, Some(listener))
-//! } else {
-//!     (world.control().broadcast(&[])?, None)
-//! };
-//! let id = hyper_multicore::control::UniqueId::from_bytes(&id)?;
-//! let shmem = Shmem::initialize(world.rank(), world.size(), &id, listener, Some(64 << 20))?;
+//! // Root rank 0 creates the unique ID; the world's control plane distributes it (without a
+//! // world from `hmrun`: `Shmem::get_unique_id` on rank 0, then `Shmem::initialize` on every rank).
+//! let config = hyper_multicore::config::Config::from_env()?;
+//! let shmem = Shmem::initialize_over(&world, config, Some(64 << 20))?;
 //! let data = shmem.allocate::<u64>(8, None)?;
 //! let flag = shmem.allocate::<u64>(1, None)?;
 //! shmem.barrier()?;
@@ -50,7 +45,10 @@ mod spanning;
 mod team;
 pub(crate) mod team_sync;
 
+pub use crate::sys::copies::{copy_count, count_bounced, CopyCount};
 pub use crate::sys::mapping::{LocalSource, LocalTarget, Strides};
+pub use crate::transport::segment::max_alignment;
+pub(crate) use crate::transport::segment::Segment;
 pub use crate::transport::SignalOp;
 pub use allocation::{
     Allocation, AllocationId, AllocationRecord, AllocationSpec, Dtype, Element, Region, Symmetric,
@@ -59,9 +57,6 @@ pub use allocation::{
 pub use collectives::{RootTarget, BROADCAST_PULL_MIN_BYTES};
 pub use data::{AtomicOp, AtomicWord, Comparison, Located, LocatedCache};
 pub(crate) use initialize::Joining;
-pub use crate::sys::copies::{copy_count, count_bounced, CopyCount};
-pub use crate::transport::segment::max_alignment;
-pub(crate) use crate::transport::segment::Segment;
 pub use process::{latest_failure, runtime_state, FailureRecord, RuntimeState};
 pub use reduce::{
     ReduceOp, ReduceSet, Reducible, HIERARCHICAL_REDUCE_MIN_BYTES, REDUCE_LOCAL_MAX_BYTES,
