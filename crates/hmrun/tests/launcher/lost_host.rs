@@ -11,6 +11,9 @@
 //! less than the peer timeout. Needs root (CI runs as root); where the namespaces cannot be
 //! made, each test prints why and returns, visibly marked SKIPPED.
 //!
+//! A host lost during the world's rendezvous (before the control plane is up) must end the
+//! rendezvous on every host the same way, within the peer timeout.
+//!
 //! Nothing asserts a speed: a loss must end the waits with `peer lost` (not the 120 s timeout,
 //! and within the test's watchdog); the times from fault to detection are printed (`DETECTED`
 //! lines) for the benchmark report (`bench/liveness.sh`).
@@ -508,4 +511,71 @@ fn a_host_frozen_for_less_than_the_peer_timeout_is_not_lost() {
         let _ = kill_process(pid, Signal::CONT);
     }
     assert_no_loss(agents);
+}
+
+/// A PE that only joins the world: prints `JOINED`, or `LOST` with the error and exits 1.
+fn join_the_world() {
+    match World::from_env() {
+        Ok(_) => println!("JOINED"),
+        Err(error) => {
+            println!(
+                "LOST kind={:?} peer={:?}: {error}",
+                error.kind(),
+                error.peer()
+            );
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Hosts 0, 1 and 2 start their agents, host 3 never does, so the world's rendezvous waits for
+/// host 3's PEs; once root rank 0 has heard both of host 2's PEs arrive, host 2's link is cut.
+/// Root rank 0 gives up naming host 2 and tells host 1's PEs; host 2's PEs give up naming root
+/// rank 0's host — all with `peer lost`, not the 120 s deadline's timeout.
+#[test]
+fn a_host_lost_during_the_rendezvous_is_named_on_every_host() {
+    if is_pe() {
+        return join_the_world();
+    }
+    let test = "lost_host::a_host_lost_during_the_rendezvous_is_named_on_every_host";
+    let Some(hosts) = four_hosts_or_skip(test, "r") else {
+        return;
+    };
+    let debug = [("HYPER_MULTICORE_SHMEM_LOG_LEVEL", "debug")];
+    let mut agents: Vec<Job> = (0..3)
+        .map(|h| hosts.agent(h, test, if h == 0 { &debug } else { &[] }))
+        .collect();
+    for rank in [VICTIM * PES_PER_HOST, VICTIM * PES_PER_HOST + 1] {
+        agents[0].wait_for_stderr(&format!(
+            "rank {rank} of host hm-host-{VICTIM} arrived at the rendezvous"
+        ));
+    }
+    hosts.cut(VICTIM);
+    let fault = Instant::now();
+    let finished: Vec<Finished> = agents.into_iter().map(Job::finish).collect();
+    print_detected("link cut during the rendezvous", fault.elapsed());
+    for (h, done) in finished.iter().enumerate() {
+        assert_ne!(done.code(), 0, "host {h}: {done:?}");
+        let lost: Vec<String> = done
+            .stdout_lines()
+            .into_iter()
+            .filter(|l| l.contains("LOST"))
+            .collect();
+        assert!(!lost.is_empty(), "host {h} reported no loss: {done:?}");
+        for line in &lost {
+            println!("host {h}: {line}");
+            assert!(line.contains("LOST kind=PeerLost"), "host {h}: {line}");
+            let named = if h == VICTIM {
+                "host hm-host-0 of root rank 0 (198.18.0.1:29501) is lost during the rendezvous"
+                    .to_string()
+            } else {
+                format!("on host hm-host-{VICTIM} is lost during the rendezvous")
+            };
+            assert!(
+                line.contains(&named),
+                "host {h} does not name what it lost: {line}"
+            );
+        }
+        wait_until_nothing_left(&done.marker);
+    }
 }

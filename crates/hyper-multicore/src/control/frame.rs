@@ -54,8 +54,9 @@ pub enum Kind {
     /// Root → member: every member has recorded the global exit; end the process with this
     /// status (i32) now.
     ExitNow = 11,
-    /// Either way, empty: the sender is alive (see `control/liveness.rs`); sent by the
-    /// watchdogs every fifth of the peer timeout.
+    /// Either way: the sender is alive (see `control/liveness.rs`); sent every fifth of the
+    /// peer timeout. Empty once the plane is up; while the rendezvous waits, the sender's node
+    /// name.
     Heartbeat = 12,
     /// Member → root: a rank on the sender's host fell silent past the peer timeout (seen over
     /// the host's local liveness sockets, see `control/host_watch.rs`). Payload: that rank, u32;

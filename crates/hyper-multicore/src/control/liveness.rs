@@ -52,7 +52,7 @@ use crate::config::PEER_TIMEOUT_SEC;
 use crate::error::{Error, Result};
 
 /// Heartbeats per peer timeout.
-const BEATS_PER_DEADLINE: u32 = 5;
+pub(crate) const BEATS_PER_DEADLINE: u32 = 5;
 
 /// When each rank of a plane was last heard, written by the router and the watchdog, read by
 /// the watchdog; the heartbeats root rank 0 received from each rank; and the hosts of the ranks.

@@ -146,7 +146,8 @@ impl ControlPlane {
                     )
                     .on_rank(0));
                 }
-                let (members, hosts) = rendezvous::accept_members(listener, size, deadline, watch)?;
+                let (members, hosts) =
+                    rendezvous::accept_members(listener, size, deadline, peer_timeout, watch)?;
                 let side = host_watch::Bound::side(bound, &hosts);
                 Some(Network::root(&shared, members, hosts, side, peer_timeout)?)
             }
@@ -160,7 +161,7 @@ impl ControlPlane {
             }
             (_, _) => {
                 let greeted = rendezvous::greet_root(id, rank, size, deadline, watch)?;
-                let (connection, hosts) = rendezvous::await_welcome(greeted, watch)?;
+                let (connection, hosts) = rendezvous::await_welcome(greeted, peer_timeout, watch)?;
                 let side = host_watch::Bound::side(bound, &hosts);
                 Some(Network::member(
                     &shared,
@@ -364,7 +365,8 @@ pub struct Joining {
 impl Joining {
     /// Waits until every rank has arrived and returns the connected plane.
     pub fn finish(self) -> Result<ControlPlane> {
-        let (connection, hosts) = rendezvous::await_welcome(self.greeted, &unwatched)?;
+        let (connection, hosts) =
+            rendezvous::await_welcome(self.greeted, self.peer_timeout, &unwatched)?;
         let side = host_watch::Bound::side(self.bound, &hosts);
         let shared = Arc::new(Shared::new(self.size));
         let network = Network::member(

@@ -48,7 +48,7 @@ impl Network {
                     Error::backend(OP, "cannot clone a member connection", e).on_rank(0)
                 })
             };
-            links.push(Some(Arc::new(Link::new(clone()?, 1))));
+            links.push(Some(Arc::new(Link::new(clone()?, member.next_sequence))));
             probes.push(Some(clone()?));
             readers.push(Some((member.stream, member.decoder)));
         }
@@ -101,7 +101,7 @@ impl Network {
             .stream
             .try_clone()
             .map_err(|e| Error::backend("rendezvous", "cannot clone the root connection", e))?;
-        let link = Arc::new(Link::new(writer, 1));
+        let link = Arc::new(Link::new(writer, connection.next_sequence));
         let liveness = Arc::new(Liveness::new(hosts));
         let router = MemberRouter {
             shared: Arc::clone(shared),

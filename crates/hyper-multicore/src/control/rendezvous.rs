@@ -4,6 +4,13 @@
 //! Root rank 0 serves every connection from one `poll` loop, so a stranger that sends junk, an
 //! absurd length prefix or nothing at all never delays the legitimate members: junk is dropped at
 //! once, silence when its handshake time runs out or when the rendezvous completes.
+//!
+//! With liveness on ([`crate::config::PEER_TIMEOUT_SEC`]), root rank 0 and every member that said
+//! hello beat to each other while they wait, as the connected plane does (`liveness.rs`): a host
+//! lost during the rendezvous ends it within the peer timeout, not at the rendezvous's deadline.
+//! Root rank 0 gives up naming the silent member and its host (and tells everyone else why);
+//! a member that hears nothing from root rank 0 gives up naming root's host, which root's
+//! heartbeats carry.
 
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -15,8 +22,10 @@ use super::frame::{
     write_frame, Frame, FrameDecoder, Kind, WireError, MAX_HANDSHAKE_PAYLOAD, MAX_PAYLOAD,
 };
 use super::hosts::{this_host, HostMap};
+use super::liveness::BEATS_PER_DEADLINE;
 use super::unique_id::{secrets_match, BootstrapListener, UniqueId, SECRET_LEN};
 use super::Watch;
+use crate::config::PEER_TIMEOUT_SEC;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Longest time a connection may take to say hello before it is dropped.
@@ -35,6 +44,112 @@ pub(crate) const VERDICT_GRACE: Duration = Duration::from_secs(2);
 const CUT_OFF_GRACE: Duration = Duration::from_millis(250);
 const CUT_OFF_LOOK: Duration = Duration::from_millis(2);
 
+/// Heartbeats while a rendezvous waits (none with liveness off), as the connected plane's
+/// watchdog sends them.
+struct Beats {
+    peer_timeout: Option<Duration>,
+    next: Instant,
+    /// What each heartbeat carries: the sender's node name (so root rank 0's name its host to
+    /// a member that loses it, and the plane's router tells a member's late ones from the
+    /// connected plane's, which are empty).
+    payload: Vec<u8>,
+}
+
+/// Why a member's heartbeat step ended its wait.
+enum BeatError {
+    /// Root rank 0 fell silent past the peer timeout.
+    Silent(Error),
+    /// The heartbeat could not be sent.
+    Send(std::io::Error),
+}
+
+impl Beats {
+    fn new(peer_timeout: Option<Duration>, payload: Vec<u8>) -> Beats {
+        Beats {
+            peer_timeout,
+            next: Instant::now(),
+            payload,
+        }
+    }
+
+    /// Whether a heartbeat is due now (then the next one is scheduled).
+    fn due(&mut self) -> bool {
+        let (Some(peer_timeout), now) = (self.peer_timeout, Instant::now()) else {
+            return false;
+        };
+        if now < self.next {
+            return false;
+        }
+        self.next = now + peer_timeout / BEATS_PER_DEADLINE;
+        true
+    }
+
+    /// Root rank 0: beats to every member that arrived when a beat is due (and to one that
+    /// just arrived), and returns the error for the first one silent past the peer timeout.
+    fn among_members(&mut self, members: &mut [Option<Connection>]) -> Option<Error> {
+        let peer_timeout = self.peer_timeout?;
+        // A member that just arrived hears a beat at once: it names root rank 0's host, should
+        // the member lose root before the next one.
+        let due = self.due();
+        for member in members.iter_mut().flatten() {
+            if due || member.next_sequence == 0 {
+                // A failed send means the member is gone: its hang-up is reported anyway.
+                let _ = member.send(Kind::Heartbeat, &self.payload);
+            }
+        }
+        let (rank, member) = members.iter().enumerate().find_map(|(rank, member)| {
+            let member = member.as_ref()?;
+            (member.heard.elapsed() > peer_timeout).then_some((rank, member))
+        })?;
+        let detail = format!(
+            "rank {rank} on host {} is lost during the rendezvous: it arrived, then nothing came \
+             from it for {:.1} s, past {PEER_TIMEOUT_SEC}={}; the host lost power or its \
+             network, or it is frozen",
+            member.host,
+            member.heard.elapsed().as_secs_f64(),
+            peer_timeout.as_secs_f64()
+        );
+        Some(Error::peer_lost("rendezvous", rank, &detail).on_rank(0))
+    }
+
+    /// Member `rank`: beats to root rank 0 when a beat is due; fails when root (on
+    /// `root_host`, if its heartbeats named it) fell silent past the peer timeout.
+    fn with_root(
+        &mut self,
+        connection: &mut Connection,
+        root_host: Option<&str>,
+        rank: usize,
+    ) -> std::result::Result<(), BeatError> {
+        let Some(peer_timeout) = self.peer_timeout else {
+            return Ok(());
+        };
+        if self.due() {
+            connection
+                .send(Kind::Heartbeat, &self.payload)
+                .map_err(BeatError::Send)?;
+        }
+        let silence = connection.heard.elapsed();
+        if silence <= peer_timeout {
+            return Ok(());
+        }
+        let endpoint = connection
+            .stream
+            .peer_addr()
+            .map_or_else(|_| "?".to_string(), |address| address.to_string());
+        let host = root_host.map_or_else(String::new, |host| format!("host {host} of "));
+        let detail = format!(
+            "{host}root rank 0 ({endpoint}) is lost during the rendezvous: nothing came from it \
+             for {:.1} s, past {PEER_TIMEOUT_SEC}={}; the network to it failed, or that host \
+             lost power or is frozen",
+            silence.as_secs_f64(),
+            peer_timeout.as_secs_f64()
+        );
+        Err(BeatError::Silent(
+            Error::peer_lost("rendezvous", 0, &detail).on_rank(rank),
+        ))
+    }
+}
+
 /// What a member says first.
 #[derive(Debug, Serialize, Deserialize)]
 struct Hello {
@@ -52,6 +167,10 @@ pub(crate) struct Connection {
     pub(crate) decoder: FrameDecoder,
     /// Root rank 0: the member's node name, from its hello (empty on a member).
     host: String,
+    /// The sequence number of the next frame this end sends.
+    pub(crate) next_sequence: u64,
+    /// When something last arrived on it.
+    heard: Instant,
 }
 
 impl Connection {
@@ -60,7 +179,16 @@ impl Connection {
             stream,
             decoder: FrameDecoder::new(MAX_HANDSHAKE_PAYLOAD),
             host: String::new(),
+            next_sequence: 0,
+            heard: Instant::now(),
         }
+    }
+
+    /// Sends one frame, numbered next.
+    fn send(&mut self, kind: Kind, payload: &[u8]) -> std::io::Result<()> {
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
+        write_frame(&mut self.stream, kind, sequence, &[payload])
     }
 
     /// Reads once and returns the next complete frame; `Ok(None)` if incomplete.
@@ -70,17 +198,20 @@ impl Connection {
         }
         match self.decoder.read_from(&mut self.stream) {
             Ok(0) => Err("the connection closed".into()),
-            Ok(_) => self.decoder.next_frame().map_err(|e| e.to_string()),
+            Ok(_) => {
+                self.heard = Instant::now();
+                self.decoder.next_frame().map_err(|e| e.to_string())
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(None),
             Err(e) => Err(e.to_string()),
         }
     }
 }
 
-fn reject(stream: &mut TcpStream, error: &Error) {
+fn reject(connection: &mut Connection, error: &Error) {
     let payload = WireError::from_error(error).encode();
     // Best effort: the peer may already be gone.
-    let _ = write_frame(stream, Kind::Reject, 0, &[&payload]);
+    let _ = connection.send(Kind::Reject, &payload);
 }
 
 struct Pending {
@@ -90,11 +221,13 @@ struct Pending {
 }
 
 /// Root rank 0's side: accepts and authenticates ranks `1..size`, returned by rank, with every
-/// rank's host (sent to each member in its welcome).
+/// rank's host (sent to each member in its welcome). With a `peer_timeout`, a member that
+/// arrived and then fell silent for that long ends the rendezvous.
 pub(crate) fn accept_members(
     listener: BootstrapListener,
     size: usize,
     deadline: Instant,
+    peer_timeout: Option<Duration>,
     watch: Watch<'_>,
 ) -> Result<(Vec<Connection>, HostMap)> {
     const OP: &str = "rendezvous";
@@ -109,9 +242,13 @@ pub(crate) fn accept_members(
     let mut pending: Vec<Pending> = Vec::new();
     let mut members: Vec<Option<Connection>> = (0..size).map(|_| None).collect();
     let started = Instant::now();
+    let mut beats = Beats::new(peer_timeout, this_host().into_bytes());
 
     while members.iter().skip(1).any(Option::is_none) {
         if let Err(error) = watch() {
+            return Err(abandon(&listener, &mut members, &mut pending, error));
+        }
+        if let Some(error) = beats.among_members(&mut members) {
             return Err(abandon(&listener, &mut members, &mut pending, error));
         }
         let now = Instant::now();
@@ -167,8 +304,8 @@ pub(crate) fn accept_members(
             pending.remove(index);
         }
         for rank in ready.members {
-            // A member spoke or hung up before the welcome: only a hang-up is possible from a
-            // correct member, and it means that process is gone.
+            // A member spoke or hung up before the welcome: a correct member only beats (which
+            // `read_frame` records) or hangs up, and a hang-up means that process is gone.
             let member = members[rank].as_mut().expect("polled members exist");
             if let Err(why) = member.read_frame() {
                 // A member that gave up because the watched group broke left for that reason.
@@ -203,7 +340,8 @@ pub(crate) fn accept_members(
     let welcome = hosts.encode();
     let mut connections = Vec::with_capacity(size - 1);
     for (rank, mut member) in (1..).zip(members) {
-        write_frame(&mut member.stream, Kind::Welcome, 0, &[&welcome])
+        member
+            .send(Kind::Welcome, &welcome)
             .map_err(|e| Error::backend(OP, &format!("cannot welcome rank {rank}"), e))?;
         member.decoder.set_cap(MAX_PAYLOAD);
         connections.push(member);
@@ -222,9 +360,9 @@ fn abandon(
     error: Error,
 ) -> Error {
     accept_queued(listener, pending);
-    let waiting = members.iter_mut().flatten().map(|m| &mut m.stream);
-    for stream in waiting.chain(pending.iter_mut().map(|p| &mut p.connection.stream)) {
-        reject(stream, &error);
+    let waiting = members.iter_mut().flatten();
+    for connection in waiting.chain(pending.iter_mut().map(|p| &mut p.connection)) {
+        reject(connection, &error);
     }
     error
 }
@@ -359,6 +497,7 @@ fn admit(
         Ok((rank, host)) => {
             let stream = entry.connection.stream.try_clone();
             let Ok(stream) = stream else { return };
+            tracing::debug!("rank {rank} of host {host} arrived at the rendezvous");
             members[rank] = Some(Connection {
                 stream,
                 decoder: std::mem::replace(
@@ -366,11 +505,13 @@ fn admit(
                     FrameDecoder::new(MAX_HANDSHAKE_PAYLOAD),
                 ),
                 host,
+                next_sequence: 0,
+                heard: Instant::now(),
             });
         }
         Err(error) => {
             tracing::warn!(peer = ?entry.peer, "rejected a bootstrap connection: {error}");
-            reject(&mut entry.connection.stream, &error);
+            reject(&mut entry.connection, &error);
         }
     }
 }
@@ -515,7 +656,7 @@ pub(crate) fn greet_root(
         host: this_host(),
     };
     let payload = postcard::to_stdvec(&hello).expect("a hello always serializes");
-    if let Err(e) = write_frame(&mut connection.stream, Kind::Hello, 0, &[&payload]) {
+    if let Err(e) = connection.send(Kind::Hello, &payload) {
         return Err(cut_off(
             &mut connection,
             rank,
@@ -533,8 +674,14 @@ pub(crate) fn greet_root(
 }
 
 /// A member's side, second half: waits for root rank 0's welcome (or its reason to refuse);
-/// returns the connection and every rank's host, which the welcome carries.
-pub(crate) fn await_welcome(greeted: Greeted, watch: Watch<'_>) -> Result<(Connection, HostMap)> {
+/// returns the connection and every rank's host, which the welcome carries. With a
+/// `peer_timeout`, beats to root rank 0 while it waits and gives up when root falls silent for
+/// that long.
+pub(crate) fn await_welcome(
+    greeted: Greeted,
+    peer_timeout: Option<Duration>,
+    watch: Watch<'_>,
+) -> Result<(Connection, HostMap)> {
     const OP: &str = "rendezvous";
     let Greeted {
         mut connection,
@@ -546,8 +693,22 @@ pub(crate) fn await_welcome(greeted: Greeted, watch: Watch<'_>) -> Result<(Conne
     let endpoint = connection.stream.peer_addr().ok();
     let verdict_deadline = deadline + VERDICT_GRACE;
     connection.decoder.set_cap(MAX_PAYLOAD);
+    let mut beats = Beats::new(peer_timeout, this_host().into_bytes());
+    // Root rank 0's node name, from its heartbeats.
+    let mut root_host = None;
     loop {
         watch()?;
+        if let Err(error) = beats.with_root(&mut connection, root_host.as_deref(), rank) {
+            return Err(match error {
+                BeatError::Silent(error) => error,
+                BeatError::Send(e) => cut_off(
+                    &mut connection,
+                    rank,
+                    watch,
+                    &format!("cannot send a heartbeat to root rank 0: {e}"),
+                ),
+            });
+        }
         let remaining = verdict_deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(Error::timeout(
@@ -572,7 +733,10 @@ pub(crate) fn await_welcome(greeted: Greeted, watch: Watch<'_>) -> Result<(Conne
                         "root rank 0 closed the connection during the rendezvous",
                     ))
                 }
-                Ok(_) => continue,
+                Ok(_) => {
+                    connection.heard = Instant::now();
+                    continue;
+                }
                 Err(e) if is_wait_over(&e) => continue,
                 Err(e) => {
                     return Err(cut_off(
@@ -609,6 +773,10 @@ pub(crate) fn await_welcome(greeted: Greeted, watch: Watch<'_>) -> Result<(Conne
                 Ok((connection, hosts))
             }
             Kind::Reject => Err(rejection(&frame, rank)),
+            Kind::Heartbeat => {
+                root_host = Some(String::from_utf8_lossy(&frame.payload).into_owned());
+                continue;
+            }
             other => Err(Error::new(
                 ErrorKind::Protocol,
                 OP,

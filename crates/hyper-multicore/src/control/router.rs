@@ -678,7 +678,10 @@ impl RootRouter {
                 global_exit::serve_request(&self.shared, &self.links, status);
             }
             Kind::ExitAck => global_exit::acknowledged(&self.shared, rank),
-            Kind::Heartbeat => self.liveness.heartbeat_from(rank),
+            // One sent while the rendezvous waited carries its sender's node name: it says
+            // nothing about how this member beats now.
+            Kind::Heartbeat if frame.payload.is_empty() => self.liveness.heartbeat_from(rank),
+            Kind::Heartbeat => {}
             Kind::Silent => self.silent_reported(rank, &frame.payload)?,
             other => return Err(format!("rank {rank} sent an unexpected {other:?} frame")),
         }
