@@ -911,6 +911,7 @@ def main():
     c_api = load(os.path.join(args.results, "c_api.jsonl"))
     control = load(os.path.join(args.results, "control.jsonl"))
     liveness = load_plain(os.path.join(args.results, "liveness.jsonl"))
+    startup_hosts = load_plain(os.path.join(args.results, "startup_hosts.jsonl"))
     machine = read_text(os.path.join(args.results, "machine.txt"))
     commands = read_text(os.path.join(args.results, "commands.txt"))
     oshmem_notes = read_text(os.path.join(args.results, "oshmem.txt"))
@@ -1253,6 +1254,27 @@ def main():
             met = "met" if worst <= bar else "missed"
             w(f"| {fault} | {timeout} s | {len(times)} | {statistics.median(times) / 1000:.2f} s | "
               f"{worst / 1000:.2f} s | {bar / 1000:.0f} s | {met} |")
+        w("")
+
+    if startup_hosts:
+        w("## Job start across hosts")
+        w("")
+        w("`bench/startup_hosts.sh` (issue 42): `hmrun -n 2` on each of N network-namespace "
+          "hosts on one bridge (all on this machine's cores); the time from starting the agents "
+          "until every PE has joined the world and the runtime and passed a first barrier. The "
+          "growth with hosts is the point; the absolute times include every host sharing the "
+          "same cores.")
+        w("")
+        w("| hosts | PEs | runs | median | min | max | median per host |")
+        w("|---:|---:|---:|---:|---:|---:|---:|")
+        counts = {}
+        for r in startup_hosts:
+            counts.setdefault((r["hosts"], r["pes_per_host"]), []).append(r["ms"])
+        for (hosts, per_host), times in sorted(counts.items()):
+            median = statistics.median(times)
+            w(f"| {hosts} | {hosts * per_host} | {len(times)} | {median / 1000:.2f} s | "
+              f"{min(times) / 1000:.2f} s | {max(times) / 1000:.2f} s | "
+              f"{median / hosts:.0f} ms |")
         w("")
 
     if oshmem_notes:

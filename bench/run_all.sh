@@ -72,6 +72,14 @@ if [[ "${HM_BENCH_LIVENESS:-1}" != 0 ]]; then
     bench/liveness.sh 10 "$results/liveness.jsonl" || echo "bench/liveness.sh: some runs failed" >&2
 fi
 
+# Job start on 2, 4, 8 and 16 namespace hosts × 2 PEs, 5 runs each (bench/startup_hosts.sh;
+# needs root, adds nothing otherwise). A failure is reported, not fatal.
+if [[ "${HM_BENCH_STARTUP_HOSTS:-1}" != 0 ]]; then
+    rm -f "$results/startup_hosts.jsonl"
+    bench/startup_hosts.sh 5 "$results/startup_hosts.jsonl" ||
+        echo "bench/startup_hosts.sh failed" >&2
+fi
+
 # run OUTPUT COMMAND…: records the command, runs it, appends its stdout to OUTPUT.
 run() {
     local output="$1"

@@ -40,8 +40,10 @@ const PES_PER_HOST: usize = 2;
 /// The host every fault strikes (not root rank 0's).
 const VICTIM: usize = 2;
 
-/// Four namespace hosts on one bridge, removed on drop.
+/// Namespace hosts on one bridge, removed on drop.
 struct FourHosts {
+    /// How many.
+    count: usize,
     switch: String,
     namespaces: Vec<String>,
     /// Each host's end of its veth pair (inside the host).
@@ -70,20 +72,26 @@ fn run(program: &str, args: &[&str]) -> Result<(), String> {
 }
 
 impl FourHosts {
-    /// Host h is 198.18.0.(h+1) on the bridge, named `hm-host-h`.
+    /// [`HOSTS`] hosts: host h is 198.18.0.(h+1) on the bridge, named `hm-host-h`.
     fn create(tag: &str) -> Result<FourHosts, String> {
+        FourHosts::create_many(HOSTS, tag)
+    }
+
+    /// `count` hosts, as [`FourHosts::create`] makes four.
+    fn create_many(count: usize, tag: &str) -> Result<FourHosts, String> {
         let id = format!("{}{tag}", std::process::id() % 100_000);
         let hosts = FourHosts {
+            count,
             switch: format!("hm{id}sw"),
-            namespaces: (0..HOSTS).map(|h| format!("hm{id}h{h}")).collect(),
-            devices: (0..HOSTS).map(|h| format!("hv{id}{h}")).collect(),
-            ports: (0..HOSTS).map(|h| format!("hp{id}{h}")).collect(),
+            namespaces: (0..count).map(|h| format!("hm{id}h{h}")).collect(),
+            devices: (0..count).map(|h| format!("hv{id}{h}")).collect(),
+            ports: (0..count).map(|h| format!("hp{id}{h}")).collect(),
         };
         let switch = hosts.switch.as_str();
         ip(&["netns", "add", switch])?;
         ip(&["-n", switch, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", switch, "link", "set", "br0", "up"])?;
-        for h in 0..HOSTS {
+        for h in 0..count {
             let (namespace, device, port) =
                 (&hosts.namespaces[h], &hosts.devices[h], &hosts.ports[h]);
             let address = format!("198.18.0.{}/24", h + 1);
@@ -137,7 +145,11 @@ impl FourHosts {
     fn agent(&self, h: usize, test: &str, envs: &[(&str, &str)]) -> Job {
         let test_binary = std::env::current_exe().unwrap();
         let test_binary = test_binary.to_str().unwrap();
-        let (hosts, pes, node_rank) = (HOSTS.to_string(), PES_PER_HOST.to_string(), h.to_string());
+        let (hosts, pes, node_rank) = (
+            self.count.to_string(),
+            PES_PER_HOST.to_string(),
+            h.to_string(),
+        );
         let args = [
             "-n",
             &pes,
@@ -153,6 +165,8 @@ impl FourHosts {
             test_binary,
             test,
             "--exact",
+            // The start-up benchmark is an ignored test: its PEs run it all the same.
+            "--include-ignored",
             "--nocapture",
             "-q",
         ];
@@ -182,7 +196,7 @@ impl FourHosts {
 
     /// Starts the job on every host.
     fn start(&self, test: &str, envs: &[(&str, &str)]) -> Vec<Job> {
-        (0..HOSTS).map(|h| self.agent(h, test, envs)).collect()
+        (0..self.count).map(|h| self.agent(h, test, envs)).collect()
     }
 }
 
@@ -577,5 +591,56 @@ fn a_host_lost_during_the_rendezvous_is_named_on_every_host() {
             );
         }
         wait_until_nothing_left(&done.marker);
+    }
+}
+
+/// A PE of the start-up benchmark: joins the world and the runtime, passes a barrier, prints
+/// READY and leaves.
+fn start_and_leave() {
+    let world = World::from_env().unwrap();
+    let shmem = hm_testkit::initialize_over(&world, Some(8 << 20)).unwrap();
+    shmem.barrier().unwrap();
+    println!("READY");
+}
+
+/// Benchmark (`bench/startup_hosts.sh` runs it; not part of the test command): how job start
+/// grows with hosts. For each count of hosts in `HM_BENCH_HOSTS` (default 2,4,8,16), `HM_BENCH_ROUNDS`
+/// times (default 3): namespace hosts on a bridge, `hmrun -n 2` on each, and the time from
+/// starting the agents until every PE has joined the world and the runtime and passed a first
+/// barrier, printed as a `STARTUP` JSON line.
+#[test]
+#[ignore = "a benchmark: bench/startup_hosts.sh runs it"]
+fn job_start_on_namespace_hosts() {
+    if is_pe() {
+        return start_and_leave();
+    }
+    let test = "lost_host::job_start_on_namespace_hosts";
+    let counts: Vec<usize> = std::env::var("HM_BENCH_HOSTS")
+        .unwrap_or_else(|_| "2,4,8,16".into())
+        .split(',')
+        .map(|count| count.trim().parse().unwrap())
+        .collect();
+    let rounds: usize =
+        std::env::var("HM_BENCH_ROUNDS").map_or(3, |rounds| rounds.parse().unwrap());
+    for count in counts {
+        for _ in 0..rounds {
+            let Ok(hosts) = FourHosts::create_many(count, &format!("b{count}")) else {
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "SKIPPED {test}: cannot make {count} namespace hosts on a bridge here"
+                );
+                return;
+            };
+            let started = Instant::now();
+            let mut agents = hosts.start(test, &[]);
+            wait_until_ready(&mut agents);
+            let ms = started.elapsed().as_millis();
+            for (h, agent) in agents.into_iter().enumerate() {
+                let done = agent.finish();
+                assert_eq!(done.code(), 0, "host {h}: {done:?}");
+                wait_until_nothing_left(&done.marker);
+            }
+            println!("STARTUP {{\"hosts\":{count},\"pes_per_host\":{PES_PER_HOST},\"ms\":{ms}}}");
+        }
     }
 }
