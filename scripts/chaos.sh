@@ -2,18 +2,20 @@
 # The chaos and abuse suite of hyper_multicore, in one command (see docs/reliability.md):
 #
 #   scripts/chaos.sh          # full: every fault point on 2, 3 and 4 PEs, a 1000-cycle soak,
-#                             # the bootstrap abuse, the parser property tests and corpus
-#                             # replay, and a burst of libFuzzer when nightly and cargo-fuzz are
-#                             # there
+#                             # the bootstrap abuse, the host faults (as root), the parser
+#                             # property tests and corpus replay, and a burst of libFuzzer when
+#                             # nightly and cargo-fuzz are there
 #   scripts/chaos.sh --ci     # bounded (about a minute on 2 cores; fault points stop being
 #                             # started after 300 s whatever happens): every fault point on 3
-#                             # and 4 PEs, a 200-cycle soak, the abuse, the property tests; no
-#                             # fuzzing
+#                             # and 4 PEs, a 200-cycle soak, the abuse, the host faults (as
+#                             # root), the property tests; no fuzzing
 #
 # Other arguments go to `hm-chaos run` (--only TEXT, --pes 2,3, --json FILE, --soak-cycles N).
 # HM_CHAOS_FUZZ_SECONDS (default 60) is the fuzzing time per target in the full form.
-# The last line is the verdict: `fault points: N tried, N survived, hangs: H, leaks: L`; the
-# exit status is non-zero unless every point survived.
+# The last line is the verdict: `fault points: N tried, N survived, hangs: H, leaks: L, host
+# faults: K` (K: how many of the tried points were host faults, or `skipped` where the
+# namespace hosts cannot be made — not root); the exit status is non-zero unless every point
+# survived.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never

@@ -192,7 +192,7 @@ impl Launcher {
 }
 
 /// `[rank] {json}` → (rank, record).
-fn parse_line(line: &str) -> Option<(usize, Record)> {
+pub(crate) fn parse_line(line: &str) -> Option<(usize, Record)> {
     let rest = line.strip_prefix('[')?;
     let (rank, json) = rest.split_once("] ")?;
     Some((rank.parse().ok()?, serde_json::from_str(json).ok()?))
@@ -272,8 +272,19 @@ impl SystemView {
     }
 }
 
-/// Processes whose environment carries `JOB_TAG=tag`.
+/// Processes whose environment carries `JOB_TAG=tag`, as `pid (comm)`.
 pub fn tagged_processes(tag: &str) -> Vec<String> {
+    tagged_pids(tag)
+        .into_iter()
+        .map(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("{pid} ({})", comm.trim())
+        })
+        .collect()
+}
+
+/// The pids of the processes whose environment carries `JOB_TAG=tag`.
+pub fn tagged_pids(tag: &str) -> Vec<u32> {
     let needle = format!("{JOB_TAG}={tag}");
     let Ok(proc_dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -286,8 +297,7 @@ pub fn tagged_processes(tag: &str) -> Vec<String> {
             let tagged = environ
                 .split(|&b| b == 0)
                 .any(|var| var == needle.as_bytes());
-            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-            tagged.then(|| format!("{pid} ({})", comm.trim()))
+            tagged.then_some(pid)
         })
         .collect()
 }

@@ -15,14 +15,18 @@
 //!    ([`probe`], [`job::SystemView`]);
 //! 2. the **soak** ([`soak`]);
 //! 3. the **bootstrap abuse** ([`abuse`]);
+//! 4. the **host faults** ([`host_faults`]): a host of four network-namespace hosts lost by a
+//!    link cut, its processes killed, or frozen (as root only; skipped elsewhere, saying why);
 //!
-//! and ends with one line: `fault points: N tried, N survived, hangs: H, leaks: L` (the soak
-//! and the abuse scenario count as one point each). The exit status is 0 only if every point
+//! and ends with one line: `fault points: N tried, N survived, hangs: H, leaks: L, host faults:
+//! K` (the soak, the abuse scenario and each host fault count as one point each; `host faults:
+//! skipped` where they could not run). The exit status is 0 only if every point
 //! survived.
 
 #![deny(unsafe_code)]
 
 mod abuse;
+mod host_faults;
 mod job;
 mod pe;
 mod points;
@@ -79,8 +83,8 @@ struct RunArgs {
     /// --ci, else 2,3,4).
     #[arg(long, value_name = "N,...", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(2..=4))]
     pes: Vec<u32>,
-    /// Only the fault points whose label contains TEXT (the soak and the abuse scenario run
-    /// only without it, or with `soak` / `bootstrap` as TEXT).
+    /// Only the fault points whose label contains TEXT (the soak, the abuse scenario and the
+    /// host faults run only without it, or with `soak` / `bootstrap` / `host` as TEXT).
     #[arg(long, value_name = "TEXT")]
     only: Option<String>,
     /// Soak cycles (default 1000, 200 with --ci).
@@ -256,6 +260,31 @@ fn run(args: &RunArgs) -> Result<bool> {
             None
         };
 
+    let hosts = if args.only.as_deref().map_or(true, |o| o == "host") {
+        let hosts = host_faults::drive(&launcher);
+        if let Some(why) = &hosts.skipped {
+            println!("skip host faults: {why}");
+        }
+        for fault in &hosts.faults {
+            println!(
+                "{} host fault: {} on 4 namespace hosts × 2 PEs, last survivor's agent out {} \
+                 after the fault",
+                if fault.survived { "ok  " } else { "FAIL" },
+                fault.label,
+                fault.detected_ms.map_or("never".to_string(), |ms| format!(
+                    "{:.1} s",
+                    ms as f64 / 1e3
+                ))
+            );
+            for problem in &fault.problems {
+                println!("     {problem}");
+            }
+        }
+        Some(hosts)
+    } else {
+        None
+    };
+
     let distributions = distributions(&verdicts);
     if !distributions.is_empty() {
         println!("time to error (ms):");
@@ -271,10 +300,15 @@ fn run(args: &RunArgs) -> Result<bool> {
         soak.as_ref().map(|s| (s.survived, s.hang, s.leak)),
         abuse.as_ref().map(|a| (a.survived, a.hang, a.leak)),
     ];
+    let host_outcomes = hosts
+        .iter()
+        .flat_map(|hosts| &hosts.faults)
+        .map(|f| (f.survived, f.hang, f.leak));
     let outcomes = verdicts
         .iter()
         .map(|v| (v.survived, v.hang, v.leak))
-        .chain(extra.into_iter().flatten());
+        .chain(extra.into_iter().flatten())
+        .chain(host_outcomes);
     let (mut tried, mut survived, mut hangs, mut leaks) = (0, 0, 0, 0);
     for (ok, hang, leak) in outcomes {
         tried += 1;
@@ -282,6 +316,11 @@ fn run(args: &RunArgs) -> Result<bool> {
         hangs += usize::from(hang);
         leaks += usize::from(leak);
     }
+    let host_count = match &hosts {
+        Some(hosts) if hosts.skipped.is_some() => "skipped".to_string(),
+        Some(hosts) => hosts.faults.len().to_string(),
+        None => "not selected".to_string(),
+    };
     let report = RunReport {
         mode: if args.ci { "ci" } else { "full" }.into(),
         pes,
@@ -290,6 +329,7 @@ fn run(args: &RunArgs) -> Result<bool> {
         distributions,
         soak,
         abuse,
+        hosts,
         totals: (tried, survived, hangs, leaks),
         elapsed_s: started.elapsed().as_secs_f64(),
     };
@@ -302,6 +342,9 @@ fn run(args: &RunArgs) -> Result<bool> {
     if not_run > 0 {
         println!("budget exhausted: {not_run} fault points were not run");
     }
-    println!("fault points: {tried} tried, {survived} survived, hangs: {hangs}, leaks: {leaks}");
+    println!(
+        "fault points: {tried} tried, {survived} survived, hangs: {hangs}, leaks: {leaks}, \
+         host faults: {host_count}"
+    );
     Ok(tried == survived && not_run == 0)
 }

@@ -111,6 +111,7 @@ pub fn run(scenario: &str) -> Result<()> {
             return Ok(());
         }
         Scenario::Bootstrap => crate::abuse::run_pe(&world)?,
+        Scenario::HostFault => host_fault(&world)?,
     }
     report_resources(&baseline);
     Ok(())
@@ -357,4 +358,44 @@ fn data_point(world: &World, op: DataOp, victim: usize) -> Result<()> {
         format!("release: {released:?}; acquire: {again:?}"),
     );
     Ok(())
+}
+
+/// A PE of a host-fault job: acquires the runtime, says it is ready (a `ready` note), then puts
+/// 8 KiB to its right neighbour and passes a barrier until that fails; reports the failure,
+/// releases (which must not wait) and ends the process with status 1, as a program that lost a
+/// host would.
+fn host_fault(world: &World) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    acquire().context("acquire")?;
+    let block = lifecycle::guarded("allocate", |s| {
+        let block = s.allocate::<u8>(8 << 10, None)?;
+        s.barrier()?;
+        Ok(block)
+    })
+    .context("allocate the block")?;
+    emit(&Record::Note {
+        what: "ready".into(),
+        value: String::new(),
+    });
+    let data = vec![rank as u8; 8 << 10];
+    let mut round_started = Instant::now();
+    let error = loop {
+        let round = lifecycle::guarded("exchange", |s| {
+            s.put(&block, &data, (rank + 1) % size)?;
+            s.barrier()
+        });
+        match round {
+            Ok(()) => round_started = Instant::now(),
+            Err(error) => break error,
+        }
+    };
+    emit(&failed(
+        "exchange",
+        &error,
+        round_started.elapsed().as_secs_f64() * 1e3,
+    ));
+    drop(block);
+    let released = lifecycle::release();
+    after("released", true, format!("{released:?}"));
+    std::process::exit(1)
 }

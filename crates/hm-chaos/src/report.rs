@@ -91,6 +91,8 @@ pub struct RunReport {
     pub soak: Option<SoakReport>,
     /// The bootstrap abuse.
     pub abuse: Option<AbuseReport>,
+    /// The host faults (`None`: not selected).
+    pub hosts: Option<crate::host_faults::HostFaults>,
     /// Totals: (tried, survived, hangs, leaks).
     pub totals: (usize, usize, usize, usize),
     /// Wall time of the run, s.

@@ -152,6 +152,10 @@ pub enum Scenario {
     },
     /// A job whose rendezvous are attacked by strangers; see `abuse.rs`.
     Bootstrap,
+    /// A job across namespace hosts, one of which the driver takes away (link cut, processes
+    /// killed, host frozen); see `host_faults.rs`. Every PE puts to its right neighbour and
+    /// passes a barrier until a call fails.
+    HostFault,
 }
 
 /// One line a PE reports.

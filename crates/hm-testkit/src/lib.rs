@@ -15,6 +15,8 @@
 //! }
 //! ```
 
+pub mod namespace_hosts;
+
 use std::collections::HashSet;
 use std::io::Read;
 use std::process::ExitStatus;

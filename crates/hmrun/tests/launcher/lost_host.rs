@@ -19,9 +19,9 @@
 //! lines) for the benchmark report (`bench/liveness.sh`).
 
 use std::io::Write;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use hm_testkit::namespace_hosts::NamespaceHosts;
 use hm_testkit::{is_pe, PE_VARIABLE};
 use hyper_multicore::world::World;
 use rustix::process::{kill_process, Pid, Signal};
@@ -40,178 +40,58 @@ const PES_PER_HOST: usize = 2;
 /// The host every fault strikes (not root rank 0's).
 const VICTIM: usize = 2;
 
-/// Namespace hosts on one bridge, removed on drop.
-struct FourHosts {
-    /// How many.
-    count: usize,
-    switch: String,
-    namespaces: Vec<String>,
-    /// Each host's end of its veth pair (inside the host).
-    devices: Vec<String>,
-    /// The bridge's end of each host's veth pair (inside the switch).
-    ports: Vec<String>,
+/// Starts host `h`'s agent for `test` with `envs` added.
+fn agent(hosts: &NamespaceHosts, h: usize, test: &str, envs: &[(&str, &str)]) -> Job {
+    let test_binary = std::env::current_exe().unwrap();
+    let test_binary = test_binary.to_str().unwrap();
+    let (count, pes, node_rank) = (
+        hosts.count().to_string(),
+        PES_PER_HOST.to_string(),
+        h.to_string(),
+    );
+    let master = NamespaceHosts::address(0);
+    let args = [
+        "-n",
+        &pes,
+        "--nnodes",
+        &count,
+        "--node-rank",
+        &node_rank,
+        "--master-addr",
+        &master,
+        "--master-port",
+        "29500",
+        "--",
+        test_binary,
+        test,
+        "--exact",
+        // The start-up benchmark is an ignored test: its PEs run it all the same.
+        "--include-ignored",
+        "--nocapture",
+        "-q",
+    ];
+    let mut all = vec![
+        (PE_VARIABLE, "1"),
+        ("HYPER_MULTICORE_SHMEM_SECRET", SECRET),
+        ("HYPER_MULTICORE_SHMEM_PEER_TIMEOUT_SEC", PEER_TIMEOUT),
+        ("UCX_TLS", "tcp,self"),
+        ("UCX_NET_DEVICES", hosts.device(h)),
+    ];
+    all.extend_from_slice(envs);
+    let wrapper = hosts.wrapper(h);
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    start_wrapped(&format!("lost-host-{h}"), &wrapper, &args, &all)
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    run("ip", args)
+/// Starts the job on every host.
+fn start(hosts: &NamespaceHosts, test: &str, envs: &[(&str, &str)]) -> Vec<Job> {
+    (0..hosts.count())
+        .map(|h| agent(hosts, h, test, envs))
+        .collect()
 }
 
-fn run(program: &str, args: &[&str]) -> Result<(), String> {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run {program}: {e}"))?;
-    if output.status.success() {
-        return Ok(());
-    }
-    Err(format!(
-        "`{program} {}` failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stderr).trim()
-    ))
-}
-
-impl FourHosts {
-    /// [`HOSTS`] hosts: host h is 198.18.0.(h+1) on the bridge, named `hm-host-h`.
-    fn create(tag: &str) -> Result<FourHosts, String> {
-        FourHosts::create_many(HOSTS, tag)
-    }
-
-    /// `count` hosts, as [`FourHosts::create`] makes four.
-    fn create_many(count: usize, tag: &str) -> Result<FourHosts, String> {
-        let id = format!("{}{tag}", std::process::id() % 100_000);
-        let hosts = FourHosts {
-            count,
-            switch: format!("hm{id}sw"),
-            namespaces: (0..count).map(|h| format!("hm{id}h{h}")).collect(),
-            devices: (0..count).map(|h| format!("hv{id}{h}")).collect(),
-            ports: (0..count).map(|h| format!("hp{id}{h}")).collect(),
-        };
-        let switch = hosts.switch.as_str();
-        ip(&["netns", "add", switch])?;
-        ip(&["-n", switch, "link", "add", "br0", "type", "bridge"])?;
-        ip(&["-n", switch, "link", "set", "br0", "up"])?;
-        for h in 0..count {
-            let (namespace, device, port) =
-                (&hosts.namespaces[h], &hosts.devices[h], &hosts.ports[h]);
-            let address = format!("198.18.0.{}/24", h + 1);
-            ip(&["netns", "add", namespace])?;
-            ip(&["link", "add", device, "type", "veth", "peer", "name", port])?;
-            ip(&["link", "set", device, "netns", namespace])?;
-            ip(&["link", "set", port, "netns", switch])?;
-            ip(&["-n", switch, "link", "set", port, "master", "br0"])?;
-            ip(&["-n", switch, "link", "set", port, "up"])?;
-            ip(&["-n", namespace, "addr", "add", &address, "dev", device])?;
-            ip(&["-n", namespace, "link", "set", device, "up"])?;
-            ip(&["-n", namespace, "link", "set", "lo", "up"])?;
-        }
-        Ok(hosts)
-    }
-
-    /// Cuts host `h`'s cable at the switch: nothing is closed, nothing arrives any more.
-    fn cut(&self, h: usize) {
-        ip(&["-n", &self.switch, "link", "set", &self.ports[h], "down"]).unwrap();
-    }
-
-    /// Makes host `h`'s link slow (1 Mbit/s through a token bucket that queues up to 400 ms)
-    /// and drops 5% of the packets arriving at it.
-    fn degrade(&self, h: usize) -> Result<(), String> {
-        let (namespace, device) = (&self.namespaces[h], &self.devices[h]);
-        let shape = [
-            "-n", namespace, "qdisc", "add", "dev", device, "root", "tbf", "rate", "1mbit",
-            "burst", "32kbit", "latency", "400ms",
-        ];
-        run("tc", &shape)?;
-        let drop = [
-            "netns",
-            "exec",
-            namespace,
-            "iptables",
-            "-A",
-            "INPUT",
-            "-m",
-            "statistic",
-            "--mode",
-            "random",
-            "--probability",
-            "0.05",
-            "-j",
-            "DROP",
-        ];
-        run("ip", &drop)
-    }
-
-    /// Starts host `h`'s agent for `test` with `envs` added.
-    fn agent(&self, h: usize, test: &str, envs: &[(&str, &str)]) -> Job {
-        let test_binary = std::env::current_exe().unwrap();
-        let test_binary = test_binary.to_str().unwrap();
-        let (hosts, pes, node_rank) = (
-            self.count.to_string(),
-            PES_PER_HOST.to_string(),
-            h.to_string(),
-        );
-        let args = [
-            "-n",
-            &pes,
-            "--nnodes",
-            &hosts,
-            "--node-rank",
-            &node_rank,
-            "--master-addr",
-            "198.18.0.1",
-            "--master-port",
-            "29500",
-            "--",
-            test_binary,
-            test,
-            "--exact",
-            // The start-up benchmark is an ignored test: its PEs run it all the same.
-            "--include-ignored",
-            "--nocapture",
-            "-q",
-        ];
-        let mut all = vec![
-            (PE_VARIABLE, "1"),
-            ("HYPER_MULTICORE_SHMEM_SECRET", SECRET),
-            ("HYPER_MULTICORE_SHMEM_PEER_TIMEOUT_SEC", PEER_TIMEOUT),
-            ("UCX_TLS", "tcp,self"),
-            ("UCX_NET_DEVICES", self.devices[h].as_str()),
-        ];
-        all.extend_from_slice(envs);
-        let hostname = format!("hostname hm-host-{h} && exec \"$@\"");
-        let wrapper = [
-            "ip",
-            "netns",
-            "exec",
-            &self.namespaces[h],
-            "unshare",
-            "--uts",
-            "sh",
-            "-c",
-            &hostname,
-            "sh",
-        ];
-        start_wrapped(&format!("lost-host-{h}"), &wrapper, &args, &all)
-    }
-
-    /// Starts the job on every host.
-    fn start(&self, test: &str, envs: &[(&str, &str)]) -> Vec<Job> {
-        (0..self.count).map(|h| self.agent(h, test, envs)).collect()
-    }
-}
-
-impl Drop for FourHosts {
-    fn drop(&mut self) {
-        for namespace in self.namespaces.iter().chain([&self.switch]) {
-            let _ = Command::new("ip")
-                .args(["netns", "del", namespace])
-                .output();
-        }
-    }
-}
-
-fn four_hosts_or_skip(test: &str, tag: &str) -> Option<FourHosts> {
-    match FourHosts::create(tag) {
+fn four_hosts_or_skip(test: &str, tag: &str) -> Option<NamespaceHosts> {
+    match NamespaceHosts::create(HOSTS, tag) {
         Ok(hosts) => Some(hosts),
         Err(why) => {
             // Straight to stderr: the harness drops what a passing test prints.
@@ -401,7 +281,7 @@ fn a_host_whose_link_is_cut_is_named_lost_on_every_host() {
     let Some(hosts) = four_hosts_or_skip(test, "c") else {
         return;
     };
-    let mut agents = hosts.start(test, &[]);
+    let mut agents = start(&hosts, test, &[]);
     wait_until_ready(&mut agents);
     hosts.cut(VICTIM);
     assert_victim_lost(agents, "link cut", Instant::now(), true);
@@ -416,7 +296,7 @@ fn a_host_whose_processes_are_killed_is_named_lost_on_every_host() {
     let Some(hosts) = four_hosts_or_skip(test, "k") else {
         return;
     };
-    let mut agents = hosts.start(test, &[]);
+    let mut agents = start(&hosts, test, &[]);
     wait_until_ready(&mut agents);
     let fault = Instant::now();
     for pid in processes_of(&agents[VICTIM]) {
@@ -434,7 +314,7 @@ fn a_host_frozen_past_the_peer_timeout_is_named_lost_on_every_host() {
     let Some(hosts) = four_hosts_or_skip(test, "f") else {
         return;
     };
-    let mut agents = hosts.start(test, &[]);
+    let mut agents = start(&hosts, test, &[]);
     wait_until_ready(&mut agents);
     let frozen = processes_of(&agents[VICTIM]);
     let fault = Instant::now();
@@ -480,7 +360,7 @@ fn a_pe_computing_for_30_s_without_calls_is_not_lost() {
     let Some(hosts) = four_hosts_or_skip(test, "p") else {
         return;
     };
-    let agents = hosts.start(test, &[(RUN_FOR, "2"), (COMPUTING_RANK, "5")]);
+    let agents = start(&hosts, test, &[(RUN_FOR, "2"), (COMPUTING_RANK, "5")]);
     assert_no_loss(agents);
 }
 
@@ -500,7 +380,7 @@ fn a_slow_lossy_link_is_not_a_lost_host() {
         );
         return;
     }
-    let agents = hosts.start(test, &[(RUN_FOR, "15")]);
+    let agents = start(&hosts, test, &[(RUN_FOR, "15")]);
     assert_no_loss(agents);
 }
 
@@ -513,7 +393,7 @@ fn a_host_frozen_for_less_than_the_peer_timeout_is_not_lost() {
     let Some(hosts) = four_hosts_or_skip(test, "s") else {
         return;
     };
-    let mut agents = hosts.start(test, &[(RUN_FOR, "6")]);
+    let mut agents = start(&hosts, test, &[(RUN_FOR, "6")]);
     wait_until_ready(&mut agents);
     let frozen = processes_of(&agents[VICTIM]);
     for &pid in &frozen {
@@ -557,7 +437,7 @@ fn a_host_lost_during_the_rendezvous_is_named_on_every_host() {
     };
     let debug = [("HYPER_MULTICORE_SHMEM_LOG_LEVEL", "debug")];
     let mut agents: Vec<Job> = (0..3)
-        .map(|h| hosts.agent(h, test, if h == 0 { &debug } else { &[] }))
+        .map(|h| agent(&hosts, h, test, if h == 0 { &debug } else { &[] }))
         .collect();
     for rank in [VICTIM * PES_PER_HOST, VICTIM * PES_PER_HOST + 1] {
         agents[0].wait_for_stderr(&format!(
@@ -624,7 +504,7 @@ fn job_start_on_namespace_hosts() {
         std::env::var("HM_BENCH_ROUNDS").map_or(3, |rounds| rounds.parse().unwrap());
     for count in counts {
         for _ in 0..rounds {
-            let Ok(hosts) = FourHosts::create_many(count, &format!("b{count}")) else {
+            let Ok(hosts) = NamespaceHosts::create(count, &format!("b{count}")) else {
                 let _ = writeln!(
                     std::io::stderr().lock(),
                     "SKIPPED {test}: cannot make {count} namespace hosts on a bridge here"
@@ -632,7 +512,7 @@ fn job_start_on_namespace_hosts() {
                 return;
             };
             let started = Instant::now();
-            let mut agents = hosts.start(test, &[]);
+            let mut agents = start(&hosts, test, &[]);
             wait_until_ready(&mut agents);
             let ms = started.elapsed().as_millis();
             for (h, agent) in agents.into_iter().enumerate() {

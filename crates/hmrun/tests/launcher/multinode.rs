@@ -63,19 +63,8 @@ impl TwoHosts {
 
     /// Starts `hmrun ARGS` on host `node`, under its own host name.
     fn hmrun(&self, node: usize, name: &str, args: &[&str], envs: &[(&str, &str)]) -> Job {
-        let hostname = format!("hostname hm-host-{node} && exec \"$@\"");
-        let wrapper = [
-            "ip",
-            "netns",
-            "exec",
-            &self.namespaces[node],
-            "unshare",
-            "--uts",
-            "sh",
-            "-c",
-            &hostname,
-            "sh",
-        ];
+        let wrapper = hm_testkit::namespace_hosts::wrapper(&self.namespaces[node], node);
+        let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
         start_wrapped(name, &wrapper, args, envs)
     }
 }
