@@ -253,7 +253,7 @@ impl Registry {
         alignment: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let dtype = self.to_dtype.bind(shape.py()).call1((name,))?;
-        let spec = crate::allocation_spec(shape.extract()?, name, alignment)?;
+        let spec = crate::allocation::allocation_spec(shape.extract()?, name, alignment)?;
         let _held = self.lock.get().hold(shape.py())?;
         self.allocate_shape(spec, shape, &dtype)
     }
@@ -280,7 +280,7 @@ impl Registry {
         let layout = Layout {
             dims: &shape.extract::<Vec<usize>>()?,
             shape,
-            heap: crate::parse_dtype(name)?,
+            heap: crate::allocation::parse_dtype(name)?,
             dtype,
         };
         self.record(Bound::new(py, allocation)?, buffer, layout)
@@ -400,7 +400,7 @@ impl Registry {
         if !plain {
             return Ok(not_plain);
         }
-        crate::free(py, index, generation)?;
+        crate::allocation::free(py, index, generation)?;
         self.retire(&allocation)?;
         Ok(true)
     }
@@ -434,7 +434,10 @@ impl Registry {
                 Backend::NumPy { .. } => {
                     let name = self.default_dtype_name.bind(py).call0()?;
                     let dtype = self.to_dtype.bind(py).call1((&name,))?;
-                    Ok(Some((crate::parse_dtype(name.extract()?)?, dtype)))
+                    Ok(Some((
+                        crate::allocation::parse_dtype(name.extract()?)?,
+                        dtype,
+                    )))
                 }
             };
         }
@@ -455,7 +458,7 @@ impl Registry {
         let Some(name) = self.checked_dtypes.bind(py).get_item(dtype)? else {
             return Ok(None);
         };
-        let heap = crate::parse_dtype(name.extract()?)?;
+        let heap = crate::allocation::parse_dtype(name.extract()?)?;
         let dtype = match torch_dtype {
             true => dtype.clone(),
             false => self.to_dtype.bind(py).call1((name,))?,
@@ -493,7 +496,7 @@ impl Registry {
         dtype: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = shape.py();
-        let exported = crate::allocate_exported(py, &spec)?;
+        let exported = crate::allocation::allocate_exported(py, &spec)?;
         let layout = Layout {
             dims: &spec.shape,
             shape,
@@ -508,7 +511,7 @@ impl Registry {
         if recorded.is_err() {
             // No tensor, no record: the allocation goes again (every rank failed alike, its
             // shape and dtype being the same), else nothing could ever free it.
-            let _ = crate::free(py, index, generation);
+            let _ = crate::allocation::free(py, index, generation);
         }
         recorded
     }

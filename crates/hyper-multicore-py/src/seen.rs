@@ -31,7 +31,7 @@ use crate::buffer::{Buffer, BufferArg};
 use crate::heap::RegionArg;
 use hyper_multicore::shmem::{Comparison, SignalOp};
 
-use crate::{parse_comparison, parse_signal_op, Atomic};
+use crate::data_plane::{parse_comparison, parse_signal_op, Atomic};
 
 /// `id(tensor)` → its handle. Only touched with the GIL held, so the lock is never contended
 /// (it is there because a static must be `Sync`).
@@ -255,7 +255,7 @@ pub(crate) fn put_seen(
     if !dst.dtype.bind(py).is(&src.dtype) {
         return miss(py);
     }
-    crate::put_buffer(py, target, Buffer::new(src.arg)?, pe)?;
+    crate::data_plane::put_buffer(py, target, Buffer::new(src.arg)?, pe)?;
     Ok(py.None())
 }
 
@@ -276,7 +276,7 @@ pub(crate) fn get_seen(
     if !dst.writable || !dst.dtype.bind(py).is(&src.dtype) {
         return miss(py);
     }
-    crate::get_buffer(py, Buffer::new(dst.arg)?, source, pe)?;
+    crate::data_plane::get_buffer(py, Buffer::new(dst.arg)?, source, pe)?;
     Ok(py.None())
 }
 
@@ -296,7 +296,7 @@ pub(crate) fn signal_seen(
         return miss(py);
     };
     with_plain_word!(py, dtype, value, value => {
-        crate::signal_word(py, signal, value, op, pe)?;
+        crate::data_plane::signal_word(py, signal, value, op, pe)?;
         Ok(py.None())
     })
 }
@@ -326,7 +326,7 @@ pub(crate) fn put_signal_seen(
         return miss(py);
     }
     with_plain_word!(py, dtype, value, value => {
-        crate::put_signal_word(py, target, Buffer::new(src.arg)?, signal, value, op, pe)?;
+        crate::data_plane::put_signal_word(py, target, Buffer::new(src.arg)?, signal, value, op, pe)?;
         Ok(py.None())
     })
 }
@@ -359,7 +359,7 @@ pub(crate) fn wait_signal_seen(
         }
     };
     with_plain_word!(py, dtype, value, value => {
-        crate::wait_signal_word(py, signal, value, comparison, timeout)
+        crate::data_plane::wait_signal_word(py, signal, value, comparison, timeout)
     })
 }
 
@@ -389,6 +389,6 @@ pub(crate) fn atomic_seen(
         let Ok(atomic) = Atomic::new(operation, value, expected) else {
             return miss(py);
         };
-        Ok(crate::atomic_word(py, atomic, target, pe)?.unwrap_or_else(|| py.None()))
+        Ok(crate::data_plane::atomic_word(py, atomic, target, pe)?.unwrap_or_else(|| py.None()))
     })
 }

@@ -13,7 +13,7 @@ use hyper_multicore::shmem::{AllocationId, AllocationRecord, Shmem};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::allocation_spec;
+use crate::allocation::allocation_spec;
 use crate::channel::PythonChannel;
 use crate::errors::py_result;
 use crate::heap::{Exported, ExportedTuple};

@@ -205,7 +205,7 @@ pub(crate) fn symm_peer_capsule<'py>(
     dims: Vec<usize>,
     dtype: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let dtype = crate::parse_dtype(dtype)?;
+    let dtype = crate::allocation::parse_dtype(dtype)?;
     let found = py.detach(|| {
         lifecycle::guarded("get_buffer", |shmem| {
             let whole = whole(shmem, allocation)?;
