@@ -1,17 +1,17 @@
-"""The data plane's per-tensor fast path (``_registry._seen`` and the native ``*_seen`` calls it
-feeds): a tensor seen before is not inspected again, yet every check still fires on it -- stale
-tensors after free and restart, foreign (process-private) tensors, dtypes, sizes, contiguity
-after in-place metadata changes, and a consumer's lease. Each test warms the cache with
-successful calls on the very tensor objects it then misuses. Runs in one process and on every
-rank of hmrun jobs."""
+"""The data plane's remembered tensors (``src/seen.rs``): a torch tensor seen before is not
+inspected again, yet every check still fires on it -- stale tensors after free and restart,
+foreign (process-private) tensors, dtypes, sizes, contiguity after in-place metadata changes,
+and a consumer's lease. Each test warms the cache with successful calls on the very tensor
+objects it then misuses. Runs in one process and on every rank of hmrun jobs."""
 
 from __future__ import annotations
+
+import gc
 
 import pytest
 from conftest import RANK, WORLD, needs_torch
 from hyper_multicore import _native, shmem
 from hyper_multicore.shmem import AllocationReplacement, AllocationSpec, ConsumerSpec
-from hyper_multicore.shmem._registry import _seen_tensors
 
 MIB = 1 << 20
 
@@ -33,8 +33,10 @@ def warm(dst, src, word) -> None:
 def test_a_tensor_seen_before_is_not_inspected_again(runtime, xp):
     dst, word = shmem.empty(4, dtype="float32"), shmem.empty(1, dtype="int64")
     src = xp.zeros(4, "float32")
+    gc.collect()  # (no tensor remembered before dies while this test counts)
+    before = _native.remembered()
     warm(dst, src, word)
-    assert {id(dst), id(src), id(word)} <= set(_seen_tensors)
+    assert _native.remembered() == before + 3
     shmem.barrier()
     shmem.free(word)
     shmem.free(dst)
@@ -161,43 +163,40 @@ def test_a_consumers_tensor_needs_its_lease_on_the_fast_path(xp):
 
 
 @needs_torch
-def test_warmed_torch_tensors_take_the_native_path_and_misses_do_nothing(runtime, xp):
+def test_warmed_torch_tensors_are_checked_on_every_call_and_errors_move_nothing(runtime, xp):
     import torch
 
     dst, word = shmem.empty(4, dtype="float32"), shmem.empty(1, dtype="int64")
     src = torch.arange(4, dtype=torch.float32) + RANK
     warm(dst, src, word)
     shmem.barrier()
-    # Handled natively, with the wrapper's defaults spelled out.
-    assert _native.put_seen(dst, src, nxt()) is None
-    assert _native.get_seen(src, dst, nxt()) is None
-    assert _native.signal_seen(word, 7, nxt(), "add") is None
-    assert _native.put_signal_seen(dst, src, word, 1, nxt(), "set") is None
+    shmem.signal(word, 7, nxt(), operation="add")
+    shmem.put_signal(dst, src, word, 1, nxt(), operation="set")
     shmem.quiet()
-    assert _native.atomic_seen("fetch", word, RANK) is not NotImplemented
+    assert isinstance(shmem.atomic_fetch(word, RANK), int)
     shmem.barrier()
-    assert _native.wait_signal_seen(word, 0, "ge", None) is not NotImplemented
-    assert _native.wait_signal_seen(word, 0, "ge", 1.5) is not NotImplemented
+    assert shmem.wait_signal(word, 0, comparison="ge") >= 0
+    assert shmem.wait_signal(word, 0, comparison="ge", timeout=1.5) >= 0
+    # Each misuse of a warmed tensor raises the precise error, and nothing is sent.
     wide = torch.zeros(4, dtype=torch.float64)
-    with pytest.raises(TypeError, match="dtypes differ"):
-        shmem.get(wide, dst, nxt())
-    # Misses: anything the wrapper must judge itself; nothing is sent.
     before = src.clone()
-    misses = [
-        _native.put_seen(src, dst, nxt()),  # a private tensor as the destination
-        _native.put_seen(dst, src, True),  # a bool is not a PE
-        _native.put_seen(dst, src, -1),
-        _native.put_seen(dst, torch.zeros(4), nxt()),  # never seen
-        _native.get_seen(wide, dst, nxt()),  # seen, but another dtype
-        _native.signal_seen(dst, 1, nxt(), "set"),  # not a one-element word
-        _native.signal_seen(word, 2**64, nxt(), "set"),
-        _native.signal_seen(word, 1, nxt(), "or"),
-        _native.signal_seen(word, 1.0, nxt(), "set"),
-        _native.wait_signal_seen(word, 0, "eq", -1.0),
-        _native.wait_signal_seen(word, 0, "eq", True),
-        _native.atomic_seen("nand", word, RANK, value=1),
+    misuses = [
+        (lambda: shmem.put(src, dst, nxt()), ValueError, "must be a symmetric tensor"),
+        (lambda: shmem.put(dst, src, True), TypeError, "target_pe must be an integer, not a bool"),
+        (lambda: shmem.put(dst, src, -1), ValueError, "target_pe must be non-negative, not -1"),
+        (lambda: shmem.put(dst, torch.zeros(4, dtype=torch.int32), nxt()), TypeError, "dtypes"),
+        (lambda: shmem.get(wide, dst, nxt()), TypeError, r"get: dtypes differ \(float64 and"),
+        (lambda: shmem.signal(dst, 1, nxt()), TypeError, "int32, uint32, int64 or uint64"),
+        (lambda: shmem.signal(word, 2**64, nxt()), ValueError, "value 18446744073709551616 does"),
+        (lambda: shmem.signal(word, 1, nxt(), operation="or"), ValueError, "one of \\('set'"),
+        (lambda: shmem.signal(word, 1.0, nxt()), TypeError, "value must be an integer, not float"),
+        (lambda: shmem.wait_signal(word, 0, timeout=-1.0), ValueError, "non-negative, not -1.0"),
+        (lambda: shmem.wait_signal(word, 0, timeout=True), TypeError, "number of seconds"),
+        (lambda: shmem.atomic_add(word, 1, "0"), TypeError, "pe must be an integer, not str"),
     ]
-    assert all(miss is NotImplemented for miss in misses), misses
+    for call, kind, message in misuses:
+        with pytest.raises(kind, match=message):
+            call()
     assert torch.equal(src, before)
     shmem.barrier()
     shmem.free(word)
@@ -214,7 +213,6 @@ def test_a_data_assignment_that_keeps_the_pointer_is_noticed(runtime, xp):
     warm(grid, src, word)
     # Same object, data pointer, dtype and size, but transposed: no version bump, no new id.
     grid.data = whole.t()
-    assert _native.put_seen(grid, src.t(), nxt()) is NotImplemented
     with pytest.raises(ValueError, match="contiguous"):
         shmem.put(grid, src.t(), nxt())
     shmem.barrier()

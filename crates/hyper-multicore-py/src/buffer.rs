@@ -36,6 +36,19 @@ impl<'a, 'py> FromPyObject<'a, 'py> for BufferArg {
     }
 }
 
+impl<'py> IntoPyObject<'py> for BufferArg {
+    type Target = PyTuple;
+    type Output = Bound<'py, PyTuple>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        match self {
+            BufferArg::Symmetric(region) => region.into_pyobject(py),
+            BufferArg::Local(address, len) => (address, len).into_pyobject(py),
+        }
+    }
+}
+
 /// A checked [`BufferArg`].
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Buffer {

@@ -1,67 +1,43 @@
-//! The data plane (`hyper_multicore.shmem._data_plane`): put and get, signals, atomics, quiet
-//! and fence, and the collectives over the root.
-
-use std::time::Duration;
+//! The data plane (`hyper_multicore.shmem._data_plane`, whose functions are these): put and
+//! get, signals, atomics, quiet and fence, and the collectives over the root.
+//!
+//! Each call is one native call: it inspects its tensors ([`seen`], which remembers a torch
+//! tensor's inspection), checks every argument, raising the precise error ([`seen`] for the
+//! tensors, [`arguments`] for the rest), and enters the runtime once, through the lifecycle's
+//! guard ([`unless_blocking`]).
 
 use hyper_multicore::lifecycle;
-use hyper_multicore::shmem::{AtomicOp, AtomicWord, Comparison, ReduceOp, Region, Shmem, SignalOp};
+use hyper_multicore::shmem::{AtomicOp, Comparison, ReduceOp, Region, Shmem, SignalOp};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::BoundObject;
 
+use crate::arguments::{self, choice};
 use crate::buffer::{Buffer, BufferArg};
 use crate::errors::py_result;
 use crate::heap::{RegionArg, Target};
-use crate::lifecycle::unless_blocking;
+use crate::lifecycle::{guarded_once, unless_blocking};
+use crate::seen::{self, Access};
 
-/// A signal or atomic word type that converts to a Python `int`.
-pub(crate) trait PyWord:
-    AtomicWord + for<'py> IntoPyObject<'py, Error = std::convert::Infallible>
-{
-}
+/// The signal operations by name.
+const SIGNAL_OPS: [(&str, SignalOp); 2] = [("set", SignalOp::Set), ("add", SignalOp::Add)];
 
-impl<W> PyWord for W where
-    W: AtomicWord + for<'py> IntoPyObject<'py, Error = std::convert::Infallible>
-{
-}
+/// The comparisons of a wait by name.
+const COMPARISONS: [(&str, Comparison); 6] = [
+    ("eq", Comparison::Eq),
+    ("ne", Comparison::Ne),
+    ("gt", Comparison::Gt),
+    ("ge", Comparison::Ge),
+    ("lt", Comparison::Lt),
+    ("le", Comparison::Le),
+];
 
-pub(crate) fn parse_signal_op(name: &str) -> PyResult<SignalOp> {
-    match name {
-        "set" => Ok(SignalOp::Set),
-        "add" => Ok(SignalOp::Add),
-        other => Err(PyValueError::new_err(format!(
-            "operation must be \"set\" or \"add\", not {other:?}"
-        ))),
-    }
-}
+/// The reductions of `all_reduce` by name.
+const REDUCE_OPS: [(&str, ReduceOp); 3] = [
+    ("sum", ReduceOp::Sum),
+    ("min", ReduceOp::Min),
+    ("max", ReduceOp::Max),
+];
 
-pub(crate) fn parse_comparison(name: &str) -> PyResult<Comparison> {
-    Ok(match name {
-        "eq" => Comparison::Eq,
-        "ne" => Comparison::Ne,
-        "gt" => Comparison::Gt,
-        "ge" => Comparison::Ge,
-        "lt" => Comparison::Lt,
-        "le" => Comparison::Le,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "comparison must be one of \"eq\", \"ne\", \"gt\", \"ge\", \"lt\", \"le\", not \
-                 {other:?}"
-            )))
-        }
-    })
-}
-
-fn parse_reduce_op(name: &str) -> PyResult<ReduceOp> {
-    match name {
-        "sum" => Ok(ReduceOp::Sum),
-        "min" => Ok(ReduceOp::Min),
-        "max" => Ok(ReduceOp::Max),
-        other => Err(PyValueError::new_err(format!(
-            "op must be \"sum\", \"min\" or \"max\", not {other:?}"
-        ))),
-    }
-}
 /// Copies up to this many bytes holding the GIL (about a microsecond on shared memory).
 const QUICK_BYTES: usize = 16 << 10;
 
@@ -70,24 +46,23 @@ fn quick_copy(shmem: &Shmem, bytes: usize) -> bool {
     bytes <= QUICK_BYTES && shmem.shared_memory_only()
 }
 
-/// Copies `source` into PE `pe`'s copy of `target`.
+/// Copies ``local_src`` into PE ``target_pe``'s copy of the symmetric ``remote_dst`` (same
+/// dtype and number of elements; either may be a view).
 #[pyfunction]
-fn put(py: Python<'_>, target: RegionArg, source: BufferArg, pe: usize) -> PyResult<()> {
-    put_buffer(py, target, Buffer::new(source)?, pe)
-}
-
-/// [`put`] with a checked source.
-pub(crate) fn put_buffer(
-    py: Python<'_>,
-    target: RegionArg,
-    source: Buffer,
-    pe: usize,
+fn put(
+    remote_dst: &Bound<'_, PyAny>,
+    local_src: &Bound<'_, PyAny>,
+    target_pe: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
-    let bytes = source.len();
+    let (target, dst) = seen::symmetric(remote_dst, "remote_dst")?;
+    let (source, src) = seen::local(local_src, "local_src", Access::Read)?;
+    seen::same_dtype(&dst, &src, "put")?;
+    let pe = arguments::pe(target_pe, "target_pe")?;
+    let source = Buffer::new(source)?;
     unless_blocking(
-        py,
+        remote_dst.py(),
         "put",
-        |shmem| quick_copy(shmem, bytes),
+        |shmem| quick_copy(shmem, source.len()),
         |shmem| put_from_buffer(shmem, target.resolve(shmem)?, source, pe),
     )
 }
@@ -109,19 +84,29 @@ fn put_from_buffer(
     }
 }
 
-/// Copies PE `pe`'s copy of `source` into `target`.
+/// Copies PE ``source_pe``'s copy of the symmetric ``remote_src`` into ``local_dst``.
 #[pyfunction]
-fn get(py: Python<'_>, target: BufferArg, source: RegionArg, pe: usize) -> PyResult<()> {
+fn get(
+    local_dst: &Bound<'_, PyAny>,
+    remote_src: &Bound<'_, PyAny>,
+    source_pe: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let (source, src) = seen::symmetric(remote_src, "remote_src")?;
+    let (target, dst) = seen::local(local_dst, "local_dst", Access::Write)?;
+    seen::same_dtype(&dst, &src, "get")?;
+    let pe = arguments::pe(source_pe, "source_pe")?;
+    get_buffer(local_dst.py(), Buffer::new(target)?, source, pe)
+}
+
+/// Copies PE `pe`'s copy of the region `source` into `target` (`_native.get_region`: the
+/// torch symmetric-memory API's get, whose arguments its own module checks).
+#[pyfunction]
+fn get_region(py: Python<'_>, target: BufferArg, source: RegionArg, pe: usize) -> PyResult<()> {
     get_buffer(py, Buffer::new(target)?, source, pe)
 }
 
-/// [`get`] with a checked target.
-pub(crate) fn get_buffer(
-    py: Python<'_>,
-    target: Buffer,
-    source: RegionArg,
-    pe: usize,
-) -> PyResult<()> {
+/// Copies PE `pe`'s copy of `source` into `target`.
+fn get_buffer(py: Python<'_>, target: Buffer, source: RegionArg, pe: usize) -> PyResult<()> {
     let bytes = target.len();
     unless_blocking(
         py,
@@ -143,208 +128,222 @@ pub(crate) fn get_buffer(
     )
 }
 
-/// Puts `source` into PE `pe`'s `target`, then updates its signal word.
+/// :func:`put`, then :func:`signal` on the same PE: a waiter that sees the signal sees the
+/// data.
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (remote_dst, local_src, remote_signal, value, target_pe, *, operation=None))]
 fn put_signal(
-    py: Python<'_>,
-    target: RegionArg,
-    source: BufferArg,
-    signal: RegionArg,
-    dtype: &str,
+    remote_dst: &Bound<'_, PyAny>,
+    local_src: &Bound<'_, PyAny>,
+    remote_signal: &Bound<'_, PyAny>,
     value: &Bound<'_, PyAny>,
-    operation: &str,
-    pe: usize,
+    target_pe: &Bound<'_, PyAny>,
+    operation: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
-    let source = Buffer::new(source)?;
-    let op = parse_signal_op(operation)?;
-    with_word_value!(dtype, value, value => {
-        put_signal_word(py, target, source, signal, value, op, pe)
-    })
-}
-
-/// [`put_signal`] with checked arguments.
-pub(crate) fn put_signal_word<W: AtomicWord>(
-    py: Python<'_>,
-    target: RegionArg,
-    source: Buffer,
-    signal: RegionArg,
-    value: W,
-    op: SignalOp,
-    pe: usize,
-) -> PyResult<()> {
-    let bytes = source.len();
-    unless_blocking(
-        py,
-        "put_signal",
-        |shmem| quick_copy(shmem, bytes),
-        |shmem| {
-            let region = target.resolve(shmem)?;
-            let signal = signal.typed::<W>(shmem)?;
-            put_from_buffer(shmem, region, source, pe)?;
-            shmem.signal(&signal, value, op, pe)
-        },
-    )
-}
-
-/// Updates PE `pe`'s copy of a one-word signal (set or add) and wakes its waiters.
-#[pyfunction]
-fn signal(
-    py: Python<'_>,
-    signal: RegionArg,
-    dtype: &str,
-    value: &Bound<'_, PyAny>,
-    operation: &str,
-    pe: usize,
-) -> PyResult<()> {
-    let op = parse_signal_op(operation)?;
-    with_word_value!(dtype, value, value => {
-        signal_word(py, signal, value, op, pe)
-    })
-}
-
-/// [`signal`] with checked arguments.
-pub(crate) fn signal_word<W: AtomicWord>(
-    py: Python<'_>,
-    signal: RegionArg,
-    value: W,
-    op: SignalOp,
-    pe: usize,
-) -> PyResult<()> {
-    unless_blocking(py, "signal", Shmem::shared_memory_only, |shmem| {
-        shmem.signal(&signal.typed::<W>(shmem)?, value, op, pe)
-    })
-}
-
-/// Waits until this PE's copy of a signal compares `comparison` to `value`; returns the word.
-#[pyfunction]
-#[pyo3(signature = (signal, dtype, value, comparison, timeout=None))]
-fn wait_signal(
-    py: Python<'_>,
-    signal: RegionArg,
-    dtype: &str,
-    value: &Bound<'_, PyAny>,
-    comparison: &str,
-    timeout: Option<f64>,
-) -> PyResult<Py<PyAny>> {
-    let comparison = parse_comparison(comparison)?;
-    let timeout = timeout
-        .map(|seconds| {
-            Duration::try_from_secs_f64(seconds).map_err(|_| {
-                PyValueError::new_err(format!(
-                    "timeout must be a non-negative number of seconds, not {seconds}"
-                ))
-            })
-        })
-        .transpose()?;
-    with_word_value!(dtype, value, value => {
-        wait_signal_word(py, signal, value, comparison, timeout)
-    })
-}
-
-/// [`wait_signal`] with checked arguments.
-pub(crate) fn wait_signal_word<W: PyWord>(
-    py: Python<'_>,
-    signal: RegionArg,
-    value: W,
-    comparison: Comparison,
-    timeout: Option<Duration>,
-) -> PyResult<Py<PyAny>> {
-    // Already satisfied (a look at this PE's own word, which never blocks): no wait at all.
-    let satisfied = lifecycle::try_guarded("wait_signal", |shmem| {
-        let seen = shmem.atomic_fetch(&signal.typed::<W>(shmem)?, shmem.rank())?;
-        Ok(comparison.holds(seen, value).then_some(seen))
-    });
-    let seen = match satisfied {
-        Ok(Some(seen)) => seen,
-        _ => py_result(
+    let py = remote_dst.py();
+    let (target, dst) = seen::symmetric(remote_dst, "remote_dst")?;
+    let (source, src) = seen::local(local_src, "local_src", Access::Read)?;
+    seen::same_dtype(&dst, &src, "put_signal")?;
+    let (signal, dtype) = seen::word(remote_signal, "remote_signal")?;
+    with_word!(dtype, W => {
+        let value: W = arguments::word_value(value, dtype, "value")?;
+        let op = signal_op(operation)?;
+        let pe = arguments::pe(target_pe, "target_pe")?;
+        let source = Buffer::new(source)?;
+        unless_blocking(
             py,
-            py.detach(|| {
-                lifecycle::guarded("wait_signal", |shmem| {
-                    shmem.wait_signal(&signal.typed::<W>(shmem)?, value, comparison, timeout)
-                })
-            }),
-        )?,
-    };
-    Ok(seen.into_pyobject(py)?.into_any().unbind())
+            "put_signal",
+            |shmem| quick_copy(shmem, source.len()),
+            |shmem| {
+                let region = target.resolve(shmem)?;
+                let signal = signal.typed::<W>(shmem)?;
+                put_from_buffer(shmem, region, source, pe)?;
+                shmem.signal(&signal, value, op, pe)
+            },
+        )
+    })
 }
 
-/// An atomic operation as Python names it (`fetch`, `set`, `swap`, `compare_swap`, `fetch_add`,
-/// `add`): the library's operation, and whether the caller gets the previous value (`add` is a
-/// `fetch_add` whose result is dropped, `set` a store that returns nothing).
-#[derive(Clone, Copy)]
-pub(crate) struct Atomic<W> {
-    op: AtomicOp<W>,
-    returns: bool,
-}
-
-impl<W: AtomicWord> Atomic<W> {
-    /// The operation named `name`, with the operands it needs.
-    pub(crate) fn new(name: &str, value: Option<W>, expected: Option<W>) -> PyResult<Self> {
-        let needed = |v: Option<W>, what: &str| {
-            v.ok_or_else(|| PyValueError::new_err(format!("atomic_{name} needs {what}")))
-        };
-        let (op, returns) = match name {
-            "fetch" => (AtomicOp::Fetch, true),
-            "set" => (AtomicOp::Set(needed(value, "a value")?), false),
-            "swap" => (AtomicOp::Swap(needed(value, "a value")?), true),
-            "compare_swap" => (
-                AtomicOp::CompareSwap {
-                    expected: needed(expected, "an expected value")?,
-                    desired: needed(value, "a desired value")?,
-                },
-                true,
-            ),
-            "fetch_add" => (AtomicOp::FetchAdd(needed(value, "a value")?), true),
-            "add" => (AtomicOp::Add(needed(value, "a value")?), false),
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown atomic operation {other:?}"
-                )))
-            }
-        };
-        Ok(Atomic { op, returns })
+/// The signal operation `operation` names (None: ``"set"``).
+fn signal_op(operation: Option<&Bound<'_, PyAny>>) -> PyResult<SignalOp> {
+    match operation {
+        None => Ok(SignalOp::Set),
+        Some(operation) => choice(operation, &SIGNAL_OPS, "operation"),
     }
 }
 
-/// An atomic operation on PE `pe`'s copy of a one-word target: `fetch`, `set`, `swap`,
-/// `compare_swap`, `fetch_add` or `add`. Returns the previous value (None for set and add).
+/// Sets (``operation="set"``) or adds to (``"add"``, wrapping) PE ``target_pe``'s copy of the
+/// one-element signal word ``remote_signal``, and wakes its waiters.
 #[pyfunction]
-#[pyo3(signature = (operation, target, dtype, pe, value=None, expected=None))]
-fn atomic(
-    py: Python<'_>,
-    operation: &str,
-    target: RegionArg,
-    dtype: &str,
-    pe: usize,
-    value: Option<&Bound<'_, PyAny>>,
-    expected: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<Py<PyAny>>> {
+#[pyo3(signature = (remote_signal, value, target_pe, *, operation=None))]
+fn signal(
+    remote_signal: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+    target_pe: &Bound<'_, PyAny>,
+    operation: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let (signal, dtype) = seen::word(remote_signal, "remote_signal")?;
     with_word!(dtype, W => {
-        let value: Option<W> = value.map(|v| v.extract()).transpose()?;
-        let expected: Option<W> = expected.map(|v| v.extract()).transpose()?;
-        atomic_word(py, Atomic::new(operation, value, expected)?, target, pe)
+        let value: W = arguments::word_value(value, dtype, "value")?;
+        let op = signal_op(operation)?;
+        let pe = arguments::pe(target_pe, "target_pe")?;
+        unless_blocking(remote_signal.py(), "signal", Shmem::shared_memory_only, |shmem| {
+            shmem.signal(&signal.typed::<W>(shmem)?, value, op, pe)
+        })
     })
 }
 
-/// [`atomic`] with checked arguments.
-pub(crate) fn atomic_word<W: PyWord>(
-    py: Python<'_>,
-    atomic: Atomic<W>,
-    target: RegionArg,
-    pe: usize,
-) -> PyResult<Option<Py<PyAny>>> {
-    let Atomic { op, returns } = atomic;
-    let previous = unless_blocking(py, op.name(), Shmem::shared_memory_only, |shmem| {
-        let target = shmem.locate_region(op.name(), target.resolve(shmem)?)?;
-        shmem.atomic_located(&target, op, pe)
-    })?;
-    returns
-        .then(|| Ok(previous.into_pyobject(py)?.into_any().unbind()))
-        .transpose()
+/// Waits until this PE's copy of the signal word compares ``comparison`` (``"eq"``, ``"ne"``,
+/// ``"gt"``, ``"ge"``, ``"lt"``, ``"le"``) to ``value``; returns the word then.
+///
+/// ``timeout`` (seconds) defaults to ``HYPER_MULTICORE_SHMEM_TIMEOUT_SEC``; it raises
+/// :class:`WaitTimeoutError` then, and :class:`PeerLostError` as soon as a PE of the root dies.
+#[pyfunction]
+#[pyo3(signature = (signal, value, *, comparison=None, timeout=None))]
+fn wait_signal(
+    signal: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+    comparison: Option<&Bound<'_, PyAny>>,
+    timeout: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let py = signal.py();
+    let (signal, dtype) = seen::word(signal, "signal")?;
+    let timeout = arguments::timeout(timeout)?;
+    with_word!(dtype, W => {
+        let value: W = arguments::word_value(value, dtype, "value")?;
+        let comparison = match comparison {
+            None => Comparison::Eq,
+            Some(comparison) => choice(comparison, &COMPARISONS, "comparison")?,
+        };
+        // Already satisfied (a look at this PE's own word, which never blocks): no wait.
+        let satisfied = |shmem: &Shmem| {
+            let seen = shmem.atomic_fetch(&signal.typed::<W>(shmem)?, shmem.rank())?;
+            Ok(comparison.holds(seen, value).then_some(seen))
+        };
+        let wait = |shmem: &Shmem| {
+            shmem.wait_signal(&signal.typed::<W>(shmem)?, value, comparison, timeout)
+        };
+        let seen = guarded_once(py, "wait_signal", satisfied, wait)?;
+        Ok(seen.into_pyobject(py)?.into_any().unbind())
+    })
 }
 
-/// Waits until every PE of the root has called it; earlier puts are visible after it.
+/// An atomic operation as Python calls it.
+#[derive(Clone, Copy)]
+enum Atomic {
+    Fetch,
+    Set,
+    Swap,
+    CompareSwap,
+    FetchAdd,
+    Add,
+}
+
+/// Runs the atomic operation `kind` on PE `pe`'s copy of the one-element word `target`, with
+/// the operands `value` and `expected` (as `kind` takes them: a compare-and-swap's desired
+/// value is its `value`). Returns the previous value, or None for a set or an add.
+fn atomic(
+    kind: Atomic,
+    target: &Bound<'_, PyAny>,
+    pe: &Bound<'_, PyAny>,
+    value: Option<&Bound<'_, PyAny>>,
+    expected: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Py<PyAny>>> {
+    let py = target.py();
+    let (region, dtype) = seen::word(target, "target")?;
+    with_word!(dtype, W => {
+        let operand = |x: Option<&Bound<'_, PyAny>>, what| {
+            x.map(|x| arguments::word_value::<W>(x, dtype, what)).transpose()
+        };
+        let (value, expected) = (operand(value, "value")?, operand(expected, "expected")?);
+        let pe = arguments::pe(pe, "pe")?;
+        // (each function below passes what its kind needs)
+        let (op, returns) = match (kind, value, expected) {
+            (Atomic::Fetch, _, _) => (AtomicOp::Fetch, true),
+            (Atomic::Set, Some(value), _) => (AtomicOp::Set(value), false),
+            (Atomic::Swap, Some(value), _) => (AtomicOp::Swap(value), true),
+            (Atomic::CompareSwap, Some(desired), Some(expected)) => {
+                (AtomicOp::CompareSwap { expected, desired }, true)
+            }
+            (Atomic::FetchAdd, Some(value), _) => (AtomicOp::FetchAdd(value), true),
+            (Atomic::Add, Some(value), _) => (AtomicOp::Add(value), false),
+            _ => return Err(PyValueError::new_err("an atomic operation misses an operand")),
+        };
+        let previous = unless_blocking(py, op.name(), Shmem::shared_memory_only, |shmem| {
+            let target = shmem.locate_region(op.name(), region.resolve(shmem)?)?;
+            shmem.atomic_located(&target, op, pe)
+        })?;
+        Ok(returns.then(|| previous.into_pyobject(py).map(|old| old.into_any().unbind())).transpose()?)
+    })
+}
+
+/// Atomically reads PE ``pe``'s copy of the one-element integer tensor ``source``.
+#[pyfunction]
+fn atomic_fetch(source: &Bound<'_, PyAny>, pe: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
+    atomic(Atomic::Fetch, source, pe, None, None)
+}
+
+/// Atomically stores ``value`` into PE ``pe``'s copy of ``target``.
+#[pyfunction]
+fn atomic_set(
+    target: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+    pe: &Bound<'_, PyAny>,
+) -> PyResult<Option<Py<PyAny>>> {
+    atomic(Atomic::Set, target, pe, Some(value), None)
+}
+
+/// Atomically replaces PE ``pe``'s copy of ``target`` with ``value``; returns the old value.
+#[pyfunction]
+fn atomic_swap(
+    target: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+    pe: &Bound<'_, PyAny>,
+) -> PyResult<Option<Py<PyAny>>> {
+    atomic(Atomic::Swap, target, pe, Some(value), None)
+}
+
+/// Atomically sets PE ``pe``'s copy of ``target`` to ``desired`` if it equals ``expected``;
+/// returns the previous value (equal to ``expected`` on success).
+#[pyfunction]
+fn atomic_compare_swap(
+    target: &Bound<'_, PyAny>,
+    expected: &Bound<'_, PyAny>,
+    desired: &Bound<'_, PyAny>,
+    pe: &Bound<'_, PyAny>,
+) -> PyResult<Option<Py<PyAny>>> {
+    atomic(
+        Atomic::CompareSwap,
+        target,
+        pe,
+        Some(desired),
+        Some(expected),
+    )
+}
+
+/// Atomically adds ``value`` (wrapping) to PE ``pe``'s copy of ``target``; returns the old
+/// value.
+#[pyfunction]
+fn atomic_fetch_add(
+    target: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+    pe: &Bound<'_, PyAny>,
+) -> PyResult<Option<Py<PyAny>>> {
+    atomic(Atomic::FetchAdd, target, pe, Some(value), None)
+}
+
+/// Atomically adds ``value`` (wrapping) to PE ``pe``'s copy of ``target``.
+#[pyfunction]
+fn atomic_add(
+    target: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+    pe: &Bound<'_, PyAny>,
+) -> PyResult<Option<Py<PyAny>>> {
+    atomic(Atomic::Add, target, pe, Some(value), None)
+}
+
+/// Collective: waits until every PE of the root has called it; every put made before it is
+/// visible after it.
 #[pyfunction]
 fn barrier(py: Python<'_>) -> PyResult<()> {
     py_result(
@@ -353,7 +352,7 @@ fn barrier(py: Python<'_>) -> PyResult<()> {
     )
 }
 
-/// Completes every outstanding operation of this PE.
+/// Completes every outstanding operation of this PE (its puts are visible to everyone).
 #[pyfunction]
 fn quiet(py: Python<'_>) -> PyResult<()> {
     unless_blocking(py, "quiet", Shmem::shared_memory_only, |shmem| {
@@ -362,7 +361,7 @@ fn quiet(py: Python<'_>) -> PyResult<()> {
     })
 }
 
-/// Orders this PE's earlier puts before its later ones.
+/// Orders this PE's earlier puts before its later ones, per target PE.
 #[pyfunction]
 fn fence(py: Python<'_>) -> PyResult<()> {
     unless_blocking(py, "fence", Shmem::shared_memory_only, |shmem| {
@@ -374,9 +373,24 @@ fn fence(py: Python<'_>) -> PyResult<()> {
 // ---------------------------------------------------------------------------------------------
 // Collectives
 
-/// Gathers every PE's `input` into every PE's `output`, in root-rank order.
+/// Collective: gathers every PE's ``input`` into every PE's symmetric ``output``, in root-rank
+/// order (``output`` holds ``n_pes() * input.numel()`` elements of the same dtype). A
+/// zero-element input is a validated no-op.
 #[pyfunction]
-fn all_gather(py: Python<'_>, output: RegionArg, input: BufferArg) -> PyResult<()> {
+fn all_gather(output: &Bound<'_, PyAny>, input: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = output.py();
+    let (output, out) = seen::symmetric(output, "output")?;
+    let (input, src) = seen::local(input, "input", Access::Read)?;
+    seen::same_dtype(&out, &src, "all_gather")?;
+    let pes = crate::lifecycle::n_pes(py)?;
+    if out.numel != pes * src.numel {
+        return Err(PyValueError::new_err(format!(
+            "all_gather: output holds {} elements but {pes} PEs x {} input elements need {}",
+            out.numel,
+            src.numel,
+            pes * src.numel
+        )));
+    }
     let input = Buffer::new(input)?;
     py_result(
         py,
@@ -389,22 +403,35 @@ fn all_gather(py: Python<'_>, output: RegionArg, input: BufferArg) -> PyResult<(
     )
 }
 
-/// Copies `input` of PE `root` into every PE's `output` (`input` is ignored elsewhere).
+/// Collective: copies PE ``root``'s ``input`` into every PE's symmetric ``output``. ``input``
+/// is only read on ``root`` (it may be ``None`` elsewhere).
 #[pyfunction]
-#[pyo3(signature = (output, input, root))]
 fn broadcast(
-    py: Python<'_>,
-    output: RegionArg,
-    input: Option<BufferArg>,
-    root: usize,
+    output: &Bound<'_, PyAny>,
+    input: &Bound<'_, PyAny>,
+    root: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
-    let input = input.map(Buffer::new).transpose()?;
+    let py = output.py();
+    let (output, out) = seen::symmetric(output, "output")?;
+    let root = arguments::pe(root, "root")?;
+    let mut source = None;
+    if !input.is_none() && crate::lifecycle::my_pe(py)? == root {
+        let (input, src) = seen::local(input, "input", Access::Read)?;
+        seen::same_dtype(&out, &src, "broadcast")?;
+        if out.numel != src.numel {
+            return Err(PyValueError::new_err(format!(
+                "broadcast: output holds {} elements, input {}",
+                out.numel, src.numel
+            )));
+        }
+        source = Some(Buffer::new(input)?);
+    }
     py_result(
         py,
         py.detach(|| {
             lifecycle::guarded("broadcast", |shmem| {
                 let output = output.typed::<u8>(shmem)?;
-                match input {
+                match source {
                     Some(input) => input.read(shmem, |bytes| shmem.broadcast(&output, bytes, root)),
                     None => shmem.broadcast(&output, &[], root),
                 }
@@ -413,9 +440,22 @@ fn broadcast(
     )
 }
 
-/// Sends block `j` of `input` to PE `j`, which stores it as block `my_pe` of its `output`.
+/// Collective: sends block ``j`` of ``input`` to PE ``j``, which stores it as block
+/// ``my_pe()`` of its symmetric ``output``. Both hold ``n_pes() * block`` elements.
 #[pyfunction]
-fn all_to_all(py: Python<'_>, output: RegionArg, input: BufferArg) -> PyResult<()> {
+fn all_to_all(output: &Bound<'_, PyAny>, input: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = output.py();
+    let (output, out) = seen::symmetric(output, "output")?;
+    let (input, src) = seen::local(input, "input", Access::Read)?;
+    seen::same_dtype(&out, &src, "all_to_all")?;
+    let pes = crate::lifecycle::n_pes(py)?;
+    if out.numel != src.numel || src.numel % pes != 0 {
+        return Err(PyValueError::new_err(format!(
+            "all_to_all: input ({}) and output ({}) must hold the same number of elements, a \
+             multiple of the {pes} PEs",
+            src.numel, out.numel
+        )));
+    }
     let input = Buffer::new(input)?;
     py_result(
         py,
@@ -428,17 +468,31 @@ fn all_to_all(py: Python<'_>, output: RegionArg, input: BufferArg) -> PyResult<(
     )
 }
 
-/// Combines every PE's symmetric `input` element-wise into every PE's `output`.
+/// Collective: combines every PE's symmetric ``input`` element-wise with ``op`` (``"sum"``,
+/// ``"min"``, ``"max"``) into every PE's symmetric ``output``; they may be the same tensor.
+/// Dtypes: int32, uint32, int64, uint64, float32, float64.
 #[pyfunction]
+#[pyo3(signature = (output, input, op=None))]
 fn all_reduce(
-    py: Python<'_>,
-    output: RegionArg,
-    input: RegionArg,
-    dtype: &str,
-    op: &str,
+    output: &Bound<'_, PyAny>,
+    input: &Bound<'_, PyAny>,
+    op: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
-    let op = parse_reduce_op(op)?;
-    with_reducible!(dtype, T => {
+    let py = output.py();
+    let (output, out) = seen::symmetric(output, "output")?;
+    let (input, src) = seen::symmetric(input, "input")?;
+    seen::same_dtype(&out, &src, "all_reduce")?;
+    if out.numel != src.numel {
+        return Err(PyValueError::new_err(format!(
+            "all_reduce: output ({}) and input ({}) lengths differ",
+            out.numel, src.numel
+        )));
+    }
+    let op = match op {
+        None => ReduceOp::Sum,
+        Some(op) => choice(op, &REDUCE_OPS, "op")?,
+    };
+    with_reducible!(out.dtype.name(), T => {
         py_result(py, py.detach(|| {
             lifecycle::guarded("all_reduce", |shmem| {
                 let output = output.typed::<T>(shmem)?;
@@ -459,13 +513,18 @@ fn copy_count() -> Option<(u64, u64)> {
 
 /// Adds this module's functions to the extension module `m`.
 pub(crate) fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(copy_count, m)?)?;
     m.add_function(wrap_pyfunction!(put, m)?)?;
     m.add_function(wrap_pyfunction!(get, m)?)?;
+    m.add_function(wrap_pyfunction!(get_region, m)?)?;
     m.add_function(wrap_pyfunction!(put_signal, m)?)?;
     m.add_function(wrap_pyfunction!(signal, m)?)?;
     m.add_function(wrap_pyfunction!(wait_signal, m)?)?;
-    m.add_function(wrap_pyfunction!(atomic, m)?)?;
+    m.add_function(wrap_pyfunction!(atomic_fetch, m)?)?;
+    m.add_function(wrap_pyfunction!(atomic_set, m)?)?;
+    m.add_function(wrap_pyfunction!(atomic_swap, m)?)?;
+    m.add_function(wrap_pyfunction!(atomic_compare_swap, m)?)?;
+    m.add_function(wrap_pyfunction!(atomic_fetch_add, m)?)?;
+    m.add_function(wrap_pyfunction!(atomic_add, m)?)?;
     m.add_function(wrap_pyfunction!(barrier, m)?)?;
     m.add_function(wrap_pyfunction!(quiet, m)?)?;
     m.add_function(wrap_pyfunction!(fence, m)?)?;
@@ -473,5 +532,6 @@ pub(crate) fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(broadcast, m)?)?;
     m.add_function(wrap_pyfunction!(all_to_all, m)?)?;
     m.add_function(wrap_pyfunction!(all_reduce, m)?)?;
+    m.add_function(wrap_pyfunction!(copy_count, m)?)?;
     Ok(())
 }

@@ -99,6 +99,12 @@ fn build(py: Python<'_>, class: &str, message: &str, error: Option<&Error>) -> P
     made.unwrap_or_else(|_| PyRuntimeError::new_err(message.to_string()))
 }
 
+/// A `StaleTensorError` saying `message` (a tensor of a freed or released allocation, found
+/// before any call into the library).
+pub(crate) fn stale(py: Python<'_>, message: &str) -> PyErr {
+    build(py, "StaleTensorError", message, None)
+}
+
 /// A library error for a Python exception raised inside a callback (hook, torch collective).
 pub(crate) fn from_python(
     py: Python<'_>,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use hyper_multicore::shmem::{AllocationId, AllocationRecord, Element, Region, Shmem, Symmetric};
 use hyper_multicore::Result;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyTuple};
 
 /// The memory of one symmetric allocation in this process: its address and length, and a
 /// handle that keeps the runtime's shared mapping alive as long as this object lives.
@@ -130,7 +130,22 @@ impl<T: Element> Symmetric<T> for Target<T> {
 #[derive(Clone, Copy, Debug, FromPyObject)]
 pub(crate) struct RegionArg(u64, u64, u64, u64);
 
+impl<'py> IntoPyObject<'py> for RegionArg {
+    type Target = PyTuple;
+    type Output = Bound<'py, PyTuple>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        (self.0, self.1, self.2, self.3).into_pyobject(py)
+    }
+}
+
 impl RegionArg {
+    /// `bytes` bytes at byte `offset` of allocation `(index, generation)`.
+    pub(crate) fn new(index: u64, generation: u64, offset: u64, bytes: u64) -> Self {
+        RegionArg(index, generation, offset, bytes)
+    }
+
     /// Its length in bytes.
     pub(crate) fn bytes(&self) -> usize {
         self.3 as usize

@@ -10,9 +10,12 @@
 //!
 //! - `_lifecycle` ↔ [`lifecycle`]: acquire, release, restart, introspection;
 //! - `_allocation` ↔ [`allocation`]: the collective allocate and free of one allocation;
-//! - `_registry` ↔ [`registry`] (the allocations this process holds, `shmem.empty` and
-//!   `shmem.free`) and [`seen`] (the data plane's inspected tensors);
-//! - `_data_plane` ↔ [`data_plane`]: put, get, signals, atomics, the collectives;
+//! - `_registry` ↔ [`registry`] (the one registry of the allocations this process holds;
+//!   `shmem.empty` and `shmem.free`) and [`seen`] (what a call needs of a tensor, inspected
+//!   once and checked on every call);
+//! - `_data_plane` ↔ [`data_plane`]: put, get, signals, atomics, the collectives — the Python
+//!   module's functions are these, each one native call; [`arguments`] checks their plain
+//!   arguments;
 //! - `_shared_root` ↔ [`shared_root`]; `_errors` ↔ [`errors`];
 //!   `hyper_multicore.symm_mem` ↔ [`symm_mem`].
 //!
@@ -76,17 +79,6 @@ macro_rules! with_word {
     };
 }
 
-/// Runs `body` with `$v` bound to the Python object `$value` converted to the signal/atomic word
-/// type named `$dtype` (a `TypeError`/`OverflowError` when it does not convert).
-macro_rules! with_word_value {
-    ($dtype:expr, $value:expr, $v:ident => $body:expr) => {
-        with_word!($dtype, W => {
-            let $v: W = $value.extract()?;
-            $body
-        })
-    };
-}
-
 /// Runs `body` with `T` bound to the reducible element type named `dtype`.
 macro_rules! with_reducible {
     ($dtype:expr, $T:ident => $body:expr) => {
@@ -124,6 +116,7 @@ macro_rules! with_reducible {
 
 // (The modules from here on use the macros above.)
 mod allocation;
+mod arguments;
 mod data_plane;
 mod lifecycle;
 mod registry;
@@ -157,18 +150,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lock::RegistryLock>()?;
     m.add_class::<registry::Allocation>()?;
     m.add_class::<registry::Registry>()?;
+    m.add_class::<registry::AllocationMap>()?;
     m.add_function(wrap_pyfunction!(registry::empty, m)?)?;
     m.add_function(wrap_pyfunction!(registry::free, m)?)?;
-    m.add_class::<seen::Seen>()?;
-    m.add_function(wrap_pyfunction!(seen::remember, m)?)?;
-    m.add_function(wrap_pyfunction!(seen::forget, m)?)?;
-    m.add_function(wrap_pyfunction!(seen::remembered, m)?)?;
-    m.add_function(wrap_pyfunction!(seen::put_seen, m)?)?;
-    m.add_function(wrap_pyfunction!(seen::get_seen, m)?)?;
-    m.add_function(wrap_pyfunction!(seen::signal_seen, m)?)?;
-    m.add_function(wrap_pyfunction!(seen::put_signal_seen, m)?)?;
-    m.add_function(wrap_pyfunction!(seen::wait_signal_seen, m)?)?;
-    m.add_function(wrap_pyfunction!(seen::atomic_seen, m)?)?;
+    seen::add_to(m)?;
     m.add_class::<shared_root::PySharedRoot>()?;
     m.add_class::<shared_root::PyConsumer>()?;
     m.add_class::<shared_root::PyLease>()?;

@@ -161,39 +161,68 @@ fn debug_state(py: Python<'_>) -> PyResult<String> {
     serde_json::to_string(&state).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
-/// Barrier of the active root over its group channel (the control plane).
+/// Collective: a barrier of the root over its group channel (torch.distributed or the control
+/// plane) instead of shared memory.
 #[pyfunction]
 fn host_barrier(py: Python<'_>) -> PyResult<()> {
     py_result(py, py.detach(lifecycle::host_barrier))
 }
 
-/// Runs `f` on the runtime holding the GIL when that cannot block: the runtime is free now (no
-/// release or restart in progress, see [`lifecycle::try_guarded`]) and `quick` says `f` will
-/// not wait (for a peer, the network, or a long copy). Otherwise, like any call that may wait,
-/// with the GIL released, which also reports any refusal. Releasing and retaking the GIL costs
-/// more than a query, a fence or a small copy in shared memory.
+/// Runs a call on the runtime, passing the lifecycle's guard once. While the runtime admits
+/// calls at once ([`lifecycle::try_guarded`]: no release or restart in progress), `now` runs
+/// holding the GIL and answers `Some` when it completed the call without blocking, or `None`
+/// when the call may wait (for a peer, the network, or a long copy): `later` then runs in the
+/// same pass with the GIL released. A call not admitted at once runs `later` through
+/// [`lifecycle::guarded`] with the GIL released, which waits for the release or restart to end,
+/// or reports the refusal: waiting for the lifecycle lock with the GIL held could freeze the
+/// interpreter, as the lock's holder may need the GIL (a preflight hook, a torch all-gather).
+/// Releasing and retaking the GIL costs more than a query, a fence or a small copy in shared
+/// memory.
+pub(crate) fn guarded_once<R: Send>(
+    py: Python<'_>,
+    operation: &str,
+    now: impl FnOnce(&Shmem) -> hyper_multicore::Result<Option<R>>,
+    later: impl Fn(&Shmem) -> hyper_multicore::Result<R> + Send + Sync,
+) -> PyResult<R> {
+    let mut admitted = false;
+    let result = lifecycle::try_guarded(operation, |shmem| {
+        admitted = true;
+        match now(shmem)? {
+            Some(done) => Ok(done),
+            None => py.detach(|| later(shmem)),
+        }
+    });
+    let result = match admitted {
+        true => result,
+        false => py.detach(|| lifecycle::guarded(operation, &later)),
+    };
+    py_result(py, result)
+}
+
+/// [`guarded_once`] of `f`, which completes without blocking where `quick` says so.
 pub(crate) fn unless_blocking<R: Send>(
     py: Python<'_>,
     operation: &str,
     quick: impl FnOnce(&Shmem) -> bool,
     f: impl Fn(&Shmem) -> hyper_multicore::Result<R> + Send + Sync,
 ) -> PyResult<R> {
-    let now = lifecycle::try_guarded(operation, |shmem| Ok(quick(shmem).then(|| f(shmem))));
-    match now {
-        Ok(Some(result)) => py_result(py, result),
-        _ => py_result(py, py.detach(|| lifecycle::guarded(operation, &f))),
-    }
+    guarded_once(
+        py,
+        operation,
+        |shmem| quick(shmem).then(|| f(shmem)).transpose(),
+        &f,
+    )
 }
 
 /// This PE's rank in the active root.
 #[pyfunction]
-fn my_pe(py: Python<'_>) -> PyResult<usize> {
+pub(crate) fn my_pe(py: Python<'_>) -> PyResult<usize> {
     unless_blocking(py, "my_pe", |_| true, |shmem| Ok(shmem.rank()))
 }
 
 /// The number of PEs in the active root.
 #[pyfunction]
-fn n_pes(py: Python<'_>) -> PyResult<usize> {
+pub(crate) fn n_pes(py: Python<'_>) -> PyResult<usize> {
     unless_blocking(py, "n_pes", |_| true, |shmem| Ok(shmem.size()))
 }
 

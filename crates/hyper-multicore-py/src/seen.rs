@@ -1,62 +1,39 @@
-//! The data plane's fast path for torch tensors the wrapper has inspected before.
+//! The data plane's tensors (`hyper_multicore.shmem._registry`'s `_region` and `_local`, and
+//! every data-plane call of [`crate::data_plane`]): what a call needs of a tensor, found by
+//! inspecting it once, and checked on every call.
 //!
-//! `hyper_multicore.shmem._registry` inspects a torch tensor once (layout, allocation, native
-//! argument) and hands this module a [`Seen`] handle with what a call needs, by the tensor's
-//! `id` ([`remember`]; [`forget`] when the tensor dies). A `*_seen` function takes the tensors
-//! themselves and does the whole per-call work here, in one native call: it finds each tensor's handle, checks
-//! that the tensor still has what the handle was made from (the same object, data pointer,
-//! dtype and size in bytes, still contiguous: what `set_`, `resize_`, `as_strided_`, `t_` or an
-//! assignment to `.data` would change), that its allocation is still live and owned by no
-//! shared-root consumer, and that the other arguments are plain (an `int` PE and value, a known
-//! operation name); then it runs the operation. (The wrapper's own check compares shape and
-//! strides instead; a tensor that passes one check and not the other — reshaped in place, still
-//! contiguous — has the same bytes, so the same native argument.)
+//! [`inspect`] reads a torch tensor's or NumPy array's layout (on the CPU, its address, bytes,
+//! dtype, contiguity, writability), finds the allocation it views in the registry
+//! ([`crate::registry::lookup`]) and makes the native argument: a region `(index, generation,
+//! byte offset, bytes)` of the allocation, or `(address, nbytes)` of process-private memory. A
+//! plain torch tensor's [`Seen`] is remembered by the tensor's `id` until the tensor dies
+//! ([`remembered`] counts them); a later call reuses it while the tensor still has what it was
+//! made from — the same object, data pointer, dtype and size in bytes, still contiguous: what
+//! `set_`, `resize_`, `as_strided_`, `t_` or an assignment to `.data` would change.
 //!
-//! Anything else — a tensor not seen or changed since, a stale tensor, a consumer's tensor
-//! (its lease is checked in Python), a value of another type, an unknown operation name — is a
-//! *miss*: the function returns `NotImplemented` without doing anything, and the wrapper takes
-//! its full path, which raises the precise error or inspects the tensor anew (and remembers it).
-//! So the fast path adds no behaviour of its own: it only skips work whose outcome is known.
+//! What may change between calls is checked on every call, by [`symmetric`] and [`local`]: the
+//! allocation still live (a freed or released one's tensors are stale), its shared-root
+//! consumer's lease held. Each check raises the error the wrapper's Python code raised before
+//! it moved here, with the same type and message.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::ops::Deref;
 
+use hyper_multicore::shmem::Dtype;
 use parking_lot::Mutex;
-
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyFloat, PyInt, PyString, PyWeakrefReference};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyType, PyWeakrefReference};
 
-use crate::buffer::{Buffer, BufferArg};
+use crate::buffer::BufferArg;
 use crate::heap::RegionArg;
-use hyper_multicore::shmem::{Comparison, SignalOp};
+use crate::registry::Allocation;
 
-use crate::data_plane::{parse_comparison, parse_signal_op, Atomic};
-
-/// `id(tensor)` → its handle. Only touched with the GIL held, so the lock is never contended
-/// (it is there because a static must be `Sync`).
-static SEEN: Mutex<BTreeMap<usize, Py<Seen>>> = Mutex::new(BTreeMap::new());
-
-/// Remembers the handle of the tensor whose `id` is `key` (replacing an older one).
-#[pyfunction]
-pub(crate) fn remember(key: usize, handle: Py<Seen>) {
-    let old = SEEN.lock().insert(key, handle);
-    // Dropped outside the lock: a handle's fields are Python references.
-    drop(old);
-}
-
-/// Forgets the handle of a tensor that died, if `weak` (that tensor's weak reference) is the
-/// one the handle holds; a newer tensor with the same `id` keeps its handle.
-#[pyfunction]
-pub(crate) fn forget(key: usize, weak: &Bound<'_, PyAny>) {
-    let mut seen = SEEN.lock();
-    let gone = match seen.get(&key) {
-        Some(handle) if handle.get().tensor.bind(weak.py()).is(weak) => seen.remove(&key),
-        _ => None,
-    };
-    drop(seen);
-    drop(gone);
-}
+/// `id(tensor)` → its remembered inspection. Only touched with the GIL held, so the lock is
+/// never contended (it is there because a static must be `Sync`).
+static SEEN: Mutex<BTreeMap<usize, Py<Remembered>>> = Mutex::new(BTreeMap::new());
 
 /// The number of remembered tensors (for the tests).
 #[pyfunction]
@@ -64,331 +41,401 @@ pub(crate) fn remembered() -> usize {
     SEEN.lock().len()
 }
 
-/// What a data-plane call needs of one torch tensor, found when the registry inspected it.
-#[pyclass(frozen, module = "hyper_multicore._native")]
+/// What a data-plane call needs of one tensor or array.
 pub(crate) struct Seen {
-    /// A weak reference to the tensor.
-    tensor: Py<PyWeakrefReference>,
-    /// Its `data_ptr()`, `dtype` and `nbytes` when inspected (it was contiguous then).
-    address: i64,
-    dtype: Py<PyAny>,
+    /// Its address (`data_ptr()`), dtype object and size in bytes when inspected.
+    address: usize,
+    dtype_object: Py<PyAny>,
     nbytes: usize,
-    /// The registry's `_Allocation` it views (None: process-private memory).
-    allocation: Option<Py<PyAny>>,
-    /// Whether its allocation belongs to a shared root's consumer (whose lease the wrapper
-    /// checks on every call: never fast). Set before the tensor reaches the caller, never
-    /// changed.
-    owned: bool,
-    /// The native argument: a region of the allocation, or `(address, nbytes)`.
-    arg: BufferArg,
-    /// The word type's name, for a one-element int32/uint32/int64/uint64 tensor.
-    word: Option<&'static str>,
+    /// Its heap dtype and number of elements.
+    pub(crate) dtype: Dtype,
+    pub(crate) numel: usize,
+    /// The allocation it views (None: process-private memory).
+    allocation: Option<Py<Allocation>>,
+    /// The native argument (None: not contiguous).
+    arg: Option<BufferArg>,
     /// Whether it may be written (a destination).
     writable: bool,
-    /// Whether it holds one element.
-    single: bool,
+}
+
+/// A torch tensor's [`Seen`], remembered by its `id`, with a weak reference to it.
+#[pyclass(frozen, module = "hyper_multicore._native")]
+pub(crate) struct Remembered {
+    tensor: Py<PyWeakrefReference>,
+    seen: Seen,
+}
+
+/// The callback of a remembered tensor's weak reference: forgets it when it dies (unless a
+/// newer tensor with the same `id` is remembered already).
+#[pyclass(frozen, module = "hyper_multicore._native")]
+struct Forget {
+    key: usize,
 }
 
 #[pymethods]
-impl Seen {
-    /// Records an inspected tensor (the registry's `_seen` calls this once per tensor).
-    #[new]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        tensor: Bound<'_, PyWeakrefReference>,
-        address: i64,
-        dtype: Py<PyAny>,
-        nbytes: usize,
-        allocation: Option<Py<PyAny>>,
-        arg: BufferArg,
-        word: Option<&str>,
-        writable: bool,
-        single: bool,
-    ) -> PyResult<Seen> {
-        let py = tensor.py();
-        let owned = match &allocation {
-            Some(allocation) => !allocation.bind(py).getattr(intern!(py, "owner"))?.is_none(),
-            None => false,
-        };
-        let word = match word {
-            Some("int32") => Some("int32"),
-            Some("uint32") => Some("uint32"),
-            Some("int64") => Some("int64"),
-            Some("uint64") => Some("uint64"),
+impl Forget {
+    fn __call__(&self, weak: &Bound<'_, PyAny>) {
+        let mut seen = SEEN.lock();
+        let gone = match seen.get(&self.key) {
+            Some(remembered) if remembered.get().tensor.bind(weak.py()).is(weak) => {
+                seen.remove(&self.key)
+            }
             _ => None,
         };
-        Ok(Seen {
-            tensor: tensor.unbind(),
-            address,
-            dtype,
-            nbytes,
-            allocation,
-            owned,
-            arg,
-            word,
-            writable,
-            single,
+        drop(seen);
+        // Dropped outside the lock: its fields are Python references.
+        drop(gone);
+    }
+}
+
+/// A tensor's [`Seen`]: remembered, or found by this call.
+pub(crate) enum Found<'py> {
+    Remembered(Bound<'py, Remembered>),
+    Fresh(Seen),
+}
+
+impl Deref for Found<'_> {
+    type Target = Seen;
+
+    fn deref(&self) -> &Seen {
+        match self {
+            Found::Remembered(remembered) => &remembered.get().seen,
+            Found::Fresh(seen) => seen,
+        }
+    }
+}
+
+/// The tensor libraries' types, from `hyper_multicore.shmem._backend` (None where one is not
+/// installed).
+struct Types {
+    /// `torch.Tensor`.
+    tensor: Option<Py<PyType>>,
+    /// `numpy.ndarray`.
+    ndarray: Option<Py<PyType>>,
+}
+
+static TYPES: PyOnceLock<Types> = PyOnceLock::new();
+
+fn types(py: Python<'_>) -> PyResult<&Types> {
+    TYPES.get_or_try_init(py, || {
+        let backend = py.import("hyper_multicore.shmem._backend")?;
+        let type_of = |module: &str, name: &str| -> PyResult<Option<Py<PyType>>> {
+            let module = backend.getattr(module)?;
+            if module.is_none() {
+                return Ok(None);
+            }
+            Ok(Some(module.getattr(name)?.cast_into::<PyType>()?.unbind()))
+        };
+        Ok(Types {
+            tensor: type_of("torch", "Tensor")?,
+            ndarray: type_of("np", "ndarray")?,
         })
-    }
+    })
 }
 
-impl Seen {
-    /// Whether `x` is the tensor this handle was made for, unchanged, on memory still usable
-    /// without the wrapper's checks (live, and no consumer's lease to check).
-    fn matches(&self, x: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let py = x.py();
-        if self.owned {
-            return Ok(false);
-        }
-        let same_object = self
-            .tensor
-            .bind(py)
-            .upgrade()
-            .is_some_and(|tensor| tensor.is(x));
-        if !same_object {
-            return Ok(false);
-        }
-        // Integers and a bool: nothing here allocates a tuple (nor feeds the garbage collector).
-        let address: i64 = x.call_method0(intern!(py, "data_ptr"))?.extract()?;
-        if address != self.address
-            || !x.getattr(intern!(py, "dtype"))?.is(&self.dtype)
-            || x.getattr(intern!(py, "nbytes"))?.extract::<usize>()? != self.nbytes
-        {
-            return Ok(false);
-        }
-        // One element (a signal word) is contiguous whatever its strides.
-        if !self.single && !x.call_method0(intern!(py, "is_contiguous"))?.is_truthy()? {
-            return Ok(false);
-        }
-        match &self.allocation {
-            None => Ok(true),
-            Some(allocation) => allocation
-                .bind(py)
-                .getattr(intern!(py, "live"))?
-                .is_truthy(),
-        }
-    }
-
-    /// The region, if the tensor is symmetric.
-    fn region(&self) -> Option<RegionArg> {
-        match self.arg {
-            BufferArg::Symmetric(region) => Some(region),
-            BufferArg::Local(..) => None,
-        }
-    }
-}
-
-/// `x`'s handle, if `x` was seen and is unchanged (see [`Seen::matches`]).
-fn current<'py>(x: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, Seen>>> {
+/// `x` inspected (remembered, if a plain torch tensor seen before and unchanged since); `role`
+/// names it in errors.
+pub(crate) fn inspect<'py>(x: &Bound<'py, PyAny>, role: &str) -> PyResult<Found<'py>> {
     let py = x.py();
-    let Some(handle) = SEEN
+    let types = types(py)?;
+    let plain_tensor = types
+        .tensor
+        .as_ref()
+        .is_some_and(|tensor| x.is_exact_instance(tensor.bind(py)));
+    if plain_tensor {
+        if let Some(remembered) = remembered_as(x)? {
+            return Ok(Found::Remembered(remembered));
+        }
+    }
+    let seen = look_at(x, role, types)?;
+    if !plain_tensor || seen.arg.is_none() {
+        return Ok(Found::Fresh(seen));
+    }
+    let key = x.as_ptr() as usize;
+    let forget = Bound::new(py, Forget { key })?;
+    let tensor = PyWeakrefReference::new_with(x, &forget)?.unbind();
+    let remembered = Bound::new(py, Remembered { tensor, seen })?;
+    let old = SEEN.lock().insert(key, remembered.clone().unbind());
+    // Dropped outside the lock: its fields are Python references.
+    drop(old);
+    Ok(Found::Remembered(remembered))
+}
+
+/// `x`'s remembered inspection, if it was remembered and `x` is unchanged since.
+fn remembered_as<'py>(x: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, Remembered>>> {
+    let py = x.py();
+    let Some(remembered) = SEEN
         .lock()
         .get(&(x.as_ptr() as usize))
-        .map(|handle| handle.clone_ref(py).into_bound(py))
+        .map(|remembered| remembered.clone_ref(py).into_bound(py))
     else {
         return Ok(None);
     };
-    Ok(handle.get().matches(x)?.then_some(handle))
+    let (tensor, seen) = (&remembered.get().tensor, &remembered.get().seen);
+    let same_object = tensor.bind(py).upgrade().is_some_and(|tensor| tensor.is(x));
+    // Integers and a bool: nothing here allocates a tuple (nor feeds the garbage collector).
+    let unchanged = same_object
+        && x.call_method0(intern!(py, "data_ptr"))?.extract::<usize>()? == seen.address
+        && x.getattr(intern!(py, "dtype"))?.is(&seen.dtype_object)
+        && x.getattr(intern!(py, "nbytes"))?.extract::<usize>()? == seen.nbytes
+        // (one element is contiguous whatever its strides)
+        && (seen.numel == 1 || x.call_method0(intern!(py, "is_contiguous"))?.is_truthy()?);
+    Ok(unchanged.then_some(remembered))
 }
 
-/// `x`'s region and handle, if it is a current symmetric tensor.
-fn symmetric<'py>(x: &Bound<'py, PyAny>) -> PyResult<Option<(RegionArg, Bound<'py, Seen>)>> {
-    Ok(current(x)?.and_then(|seen| Some((seen.get().region()?, seen))))
-}
-
-/// The one-word region and its type, if `x` is a current symmetric one-element word tensor.
-fn word(x: &Bound<'_, PyAny>) -> PyResult<Option<(RegionArg, &'static str)>> {
-    Ok(symmetric(x)?.and_then(|(region, seen)| Some((region, seen.get().word?))))
-}
-
-/// A plain `int` as `T` (None for any other type, or out of range).
-fn plain_int<'py, T: for<'a> FromPyObject<'a, 'py>>(x: &Bound<'py, PyAny>) -> Option<T> {
-    if x.is_exact_instance_of::<PyInt>() {
-        x.extract().ok()
-    } else {
-        None
-    }
-}
-
-/// The signal operation a string argument names (None for another type or name).
-fn signal_op(x: &Bound<'_, PyAny>) -> Option<SignalOp> {
-    parse_signal_op(&x.cast::<PyString>().ok()?.to_cow().ok()?).ok()
-}
-
-/// The comparison a string argument names (None for another type or name).
-fn comparison_of(x: &Bound<'_, PyAny>) -> Option<Comparison> {
-    parse_comparison(&x.cast::<PyString>().ok()?.to_cow().ok()?).ok()
-}
-
-/// Runs `$body` with `$v` bound to `$value` as the word type named `$dtype`; a miss when
-/// `$value` is not a plain `int` of that type.
-macro_rules! with_plain_word {
-    ($py:expr, $dtype:expr, $value:expr, $v:ident => $body:expr) => {
-        with_word!($dtype, W => {
-            let Some($v) = plain_int::<W>($value) else {
-                return miss($py);
-            };
-            $body
-        })
-    };
-}
-
-/// What a miss returns.
-fn miss(py: Python<'_>) -> PyResult<Py<PyAny>> {
-    Ok(py.NotImplemented())
-}
-
-/// `put(remote_dst, local_src, target_pe)` for seen tensors; `NotImplemented` on a miss.
-#[pyfunction]
-pub(crate) fn put_seen(
-    py: Python<'_>,
-    dst: &Bound<'_, PyAny>,
-    src: &Bound<'_, PyAny>,
-    pe: &Bound<'_, PyAny>,
-) -> PyResult<Py<PyAny>> {
-    let (Some((target, dst)), Some(src), Some(pe)) =
-        (symmetric(dst)?, current(src)?, plain_int(pe))
-    else {
-        return miss(py);
-    };
-    let (dst, src) = (dst.get(), src.get());
-    if !dst.dtype.bind(py).is(&src.dtype) {
-        return miss(py);
-    }
-    crate::data_plane::put_buffer(py, target, Buffer::new(src.arg)?, pe)?;
-    Ok(py.None())
-}
-
-/// `get(local_dst, remote_src, source_pe)` for seen tensors; `NotImplemented` on a miss.
-#[pyfunction]
-pub(crate) fn get_seen(
-    py: Python<'_>,
-    dst: &Bound<'_, PyAny>,
-    src: &Bound<'_, PyAny>,
-    pe: &Bound<'_, PyAny>,
-) -> PyResult<Py<PyAny>> {
-    let (Some(dst), Some((source, src)), Some(pe)) =
-        (current(dst)?, symmetric(src)?, plain_int(pe))
-    else {
-        return miss(py);
-    };
-    let (dst, src) = (dst.get(), src.get());
-    if !dst.writable || !dst.dtype.bind(py).is(&src.dtype) {
-        return miss(py);
-    }
-    crate::data_plane::get_buffer(py, Buffer::new(dst.arg)?, source, pe)?;
-    Ok(py.None())
-}
-
-/// `signal(remote_signal, value, target_pe, operation=...)` for a seen word; `NotImplemented`
-/// on a miss.
-#[pyfunction]
-pub(crate) fn signal_seen(
-    py: Python<'_>,
-    signal: &Bound<'_, PyAny>,
-    value: &Bound<'_, PyAny>,
-    pe: &Bound<'_, PyAny>,
-    operation: &Bound<'_, PyAny>,
-) -> PyResult<Py<PyAny>> {
-    let (Some((signal, dtype)), Some(pe), Some(op)) =
-        (word(signal)?, plain_int(pe), signal_op(operation))
-    else {
-        return miss(py);
-    };
-    with_plain_word!(py, dtype, value, value => {
-        crate::data_plane::signal_word(py, signal, value, op, pe)?;
-        Ok(py.None())
-    })
-}
-
-/// `put_signal(remote_dst, local_src, remote_signal, value, target_pe, operation=...)` for seen
-/// tensors; `NotImplemented` on a miss.
-#[pyfunction]
-pub(crate) fn put_signal_seen(
-    py: Python<'_>,
-    dst: &Bound<'_, PyAny>,
-    src: &Bound<'_, PyAny>,
-    signal: &Bound<'_, PyAny>,
-    value: &Bound<'_, PyAny>,
-    pe: &Bound<'_, PyAny>,
-    operation: &Bound<'_, PyAny>,
-) -> PyResult<Py<PyAny>> {
-    let (Some((target, dst)), Some(src), Some((signal, dtype))) =
-        (symmetric(dst)?, current(src)?, word(signal)?)
-    else {
-        return miss(py);
-    };
-    let (Some(pe), Some(op)) = (plain_int(pe), signal_op(operation)) else {
-        return miss(py);
-    };
-    let (dst, src) = (dst.get(), src.get());
-    if !dst.dtype.bind(py).is(&src.dtype) {
-        return miss(py);
-    }
-    with_plain_word!(py, dtype, value, value => {
-        crate::data_plane::put_signal_word(py, target, Buffer::new(src.arg)?, signal, value, op, pe)?;
-        Ok(py.None())
-    })
-}
-
-/// `wait_signal(signal, value, comparison=..., timeout=...)` for a seen word; returns the word,
-/// or `NotImplemented` on a miss.
-#[pyfunction]
-pub(crate) fn wait_signal_seen(
-    py: Python<'_>,
-    signal: &Bound<'_, PyAny>,
-    value: &Bound<'_, PyAny>,
-    comparison: &Bound<'_, PyAny>,
-    timeout: &Bound<'_, PyAny>,
-) -> PyResult<Py<PyAny>> {
-    let (Some((signal, dtype)), Some(comparison)) = (word(signal)?, comparison_of(comparison))
-    else {
-        return miss(py);
-    };
-    let timeout = if timeout.is_none() {
-        None
-    } else {
-        let seconds = if timeout.is_exact_instance_of::<PyFloat>() {
-            timeout.extract::<f64>().ok()
-        } else {
-            plain_int::<u64>(timeout).map(|s| s as f64)
-        };
-        match seconds.and_then(|s| Duration::try_from_secs_f64(s).ok()) {
-            Some(timeout) => Some(timeout),
-            None => return miss(py),
+/// `x` inspected anew.
+fn look_at(x: &Bound<'_, PyAny>, role: &str, types: &Types) -> PyResult<Seen> {
+    let py = x.py();
+    let is = |kind: &Option<Py<PyType>>| -> PyResult<bool> {
+        match kind {
+            Some(kind) => x.is_instance(kind.bind(py)),
+            None => Ok(false),
         }
     };
-    with_plain_word!(py, dtype, value, value => {
-        crate::data_plane::wait_signal_word(py, signal, value, comparison, timeout)
+    let (address, numel, nbytes, dtype_object, name, contiguous, writable);
+    if is(&types.tensor)? {
+        let device = x.getattr(intern!(py, "device"))?;
+        if device.getattr(intern!(py, "type"))?.ne("cpu")? {
+            return Err(PyValueError::new_err(format!(
+                "{role} must be a CPU tensor, not on {device}"
+            )));
+        }
+        address = x
+            .call_method0(intern!(py, "data_ptr"))?
+            .extract::<usize>()?;
+        numel = x.call_method0(intern!(py, "numel"))?.extract::<usize>()?;
+        nbytes = numel
+            * x.call_method0(intern!(py, "element_size"))?
+                .extract::<usize>()?;
+        dtype_object = x.getattr(intern!(py, "dtype"))?;
+        let spelled = dtype_object.str()?.to_string();
+        name = spelled
+            .strip_prefix("torch.")
+            .unwrap_or(&spelled)
+            .to_string();
+        contiguous = x.call_method0(intern!(py, "is_contiguous"))?.is_truthy()?;
+        writable = true;
+    } else if is(&types.ndarray)? {
+        let interface = x.getattr(intern!(py, "__array_interface__"))?;
+        address = interface
+            .get_item(intern!(py, "data"))?
+            .get_item(0)?
+            .extract()?;
+        numel = x.getattr(intern!(py, "size"))?.extract()?;
+        nbytes = x.getattr(intern!(py, "nbytes"))?.extract()?;
+        dtype_object = x.getattr(intern!(py, "dtype"))?;
+        name = dtype_object.getattr(intern!(py, "name"))?.extract()?;
+        let flags = x.getattr(intern!(py, "flags"))?;
+        contiguous = flags.getattr(intern!(py, "c_contiguous"))?.is_truthy()?;
+        writable = flags.getattr(intern!(py, "writeable"))?.is_truthy()?;
+    } else {
+        let kind = match types.tensor {
+            Some(_) => "a torch tensor",
+            None => "a NumPy array",
+        };
+        let given = x.get_type().name()?;
+        return Err(PyTypeError::new_err(format!(
+            "{role} must be {kind}, not {given}"
+        )));
+    }
+    let Some(dtype) = Dtype::from_name(&name) else {
+        return Err(PyTypeError::new_err(format!(
+            "{role} has dtype {name}, which the heap cannot hold"
+        )));
+    };
+    let allocation = crate::registry::lookup(x)?;
+    let arg = match (&allocation, contiguous) {
+        (_, false) => None,
+        (None, true) => Some(BufferArg::Local(address, nbytes)),
+        (Some(allocation), true) => {
+            let allocation = allocation.borrow();
+            // torch reports address 0 for a tensor without elements: any offset will do then.
+            let offset = match nbytes {
+                0 => Some(0),
+                _ => address.checked_sub(allocation.address),
+            };
+            let inside = offset.filter(|offset| {
+                (*offset as u64)
+                    .checked_add(nbytes as u64)
+                    .is_some_and(|end| end <= allocation.nbytes)
+            });
+            let Some(offset) = inside else {
+                return Err(PyValueError::new_err(format!(
+                    "{role} lies outside its allocation"
+                )));
+            };
+            Some(BufferArg::Symmetric(RegionArg::new(
+                allocation.index,
+                allocation.generation,
+                offset as u64,
+                nbytes as u64,
+            )))
+        }
+    };
+    Ok(Seen {
+        address,
+        dtype_object: dtype_object.unbind(),
+        nbytes,
+        dtype,
+        numel,
+        allocation: allocation.map(Bound::unbind),
+        arg,
+        writable,
     })
 }
 
-/// An atomic operation (`fetch`, `set`, `swap`, `compare_swap`, `fetch_add`, `add`) on a seen
-/// word; returns the previous value (None for set and add), or `NotImplemented` on a miss.
-#[pyfunction]
-#[pyo3(signature = (operation, target, pe, value=None, expected=None))]
-pub(crate) fn atomic_seen(
-    py: Python<'_>,
-    operation: &str,
-    target: &Bound<'_, PyAny>,
-    pe: &Bound<'_, PyAny>,
-    value: Option<&Bound<'_, PyAny>>,
-    expected: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Py<PyAny>> {
-    let (Some((target, dtype)), Some(pe)) = (word(target)?, plain_int(pe)) else {
-        return miss(py);
+/// A symmetric tensor (or a view of one), checked — it views an allocation, which is live,
+/// whose consumer's lease (in a shared root) is held, and it is contiguous — as its region and
+/// inspection.
+pub(crate) fn symmetric<'py>(
+    x: &Bound<'py, PyAny>,
+    role: &str,
+) -> PyResult<(RegionArg, Found<'py>)> {
+    let seen = inspect(x, role)?;
+    let Some(allocation) = &seen.allocation else {
+        return Err(PyValueError::new_err(format!(
+            "{role} must be a symmetric tensor (made by hyper_multicore.shmem.empty or \
+             restart) or a view of one"
+        )));
     };
-    with_word!(dtype, W => {
-        let operand = |x: Option<&Bound<'_, PyAny>>| match x {
-            None => Some(None),
-            Some(x) => plain_int::<W>(x).map(Some),
-        };
-        let (Some(value), Some(expected)) = (operand(value), operand(expected)) else {
-            return miss(py);
-        };
-        let Ok(atomic) = Atomic::new(operation, value, expected) else {
-            return miss(py);
-        };
-        Ok(crate::data_plane::atomic_word(py, atomic, target, pe)?.unwrap_or_else(|| py.None()))
-    })
+    usable(allocation.bind(x.py()), role)?;
+    match seen.arg {
+        Some(BufferArg::Symmetric(region)) => Ok((region, seen)),
+        _ => Err(not_contiguous(role)),
+    }
+}
+
+/// Refuses a stale allocation, or one whose consumer's lease is not held.
+fn usable(allocation: &Bound<'_, Allocation>, role: &str) -> PyResult<()> {
+    let owner = {
+        let record = allocation.borrow();
+        if !record.live {
+            return Err(crate::errors::stale(
+                allocation.py(),
+                &format!(
+                    "{role} views allocation {}, which was freed or released by a restart or \
+                     release; allocate a new tensor",
+                    record.index
+                ),
+            ));
+        }
+        record
+            .owner
+            .as_ref()
+            .map(|owner| owner.clone_ref(allocation.py()))
+    };
+    // (called outside the borrow: Python code)
+    if let Some(owner) = owner {
+        owner
+            .bind(allocation.py())
+            .call_method1(intern!(allocation.py(), "check_lease"), (role,))?;
+    }
+    Ok(())
+}
+
+fn not_contiguous(role: &str) -> PyErr {
+    PyValueError::new_err(format!("{role} must be contiguous"))
+}
+
+/// Whether a local buffer is written (a destination) or only read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+}
+
+/// A local buffer, checked: a symmetric tensor (as [`symmetric`] checks it), or any other
+/// contiguous CPU tensor or array (writable for [`Access::Write`]); as its native argument and
+/// inspection.
+pub(crate) fn local<'py>(
+    x: &Bound<'py, PyAny>,
+    role: &str,
+    access: Access,
+) -> PyResult<(BufferArg, Found<'py>)> {
+    let seen = inspect(x, role)?;
+    if let Some(allocation) = &seen.allocation {
+        usable(allocation.bind(x.py()), role)?;
+    }
+    let Some(arg) = seen.arg else {
+        return Err(not_contiguous(role));
+    };
+    // (a symmetric tensor is written through the heap, whatever its own flags say)
+    if access == Access::Write && seen.allocation.is_none() && !seen.writable {
+        return Err(PyValueError::new_err(format!("{role} is read-only")));
+    }
+    Ok((arg, seen))
+}
+
+/// Refuses two tensors of different dtypes for the operation `what`.
+pub(crate) fn same_dtype(a: &Seen, b: &Seen, what: &str) -> PyResult<()> {
+    if a.dtype == b.dtype {
+        return Ok(());
+    }
+    Err(PyTypeError::new_err(format!(
+        "{what}: dtypes differ ({} and {})",
+        a.dtype.name(),
+        b.dtype.name()
+    )))
+}
+
+/// A symmetric one-element signal word (int32, uint32, int64 or uint64), checked as
+/// [`symmetric`] checks it: its region and type name.
+pub(crate) fn word(x: &Bound<'_, PyAny>, role: &str) -> PyResult<(RegionArg, &'static str)> {
+    let (region, seen) = symmetric(x, role)?;
+    let name = seen.dtype.name();
+    if !matches!(
+        seen.dtype,
+        Dtype::I32 | Dtype::U32 | Dtype::I64 | Dtype::U64
+    ) {
+        return Err(PyTypeError::new_err(format!(
+            "{role} must be an int32, uint32, int64 or uint64 tensor, not {name}"
+        )));
+    }
+    if seen.numel != 1 {
+        return Err(PyValueError::new_err(format!(
+            "{role} must hold exactly one element (a signal word), not {}",
+            seen.numel
+        )));
+    }
+    Ok((region, name))
+}
+
+/// A symmetric tensor (or view) as its region `(index, generation, byte offset, bytes)`
+/// (`_registry._region`).
+#[pyfunction]
+pub(crate) fn region(x: &Bound<'_, PyAny>, role: &str) -> PyResult<RegionArg> {
+    symmetric(x, role).map(|(region, _)| region)
+}
+
+/// A local buffer as its native argument: a region of a symmetric tensor, or `(address,
+/// nbytes)` (`_registry._local`; writable for a destination).
+#[pyfunction]
+#[pyo3(signature = (x, role, *, writable=false))]
+pub(crate) fn local_buffer(
+    x: &Bound<'_, PyAny>,
+    role: &str,
+    writable: bool,
+) -> PyResult<BufferArg> {
+    let access = if writable {
+        Access::Write
+    } else {
+        Access::Read
+    };
+    local(x, role, access).map(|(arg, _)| arg)
+}
+
+/// The heap dtype name of a CPU tensor or array (`AllocationSpec.like`); `role` names it in
+/// errors.
+#[pyfunction]
+pub(crate) fn tensor_dtype(x: &Bound<'_, PyAny>, role: &str) -> PyResult<&'static str> {
+    Ok(inspect(x, role)?.dtype.name())
+}
+
+/// Adds this module's functions to the extension module `m`.
+pub(crate) fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(region, m)?)?;
+    m.add_function(wrap_pyfunction!(local_buffer, m)?)?;
+    m.add_function(wrap_pyfunction!(remembered, m)?)?;
+    m.add_function(wrap_pyfunction!(tensor_dtype, m)?)?;
+    Ok(())
 }

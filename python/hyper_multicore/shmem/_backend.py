@@ -1,7 +1,7 @@
 """Tensors: PyTorch CPU tensors when torch is importable, NumPy arrays otherwise.
 
-This module reads what the data plane needs from any tensor (address, byte length, dtype,
-contiguity) and names the backend's dtypes.
+This module names the backend's dtypes and checks the allocation calls' arguments; the data
+plane reads its tensors natively (``crates/hyper-multicore-py/src/seen.rs``).
 
 Zero copy: the native ``HeapBuffer`` of an allocation holds the address of its bytes in this
 process and keeps the runtime's shared mapping alive. ``_native.Registry`` makes the tensor:
@@ -36,14 +36,6 @@ if torch is None and np is None:  # pragma: no cover
 
 #: Element types the heap can hold, as torch spells them.
 DTYPE_NAMES: tuple[str, ...] = tuple(_native.DTYPES)
-#: The types of signal words and atomics.
-WORD_DTYPES = ("int32", "uint32", "int64", "uint64")
-_WORD_RANGES = {
-    "int32": (-(2**31), 2**31 - 1),
-    "uint32": (0, 2**32 - 1),
-    "int64": (-(2**63), 2**63 - 1),
-    "uint64": (0, 2**64 - 1),
-}
 
 
 def backend() -> str:
@@ -153,56 +145,11 @@ def is_tensor(x: Any) -> bool:
     )
 
 
-def storage_key(x: Any) -> Any:
-    """What identifies the memory a torch tensor views (its storage), or None otherwise."""
-    if torch is not None and isinstance(x, torch.Tensor):
-        return x.untyped_storage()._cdata
-    return None
-
-
 def extent(x: Any) -> tuple[int, int]:
     """The address and byte length of a torch tensor's or NumPy array's elements."""
     if torch is not None and isinstance(x, torch.Tensor):
         return x.data_ptr(), x.nbytes
     return x.__array_interface__["data"][0], x.nbytes
-
-
-def root_base(x: Any) -> Any:
-    """For a NumPy array, the object at the root of its ``base`` chain (a heap array's: its
-    allocation's ``HeapBuffer``)."""
-    base = x
-    while np is not None and isinstance(base, np.ndarray):
-        base = base.base
-    return base
-
-
-class Layout:
-    """What the data plane needs to know about one tensor or array."""
-
-    __slots__ = ("address", "nbytes", "numel", "dtype", "contiguous", "writable")
-
-    def __init__(self, x: Any, role: str) -> None:
-        if torch is not None and isinstance(x, torch.Tensor):
-            if x.device.type != "cpu":
-                raise ValueError(f"{role} must be a CPU tensor, not on {x.device}")
-            self.address = x.data_ptr()
-            self.numel = x.numel()
-            self.nbytes = self.numel * x.element_size()
-            self.dtype = str(x.dtype).removeprefix("torch.")
-            self.contiguous = x.is_contiguous()
-            self.writable = True
-        elif np is not None and isinstance(x, np.ndarray):
-            self.address = x.__array_interface__["data"][0]
-            self.numel = x.size
-            self.nbytes = x.nbytes
-            self.dtype = x.dtype.name
-            self.contiguous = bool(x.flags.c_contiguous)
-            self.writable = bool(x.flags.writeable)
-        else:
-            kind = "a torch tensor" if torch is not None else "a NumPy array"
-            raise TypeError(f"{role} must be {kind}, not {type(x).__name__}")
-        if self.dtype not in DTYPE_NAMES:
-            raise TypeError(f"{role} has dtype {self.dtype}, which the heap cannot hold")
 
 
 def check_int(value: Any, what: str) -> int:
@@ -213,15 +160,6 @@ def check_int(value: Any, what: str) -> int:
         return operator.index(value)
     except TypeError:
         raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
-
-
-def check_word(value: Any, dtype: str, what: str) -> int:
-    """``value`` as an int that fits the word type ``dtype``."""
-    number = check_int(value, what)
-    low, high = _WORD_RANGES[dtype]
-    if not low <= number <= high:
-        raise ValueError(f"{what} {number} does not fit in {dtype} ({low}..{high})")
-    return number
 
 
 #: The largest dimension a tensor can have (torch's are ``int64_t``).

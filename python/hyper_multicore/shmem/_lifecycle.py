@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import _native
 from . import _backend
-from ._backend import Layout, check_alignment, check_int, check_shape
+from ._backend import check_alignment, check_int, check_shape
 from ._data_plane import host_barrier
 from ._errors import (
     HyperMulticoreError,
@@ -395,8 +395,7 @@ class AllocationSpec:
     @classmethod
     def like(cls, tensor: Any, *, alignment_bytes: int | None = None) -> AllocationSpec:
         """The spec of a tensor's shape and dtype."""
-        layout = Layout(tensor, "tensor")
-        return cls(tuple(tensor.shape), layout.dtype, alignment_bytes)
+        return cls(tuple(tensor.shape), _native.tensor_dtype(tensor, "tensor"), alignment_bytes)
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def get(dst: torch.Tensor, hdl: SymmetricMemory, peer: int, offset: int = 0) -> 
         raise ValueError("get: requested range exceeds symmetric allocation")
     block = hdl._block
     source = (*block.key, block.data_offset + start, nbytes)
-    _native.get(_local(dst, "dst", writable=True).arg, source, hdl.pes[peer])
+    _native.get_region(_local(dst, "dst", writable=True), source, hdl.pes[peer])
 
 
 def enable_symm_mem_for_group(group_name: str) -> None:

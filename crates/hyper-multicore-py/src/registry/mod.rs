@@ -1,16 +1,13 @@
-//! The wrapper's allocation registry (`hyper_multicore.shmem._registry`), in one native call per
-//! `empty`, `free` and registration.
+//! The allocations this process holds (`hyper_multicore.shmem._registry`): the one registry,
+//! here, and `shmem.empty` and `shmem.free` themselves.
 //!
-//! The registry's records are [`Allocation`]s (`_registry._Allocation`); its maps stay Python
-//! dicts — `_live` (by `(index, generation)`) and `_by_storage` (by torch storage, or by the
-//! [`HeapBuffer`] at the root of a NumPy array's `base` chain) — and so do the rules about them:
-//! this module does the steps the Python code did, without the interpreter's cost per step
-//! (`empty` + `free` of a small torch tensor on 1 PE: 5.2 µs with the Python code, 1.9 µs now;
-//! of a NumPy array 5.0 → 2.2 µs; see bench/findings.md, rounds 22-24). [`empty`] and [`free`]
-//! are `shmem.empty` and `shmem.free` themselves; they do the plain case
-//! (for `free`: a live, whole, unowned, non-empty tensor or array) and hand anything else to the
-//! wrapper's full path, which raises the precise error as before. Every call that changes the registry holds its
-//! lock ([`RegistryLock`]).
+//! Its records are [`Allocation`]s; its maps are [`AllocationMap`]s — `_live` (by `(index,
+//! generation)`) and `_by_storage` (by torch storage, or by the [`HeapBuffer`] at the root of a
+//! NumPy array's `base` chain), which Python reads as mappings. [`lookup`] finds the allocation
+//! a tensor views (the data plane's [`crate::seen`] asks it). [`empty`] and [`free`] do the
+//! plain case (for `free`: a live, whole, unowned, non-empty tensor or array) in one native
+//! call and hand anything else to the wrapper's full path, which raises the precise error.
+//! Every call that changes the registry holds its lock ([`RegistryLock`]).
 //!
 //! A torch tensor is made from a DLPack capsule of its allocation's bytes
 //! ([`heap_capsule`](crate::memory::heap_capsule)), whose owner ([`StorageWatch`]) holds the
@@ -25,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 use hyper_multicore::shmem::{AllocationSpec, Dtype};
 use parking_lot::Mutex;
 
-use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -36,26 +33,30 @@ use pyo3::PyTraverseError;
 use crate::heap::HeapBuffer;
 use crate::lock::RegistryLock;
 
+mod map;
+
+pub(crate) use map::{AllocationMap, Key};
+
 /// One allocation handed to Python (`_registry._Allocation`): its identity, where it lives,
 /// and its full tensor.
 #[pyclass(weakref, module = "hyper_multicore._native")]
 pub(crate) struct Allocation {
     #[pyo3(get)]
-    index: u64,
+    pub(crate) index: u64,
     #[pyo3(get)]
-    generation: u64,
+    pub(crate) generation: u64,
     #[pyo3(get)]
     heap_offset: u64,
     #[pyo3(get)]
-    nbytes: u64,
+    pub(crate) nbytes: u64,
     #[pyo3(get)]
     alignment: u64,
     /// The address of its first byte in this process.
     #[pyo3(get)]
-    address: usize,
+    pub(crate) address: usize,
     /// False once freed or released: its tensors are stale.
     #[pyo3(get, set)]
-    live: bool,
+    pub(crate) live: bool,
     /// The full tensor, referenced while the allocation is live (so its storage, and the
     /// storage's key, stay unique); dropped when it is freed or released.
     #[pyo3(get, set)]
@@ -63,7 +64,7 @@ pub(crate) struct Allocation {
     /// The shared root's consumer that owns it (None outside a shared root): data-plane calls
     /// on it need that consumer's lease (`owner.check_lease(role)`).
     #[pyo3(get, set)]
-    owner: Option<Py<PyAny>>,
+    pub(crate) owner: Option<Py<PyAny>>,
 }
 
 impl Allocation {
@@ -121,10 +122,14 @@ impl Allocation {
 /// import.
 #[pyclass(frozen, module = "hyper_multicore._native")]
 pub(crate) struct Registry {
-    /// `_registry._live`.
-    live: Py<PyDict>,
-    /// `_registry._by_storage`.
-    by_storage: Py<PyDict>,
+    /// Live allocations by `(index, generation)` (`_registry._live`).
+    #[pyo3(get)]
+    live: Py<AllocationMap>,
+    /// Every allocation whose memory may still be viewed, live or stale, by what identifies
+    /// that memory ([`Registry::key_of`]; `_registry._by_storage`). An entry goes when the
+    /// memory's last storage or array dies.
+    #[pyo3(get)]
+    by_storage: Py<AllocationMap>,
     /// `_registry._lock`, held by every call that changes the registry.
     lock: Py<RegistryLock>,
     /// `_backend._CHECKED_DTYPES`: the heap dtype name of each dtype argument seen before.
@@ -169,16 +174,11 @@ enum Backend {
 
 #[pymethods]
 impl Registry {
-    /// A registry over `live` and `by_storage`, held by `lock`, with the tensor library and
-    /// dtype names of the module `backend` (`shmem._backend`): torch tensors, or NumPy arrays
-    /// when its `torch` is None.
+    /// An empty registry held by `lock`, with the tensor library and dtype names of the module
+    /// `backend` (`shmem._backend`): torch tensors, or NumPy arrays when its `torch` is None.
     #[new]
-    fn new(
-        live: Py<PyDict>,
-        by_storage: Py<PyDict>,
-        lock: Py<RegistryLock>,
-        backend: &Bound<'_, PyAny>,
-    ) -> PyResult<Self> {
+    fn new(lock: Py<RegistryLock>, backend: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let py = backend.py();
         let torch = Some(backend.getattr("torch")?).filter(|torch| !torch.is_none());
         let numpy = Some(backend.getattr("np")?).filter(|numpy| !numpy.is_none());
         let numpy_dtype = match &numpy {
@@ -212,8 +212,8 @@ impl Registry {
             }
         };
         Ok(Registry {
-            live,
-            by_storage,
+            live: Py::new(py, AllocationMap::default())?,
+            by_storage: Py::new(py, AllocationMap::default())?,
             lock,
             checked_dtypes: checked_dtypes.unbind(),
             to_dtype,
@@ -298,7 +298,34 @@ impl Registry {
         // Dropped outside the borrow: the tensor's death may run Python code (weak references'
         // callbacks).
         drop(tensor);
-        remove(self.live.bind(py), id)
+        self.live.get().remove(Key::Id(id.0, id.1));
+        Ok(())
+    }
+
+    /// The allocation `x` views (live or stale), or None (`_registry._lookup`).
+    fn lookup<'py>(&self, x: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, Allocation>>> {
+        Ok(match self.key_of(x)? {
+            Some(key) => self.by_storage.get().find(x.py(), key),
+            None => None,
+        })
+    }
+
+    /// The live allocation whose tensor `empty` or `restart` returned is `x` itself, wherever
+    /// `x`'s storage points now (`share_memory_()` copies it out of the heap), or None
+    /// (`_registry._allocation_made_as`).
+    fn made_as<'py>(&self, x: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, Allocation>>> {
+        let py = x.py();
+        let _held = self.lock.get().hold(py)?;
+        Ok(self
+            .live
+            .get()
+            .values(py)
+            .into_iter()
+            .find_map(|allocation| {
+                let allocation = allocation.into_bound(py);
+                let made = allocation.borrow().tensor.as_ref().is_some_and(|t| t.is(x));
+                made.then_some(allocation)
+            }))
     }
 }
 
@@ -362,8 +389,7 @@ impl Registry {
         let Some(key) = self.key_of(tensor)? else {
             return Ok(not_plain);
         };
-        let found = self.by_storage.bind(py).get_item(key)?;
-        let Some(allocation) = found.and_then(|found| found.cast_into::<Allocation>().ok()) else {
+        let Some(allocation) = self.by_storage.get().find(py, key) else {
             return Ok(not_plain);
         };
         // Copied out first: the tensor's `nbytes` and `data_ptr` may run Python code (a
@@ -469,10 +495,16 @@ impl Registry {
     /// What identifies the memory `tensor` views in `_by_storage`: its storage's `_cdata`
     /// (torch), or the address of the [`HeapBuffer`] at the root of its `base` chain (NumPy;
     /// None if the root is something else).
-    fn key_of<'py>(&self, tensor: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    fn key_of(&self, tensor: &Bound<'_, PyAny>) -> PyResult<Option<Key>> {
         let py = tensor.py();
-        let Backend::NumPy { ndarray, .. } = &self.backend else {
-            return storage_key(tensor).map(Some);
+        let ndarray = match &self.backend {
+            Backend::Torch { tensor_type, .. } => {
+                return match tensor.is_instance(tensor_type.bind(py))? {
+                    true => storage_key(tensor).map(Some),
+                    false => Ok(None),
+                }
+            }
+            Backend::NumPy { ndarray, .. } => ndarray,
         };
         let mut root = tensor.clone();
         while root.is_instance(ndarray.bind(py))? {
@@ -484,7 +516,7 @@ impl Registry {
         }
         Ok(root
             .is_instance_of::<HeapBuffer>()
-            .then(|| PyInt::new(py, root.as_ptr() as usize).into_any()))
+            .then(|| Key::Storage(root.as_ptr() as usize)))
     }
 
     /// [`Registry::allocate`] of `shape` (as `dims` and as the tuple `shape`); the caller
@@ -579,7 +611,7 @@ impl Registry {
                     None => viewed(made(&[nbytes.max(1)], Dtype::U8)?, intern!(py, "reshape"))?,
                 };
                 let key = storage_key(&tensor)?;
-                let _ = watch.key.set(key.clone().unbind());
+                let _ = watch.key.set(key);
                 (tensor, key)
             }
             Backend::NumPy { asarray, .. } => {
@@ -587,7 +619,7 @@ impl Registry {
                 // which holds the mapping; a weak reference to it drops the entry.
                 let buffer = Bound::new(py, buffer)?;
                 let bytes = asarray.bind(py).call1((&buffer,))?;
-                let key = PyInt::new(py, buffer.as_ptr() as usize).into_any();
+                let key = Key::Storage(buffer.as_ptr() as usize);
                 let reshape = intern!(py, "reshape");
                 let tensor = if nbytes == 0 {
                     viewed(bytes, reshape)?
@@ -601,7 +633,7 @@ impl Registry {
                 let forget = Bound::new(
                     py,
                     ForgetStorage {
-                        key: key.clone().unbind(),
+                        key,
                         by_storage: self.by_storage.clone_ref(py),
                         own_ref: Mutex::new(None),
                     },
@@ -616,8 +648,11 @@ impl Registry {
             record.tensor = Some(tensor.clone().unbind());
             (record.index, record.generation)
         };
-        self.live.bind(py).set_item(id, &allocation)?;
-        self.by_storage.bind(py).set_item(key, &allocation)?;
+        let allocation = allocation.unbind();
+        self.live
+            .get()
+            .insert(Key::Id(id.0, id.1), allocation.clone_ref(py));
+        self.by_storage.get().insert(key, allocation);
         Ok(tensor)
     }
 }
@@ -700,10 +735,10 @@ struct Layout<'a, 'py> {
 /// and the storage's entry in `_by_storage` (its `key`), dropped then.
 struct StorageWatch {
     _mapping: HeapBuffer,
-    key: OnceLock<Py<PyAny>>,
+    key: OnceLock<Key>,
     /// (Taken when dropped, attached to the interpreter: a reference dropped unattached waits
     /// in PyO3's pool, behind a lock, for the next call into the extension.)
-    by_storage: Option<Py<PyDict>>,
+    by_storage: Option<Py<AllocationMap>>,
 }
 
 impl Drop for StorageWatch {
@@ -711,11 +746,9 @@ impl Drop for StorageWatch {
         let (key, by_storage) = (self.key.take(), self.by_storage.take());
         // torch drops a storage on the thread that let go of it last, with the GIL or without
         // (an autograd thread); at the interpreter's exit the entry stays.
-        Python::try_attach(|py| {
+        Python::try_attach(|_| {
             if let (Some(key), Some(by_storage)) = (key, by_storage) {
-                if let Err(error) = remove(by_storage.bind(py), key.bind(py)) {
-                    error.write_unraisable(py, None);
-                }
+                by_storage.get().remove(key);
             }
         });
     }
@@ -734,21 +767,13 @@ fn describable(shape: &[usize], dtype: Dtype) -> bool {
         .is_some_and(|extent| i64::try_from(extent).is_ok())
 }
 
-/// Removes `key` from `dict` if it is there (one lookup, where `contains` and `del_item` take
-/// two).
-fn remove<'py>(dict: &Bound<'py, PyDict>, key: impl IntoPyObject<'py>) -> PyResult<()> {
-    match dict.del_item(key) {
-        Err(error) if error.is_instance_of::<PyKeyError>(dict.py()) => Ok(()),
-        done => done,
-    }
-}
-
 /// What identifies the memory a torch tensor views: `tensor.untyped_storage()._cdata`.
-fn storage_key<'py>(tensor: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+fn storage_key(tensor: &Bound<'_, PyAny>) -> PyResult<Key> {
     let py = tensor.py();
-    tensor
+    let cdata = tensor
         .call_method0(intern!(py, "untyped_storage"))?
-        .getattr(intern!(py, "_cdata"))
+        .getattr(intern!(py, "_cdata"))?;
+    Ok(Key::Storage(cdata.extract()?))
 }
 
 /// The callback of the weak reference that watches an allocation's NumPy arrays (the
@@ -756,8 +781,8 @@ fn storage_key<'py>(tensor: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
 /// entry from `_by_storage`.
 #[pyclass(frozen, module = "hyper_multicore._native")]
 struct ForgetStorage {
-    key: Py<PyAny>,
-    by_storage: Py<PyDict>,
+    key: Key,
+    by_storage: Py<AllocationMap>,
     /// The weak reference this is the callback of, until it runs: nothing else holds it. (Let
     /// go when it runs: the collector, calling it for a watched object in cyclic garbage,
     /// leaves it attached to the weak reference.)
@@ -766,10 +791,15 @@ struct ForgetStorage {
 
 #[pymethods]
 impl ForgetStorage {
-    fn __call__(&self, py: Python<'_>, _dead: &Bound<'_, PyAny>) -> PyResult<()> {
-        remove(self.by_storage.bind(py), self.key.bind(py))?;
+    fn __call__(&self, _dead: &Bound<'_, PyAny>) {
+        self.by_storage.get().remove(self.key);
         let own_ref = self.own_ref.lock().take();
         drop(own_ref);
-        Ok(())
     }
+}
+
+/// The allocation `x` (a tensor or array, or anything else) views, live or stale, in the
+/// installed registry; None if it views none.
+pub(crate) fn lookup<'py>(x: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, Allocation>>> {
+    installed(x.py())?.get().lookup(x)
 }
