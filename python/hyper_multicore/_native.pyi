@@ -147,10 +147,14 @@ def tensor_dtype(x: Any, role: str) -> str: ...
 def remembered() -> int: ...
 
 # symm_mem (hyper_multicore.symm_mem): allocations as (index, generation), places in them as
-# byte offsets; a move is (pe, source byte offset, target byte offset, bytes).
+# byte offsets; a symmetric tensor as (allocation, byte offset, bytes); a private one as
+# (address, bytes); an operator's members as (the block whose pad its barriers use, the members'
+# PEs, this PE's rank among them, the pad row's byte offset).
 
 AllocationKey: TypeAlias = tuple[int, int]
-Move: TypeAlias = tuple[int, int, int, int]
+Place: TypeAlias = tuple[AllocationKey, int, int]
+Private: TypeAlias = tuple[int, int]
+Members: TypeAlias = tuple[AllocationKey, list[int], int, int]
 
 def symm_put_signal(allocation: AllocationKey, offset: int, pe: int) -> None: ...
 def symm_wait_signal(
@@ -163,7 +167,20 @@ def symm_addresses(allocation: AllocationKey, pes: list[int]) -> list[int]: ...
 def symm_peer_capsule(
     allocation: AllocationKey, pe: int, offset: int, dims: list[int], dtype: str
 ) -> Any: ...
-def symm_get_many(target: AllocationKey, source: AllocationKey, moves: list[Move]) -> None: ...
+def symm_one_shot(input: Place, dtype: str, members: Members, out: Private) -> None: ...
+def symm_two_shot(
+    input: Place, dtype: str, members: Members, output: Private | None = None
+) -> None: ...
+def symm_reduce_scatter(
+    input: Place, dtype: str, members: Members, rows: int, output: Private
+) -> None: ...
+def symm_all_to_all(
+    kind: str,
+    major_align: int,
+    tensors: tuple[Place, Place, Place, Place],
+    row_bytes: int,
+    members: Members,
+) -> None: ...
 
 # shared root
 

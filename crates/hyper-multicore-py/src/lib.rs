@@ -165,6 +165,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(symm_mem::symm_barrier, m)?)?;
     m.add_function(wrap_pyfunction!(symm_mem::symm_addresses, m)?)?;
     m.add_function(wrap_pyfunction!(symm_mem::symm_peer_capsule, m)?)?;
-    m.add_function(wrap_pyfunction!(symm_mem::symm_get_many, m)?)?;
+    symm_mem::register_ops(m)?;
     Ok(())
 }

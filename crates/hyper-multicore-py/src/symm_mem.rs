@@ -1,7 +1,8 @@
 //! The native side of `hyper_multicore.symm_mem`, torch's symmetric-memory API on CPU tensors:
-//! the signal-pad protocol (`put_signal`, `wait_signal`, `barrier` of a handle) and the bytes of
-//! peers' buffers, seen directly where a peer shares this host's segment and moved through the
-//! runtime's routes (shared memory or UCX) where it does not.
+//! the signal-pad protocol (`put_signal`, `wait_signal`, `barrier` of a handle), peers' buffers
+//! seen directly where a peer shares this host's segment, and the kernels of torch's
+//! `torch.ops.symm_mem` operators ([`ops`]), which reach every peer through the runtime's routes
+//! (shared memory or UCX).
 //!
 //! Every symm_mem allocation is one heap allocation laid out as torch's CUDA backend lays out
 //! its blocks: the signal pad first (`uint32` words, zeroed by `empty` on every PE before a
@@ -32,12 +33,12 @@ use pyo3::prelude::*;
 use crate::errors::py_result;
 use crate::heap::Target;
 
+mod ops;
+
+pub(crate) use ops::register as register_ops;
+
 /// An allocation as the wrapper passes it: `(index, generation)`.
 type AllocationArg = (u64, u64);
-
-/// One move between a peer's copy of one allocation and this PE's copy of another:
-/// `(pe, byte offset in the source, byte offset in the target, bytes)`.
-type Move = (usize, u64, u64, u64);
 
 /// The id of `allocation`.
 fn id((index, generation): AllocationArg) -> AllocationId {
@@ -147,17 +148,31 @@ pub(crate) fn symm_barrier(
         py,
         py.detach(|| {
             lifecycle::guarded("barrier", |shmem| {
-                let others = || pes.iter().enumerate().filter(|&(i, _)| i != me);
-                for (_, &pe) in others() {
-                    put_one(shmem, allocation, row + 4 * me as u64, pe)?;
-                }
-                for (i, _) in others() {
-                    wait_one(shmem, allocation, row + 4 * i as u64, timeout)?;
-                }
-                Ok(())
+                meet(shmem, allocation, &pes, me, row, timeout)
             })
         }),
     )
+}
+
+/// The barrier of [`symm_barrier`] (and of every operator's kernel): member `me` of `pes`
+/// signals every other member's word `row + 4 * me` of `allocation`, then waits for and
+/// consumes a signal in each of its own words `row + 4 * i`.
+fn meet(
+    shmem: &Shmem,
+    allocation: AllocationArg,
+    pes: &[usize],
+    me: usize,
+    row: u64,
+    timeout: Option<Duration>,
+) -> hyper_multicore::Result<()> {
+    let others = || pes.iter().enumerate().filter(|&(i, _)| i != me);
+    for (_, &pe) in others() {
+        put_one(shmem, allocation, row + 4 * me as u64, pe)?;
+    }
+    for (i, _) in others() {
+        wait_one(shmem, allocation, row + 4 * i as u64, timeout)?;
+    }
+    Ok(())
 }
 
 /// The whole of `allocation`, as a region.
@@ -223,29 +238,4 @@ pub(crate) fn symm_peer_capsule<'py>(
     let (address, span, mapping) = py_result(py, found)?;
     let owner: Arc<dyn Send + Sync> = Arc::new(mapping);
     crate::memory::heap_capsule(py, [address, span], &dims, dtype, owner)
-}
-
-/// Gets, for each [`Move`] `(pe, from, to, bytes)`, `bytes` bytes at `from` of PE `pe`'s copy
-/// of `source` into this PE's copy of `target` at `to`: heap to heap, each byte moved once,
-/// over each PE's route.
-#[pyfunction]
-pub(crate) fn symm_get_many(
-    py: Python<'_>,
-    target: AllocationArg,
-    source: AllocationArg,
-    moves: Vec<Move>,
-) -> PyResult<()> {
-    py_result(
-        py,
-        py.detach(|| {
-            lifecycle::guarded("get", |shmem| {
-                for &(pe, from, to, bytes) in moves.iter().filter(|m| m.3 > 0) {
-                    let into = Target::<u8>::new(shmem.region(id(target), to, bytes)?);
-                    let remote = Target::<u8>::new(shmem.region(id(source), from, bytes)?);
-                    shmem.get_into(&into, &remote, pe)?;
-                }
-                Ok(())
-            })
-        }),
-    )
 }

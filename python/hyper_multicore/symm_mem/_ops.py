@@ -4,13 +4,14 @@ implementations): ``one_shot_all_reduce`` (and ``_out``, ``_copy``, ``_copy_out`
 ``two_shot_all_reduce_`` (and ``_out``), ``reduce_scatter_out``, ``all_to_all_vdev``,
 ``all_to_all_vdev_2d`` and ``all_to_all_vdev_2d_offset``.
 
-Each kernel follows torch's CUDA kernel step for step: a barrier on the input's signal pad
-(every member's input is ready), the work, a barrier again (no member changes its input
-before every member has read it). Members on this host are read and written where their
-memory lies (views of their heaps); members on another host through the runtime (gets into a
-private copy, puts; UCX). Reductions add the members' values in rank order with torch's CPU
-arithmetic, as the CUDA kernels do (``acc = v0; acc += v1; …``, rounding to the dtype after
-each addition), so every member ends with the same bits.
+Each kernel here checks its arguments as torch does and makes one native call, which does the
+work (``crates/hyper-multicore-py/src/symm_mem/ops.rs``) as torch's CUDA kernel does: a
+barrier on the input's signal pad (every member's input is ready), the work, a barrier again
+(no member changes its input before every member has read it). Members on this host are read
+and written where their memory lies; members on another host through the runtime (UCX).
+Reductions add the members' values in rank order with the runtime's reduction kernels, as the
+CUDA kernels do (``acc = v0; acc += v1; …``, rounding to the dtype after each addition, as
+torch's CPU arithmetic does), so every member ends with the same bits.
 
 Where torch's CUDA kernels need 4-byte aligned sizes (vector loads), these take any size; the
 reductions take float32 and bfloat16 as torch does, and float16 and float64 besides.
@@ -22,7 +23,8 @@ from typing import Any
 
 import torch
 
-from .. import _native, shmem
+from .. import _native
+from ..shmem._registry import _lookup
 from ._memory import SymmetricMemory, _block_of, rendezvous
 
 #: The dtypes the reductions take.
@@ -51,58 +53,45 @@ def _reducible(op: str, tensor: torch.Tensor) -> None:
         raise RuntimeError(f'"{op}" not implemented for {tensor.dtype}')
 
 
-def _byte_offset(handle: SymmetricMemory, tensor: torch.Tensor) -> int:
-    """Where ``tensor`` starts in its allocation (the same on every member)."""
-    return tensor.data_ptr() - handle._block.allocation.address
+#: The reducible dtypes' names in the native kernels.
+_NAMES = {
+    torch.float32: "float32",
+    torch.bfloat16: "bfloat16",
+    torch.float16: "float16",
+    torch.float64: "float64",
+}
 
 
-def _member(handle: SymmetricMemory, rank: int, tensor: torch.Tensor) -> torch.Tensor:
-    """Member ``rank``'s copy of ``tensor`` (contiguous, in ``handle``'s block): a view of its
-    memory where the member shares this host's heap segment, else a private copy fetched
-    through the runtime."""
-    if handle._bases[rank]:
-        key = (rank, _byte_offset(handle, tensor), tensor.shape, tensor.dtype)
-        view = handle._views.get(key)
-        if view is None:
-            raw = handle._peer_tensor(rank, key[1], tensor.numel() * tensor.element_size())
-            view = raw.view(tensor.dtype).view(tensor.shape)
-            handle._views[key] = view
-        return view
-    copy = torch.empty_like(tensor)
-    shmem.get(copy, tensor, handle.pes[rank])
-    return copy
+def _place(handle: SymmetricMemory, tensor: torch.Tensor) -> tuple[Any, int, int]:
+    """``tensor`` (contiguous, in ``handle``'s block) as the kernels take it: its allocation,
+    where it starts in it (the same on every member) and its length in bytes."""
+    block = handle._block
+    offset = tensor.data_ptr() - block.allocation.address
+    return (block.key, offset, tensor.numel() * tensor.element_size())
 
 
-def _members(handle: SymmetricMemory, tensor: torch.Tensor) -> list[torch.Tensor]:
-    """Every member's copy of ``tensor``, in rank order (see :func:`_member`)."""
-    return [_member(handle, rank, tensor) for rank in range(handle.world_size)]
+def _private(tensor: torch.Tensor) -> tuple[int, int]:
+    """A private output as the kernels take it: ``(address, bytes)`` (the caller keeps the
+    tensor referenced during the call)."""
+    return (tensor.data_ptr(), tensor.numel() * tensor.element_size())
 
 
-def _write_members(handle: SymmetricMemory, tensor: torch.Tensor, value: torch.Tensor) -> None:
-    """Writes ``value`` into every member's copy of ``tensor`` (directly on this host, by a put
-    through the runtime elsewhere)."""
-    for rank, pe in enumerate(handle.pes):
-        if handle._bases[rank]:
-            _member(handle, rank, tensor).copy_(value)
-        else:
-            shmem.put(tensor, value, pe)
-
-
-def _sum(parts: list[torch.Tensor], out: torch.Tensor) -> None:
-    """``out = parts[0] + parts[1] + …`` in that order, rounded to the dtype after each
-    addition (``out`` aliases none of the parts)."""
-    if len(parts) == 1:
-        out.copy_(parts[0])
+def _into_private(out: torch.Tensor, compute: Any) -> None:
+    """Runs ``compute(private)`` with a private tensor like ``out`` (``out`` itself unless it
+    lies in the symmetric heap, where the kernels do not write private outputs), then makes
+    sure ``out`` holds the result."""
+    if _block_of(out) is None and _lookup(out) is None:
+        compute(out)
         return
-    torch.add(parts[0], parts[1], out=out)
-    for part in parts[2:]:
-        out.add_(part)
+    private = torch.empty_like(out)
+    compute(private)
+    out.copy_(private)
 
 
-def _share(numel: int, world_size: int, rank: int) -> slice:
-    """The elements member ``rank`` reduces in a two-shot all-reduce."""
-    per = -(-numel // world_size)
-    return slice(min(numel, rank * per), min(numel, (rank + 1) * per))
+def _members(handle: SymmetricMemory) -> tuple[Any, list[int], int, int]:
+    """Who meets in a kernel, and where: the handle's block (whose pad the barriers use), its
+    members' PEs, this PE's rank among them and the pad row of channel 0."""
+    return (handle._block.key, handle._pe_list, handle.rank, handle._row(0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,16 +120,16 @@ def _one_shot(
             local_input.numel() <= input.numel(),
             f"{op}: local input size must be smaller than symm buffer size.",
         )
+    _check(input.dtype == out.dtype, f"{op}: input and output dtypes differ")
     if input.numel() == 0:
-        _check(input.dtype == out.dtype, f"{op}: input and output dtypes differ")
         return out
     handle = _handle(op, input, group_name)
     _reducible(op, input)
     if local_input is not None:
         input.view(-1)[: local_input.numel()].copy_(local_input.view(-1))
-    handle.barrier(0)
-    _sum(_members(handle, input), out)
-    handle.barrier(0)
+    members = _members(handle)
+    place, dtype = _place(handle, input), _NAMES[input.dtype]
+    _into_private(out, lambda into: _native.symm_one_shot(place, dtype, members, _private(into)))
     return out
 
 
@@ -190,34 +179,19 @@ def _two_shot(
             f"{op}: input/output size mismatch, input.sizes(): {list(input.shape)}, "
             f"output.sizes(): {list(output.shape)}",
         )
-    if input.numel() == 0:
-        if output is None:
-            return input
         _check(output.dtype == input.dtype, f"{op}: input and output dtypes differ")
-        return output
+    if input.numel() == 0:
+        return input if output is None else output
     _reducible(op, input)
-    flat = input.view(-1)
-    mine = flat[_share(flat.numel(), handle.world_size, handle.rank)]
-    handle.barrier(0)
-    reduced = torch.empty_like(mine)
-    if mine.numel():
-        _sum(_members(handle, mine), reduced)
+    members = _members(handle)
+    place, dtype = _place(handle, input), _NAMES[input.dtype]
     if output is None:
-        # In place: this member's share into every member's input.
-        if mine.numel():
-            _write_members(handle, mine, reduced)
-        handle.barrier(0)
+        _native.symm_two_shot(place, dtype, members)
         return input
-    # Into output: this member's share into its own input (as torch's kernel leaves it), then
-    # every member's share from its input into output.
-    mine.copy_(reduced)
-    handle.barrier(0)
-    out = output.view(-1)
-    for rank in range(handle.world_size):
-        share = _share(flat.numel(), handle.world_size, rank)
-        if share.stop > share.start:
-            out[share].copy_(_member(handle, rank, flat[share]))
-    handle.barrier(0)
+    _into_private(
+        output,
+        lambda into: _native.symm_two_shot(place, dtype, members, _private(into)),
+    )
     return output
 
 
@@ -269,22 +243,17 @@ def reduce_scatter_out(
             output.numel() == input.numel() // world_size,
             f"{op}: output must have input.numel() / world_size elements",
         )
+    _check(input.dtype == output.dtype, f"{op}: input and output dtypes differ")
     if input.numel() == 0:
-        _check(input.dtype == output.dtype, f"{op}: input and output dtypes differ")
         return output
     _reducible(op, input)
-    handle.barrier(0)
-    if split_last_dim:
-        width = input.shape[-1] // world_size
-        columns = slice(handle.rank * width, (handle.rank + 1) * width)
-        parts = [m.view(-1, input.shape[-1])[:, columns] for m in _members(handle, input)]
-        _sum(parts, output.view(-1, width))
-    else:
-        flat = input.view(-1)
-        per = flat.numel() // world_size
-        mine = flat[handle.rank * per : (handle.rank + 1) * per]
-        _sum(_members(handle, mine), output)
-    handle.barrier(0)
+    rows = input.numel() // input.shape[-1] if split_last_dim else 1
+    members = _members(handle)
+    place, dtype = _place(handle, input), _NAMES[input.dtype]
+    _into_private(
+        output,
+        lambda into: _native.symm_reduce_scatter(place, dtype, members, rows, _private(into)),
+    )
     return output
 
 
@@ -315,49 +284,23 @@ def _splits(op: str, *tensors: torch.Tensor) -> None:
         _check(tensor.dtype == torch.int64, f"{op}: splits and offsets must be int64")
 
 
-def _exchange(
+def _all_to_all(
     op: str,
+    kind: str,
+    major_align: int,
     handle: SymmetricMemory,
-    input: torch.Tensor,
-    out: torch.Tensor,
-    sources: list[tuple[int, int, int, int]],
+    tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
 ) -> None:
-    """Gets every ``(rank, source row, target row, rows)`` of ``sources``: ``rows`` rows of
-    member ``rank``'s ``input`` into this member's ``out``, after checking both ranges."""
-    out_handle = _handle(op, out, handle.group_name, "out")
-    row = input.stride(0) * input.element_size()
-    input_at = _byte_offset(handle, input)
-    out_at = _byte_offset(out_handle, out)
-    moves = []
-    for rank, source, target, rows in sources:
-        if rows == 0:
-            continue
-        _check(
-            0 <= source and source + rows <= input.shape[0],
-            f"{op}: rank {rank} sends rows {source}..{source + rows} of its input, which has "
-            f"{input.shape[0]}",
-        )
-        _check(
-            target + rows <= out.shape[0],
-            f"{op}: out has {out.shape[0]} rows, too few for rows {target}..{target + rows} "
-            f"from rank {rank}",
-        )
-        moves.append((handle.pes[rank], input_at + source * row, out_at + target * row, rows * row))
-    _native.symm_get_many(out_handle._block.key, handle._block.key, moves)
-
-
-def _published(handle: SymmetricMemory, splits: torch.Tensor) -> list[list[int]]:
-    """Every member's ``splits`` (a symmetric int64 tensor), as lists, in rank order."""
-    splits_handle = _handle("all_to_all_vdev", splits, handle.group_name, "splits")
-    return [m.view(-1).tolist() for m in _members(splits_handle, splits)]
-
-
-def _exclusive_scan(values: list[int]) -> list[int]:
-    total, scan = 0, []
-    for value in values:
-        scan.append(total)
-        total += value
-    return scan
+    """The native all-to-all ``kind`` over ``tensors`` = (input, out, splits,
+    out_splits_offsets), every one made by ``empty``."""
+    input, out, splits, out_splits_offsets = tensors
+    what = ("input", "out", "splits", "out_splits_offsets")
+    places = [
+        _place(_handle(op, tensor, handle.group_name, name), tensor)
+        for tensor, name in zip(tensors, what)
+    ]
+    row_bytes = input.stride(0) * input.element_size()
+    _native.symm_all_to_all(kind, major_align, places, max(row_bytes, 1), _members(handle))
 
 
 def all_to_all_vdev(
@@ -385,18 +328,7 @@ def all_to_all_vdev(
         f"out_splits_offsets must have shape [2, world_size] = [2, {world_size}], got "
         f"{list(out_splits_offsets.shape)}",
     )
-    handle.barrier(0)
-    me = handle.rank
-    published = _published(handle, in_splits)
-    received = [splits[me] for splits in published]
-    offsets = _exclusive_scan(received)
-    sources = [
-        (rank, _exclusive_scan(splits)[me], offsets[rank], received[rank])
-        for rank, splits in enumerate(published)
-    ]
-    _exchange(op, handle, input, out, sources)
-    out_splits_offsets.copy_(torch.tensor([received, offsets], dtype=torch.int64))
-    handle.barrier(0)
+    _all_to_all(op, "flat", 1, handle, (input, out, in_splits, out_splits_offsets))
 
 
 def all_to_all_vdev_2d(
@@ -426,26 +358,7 @@ def all_to_all_vdev_2d(
     )
     align = 1 if major_align is None else major_align
     _check(align > 0, "major_align must be positive")
-    experts = nsplits // world_size
-    handle.barrier(0)
-    me = handle.rank
-    published = _published(handle, in_splits)
-    starts = [_exclusive_scan(splits) for splits in published]
-    received = [
-        published[rank][me * experts + e] for e in range(experts) for rank in range(world_size)
-    ]
-    offsets, sources, at = [], [], 0
-    for e in range(experts):
-        chunks = received[e * world_size : (e + 1) * world_size]
-        for rank, rows in enumerate(chunks):
-            offsets.append(at)
-            sources.append((rank, starts[rank][me * experts + e], at, rows))
-            at += rows
-        total = sum(chunks)
-        at += max(-(-total // align) * align, align) - total
-    _exchange(op, handle, input, out, sources)
-    out_splits_offsets.copy_(torch.tensor([received, offsets], dtype=torch.int64))
-    handle.barrier(0)
+    _all_to_all(op, "dispatch", align, handle, (input, out, in_splits, out_splits_offsets))
 
 
 def all_to_all_vdev_2d_offset(
@@ -477,22 +390,7 @@ def all_to_all_vdev_2d_offset(
         tuple(out_splits_offsets.shape) == (2, nsplits),
         f"out_splits_offsets must have shape [2, {nsplits}], got {list(out_splits_offsets.shape)}",
     )
-    experts = nsplits // world_size
-    handle.barrier(0)
-    me = handle.rank
-    published = _published(handle, in_splits_offsets)
-    received, sources, at = [], [], 0
-    for rank, both in enumerate(published):
-        splits, starts = both[:nsplits], both[nsplits:]
-        for e in range(experts):
-            rows = splits[e * world_size + me]
-            received.append(rows)
-            sources.append((rank, starts[e * world_size + me], at, rows))
-            at += rows
-    offsets = _exclusive_scan(received)
-    _exchange(op, handle, input, out, sources)
-    out_splits_offsets.copy_(torch.tensor([received, offsets], dtype=torch.int64))
-    handle.barrier(0)
+    _all_to_all(op, "combine", 1, handle, (input, out, in_splits_offsets, out_splits_offsets))
 
 
 #: The kernels, by torch's operator name.

@@ -1,5 +1,5 @@
 //! Reductions: the operators ([`ReduceOp`]), the element types they combine ([`Reducible`]:
-//! 8- to 64-bit integers, `f32`/`f64`, and complex numbers as `[re, im]` pairs) and the
+//! 8- to 64-bit integers, `f32`/`f64`, the 16-bit floats `bf16`/`f16`, and complex numbers as `[re, im]` pairs) and the
 //! reduction over a set of PEs ([`Shmem::reduce`]): every PE of the root, or the members of a
 //! world subgroup (an OpenSHMEM team or active set). [`Shmem::all_reduce`] is its whole-root,
 //! typed form.
@@ -211,6 +211,25 @@ macro_rules! reducible_floats {
 }
 reducible_floats!(f32, f64);
 
+macro_rules! reducible_halves {
+    ($($ty:ty),*) => {$(
+        /// A 16-bit float (sum, product, min, max), combined as torch's CPU kernels combine it:
+        /// both values widened to `f32`, combined there, and rounded back to the nearest (ties
+        /// to even) once per combine.
+        impl Reducible for $ty {
+            fn supports(op: ReduceOp) -> bool {
+                f32::supports(op)
+            }
+
+            #[inline]
+            fn combine(self, other: Self, op: ReduceOp) -> Self {
+                <$ty>::from_f32(self.to_f32().combine(other.to_f32(), op))
+            }
+        }
+    )*};
+}
+reducible_halves!(half::bf16, half::f16);
+
 /// The PEs a collective (a reduction, [`Shmem::broadcast_bytes`], …) runs over.
 #[derive(Clone, Copy, Debug)]
 pub enum ReduceSet<'a> {
@@ -419,6 +438,90 @@ impl Shmem {
     }
 }
 
+impl Shmem {
+    /// Elements `first..first + result.len()` of `source` on every PE of `pes`, combined with
+    /// `op` in the order of `pes` into `result`, a private buffer: `result = x0 ⊕ x1 ⊕ …`, each
+    /// combine rounded to `T` (so a float result has the bits of that order). PEs whose heap is
+    /// mapped here are read where their values lie; the others through their route (a get into
+    /// a private copy). A building block for collectives a front composes itself (torch's
+    /// symmetric-memory operators): no PE waits here, so the caller makes sure the sources are
+    /// ready and stay unchanged while it reads them.
+    pub fn combine_sources<T: Reducible>(
+        &self,
+        pes: &[usize],
+        source: Region,
+        first: usize,
+        result: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
+        const OP: &str = "combine";
+        let width = std::mem::size_of::<T>();
+        let end = (first + result.len()) * width;
+        let problem = if !T::supports(op) {
+            Some(format!(
+                "{op:?} does not apply to {}",
+                std::any::type_name::<T>()
+            ))
+        } else if pes.is_empty() {
+            Some("no PE to combine".to_string())
+        } else if let Some(pe) = pes.iter().find(|&&pe| pe >= self.size) {
+            Some(format!(
+                "{pe} is not a PE of this root of {} PEs",
+                self.size
+            ))
+        } else if end as u64 > source.bytes {
+            Some(format!(
+                "elements {first}..{} of {width} bytes are past the end of the {}-byte source",
+                first + result.len(),
+                source.bytes
+            ))
+        } else {
+            None
+        };
+        if let Some(message) = problem {
+            return Err(self.error(ErrorKind::InvalidArgument, OP, message));
+        }
+        self.check_region(OP, source)?;
+        if result.is_empty() {
+            return Ok(());
+        }
+        let local = self.transport.group();
+        let mapped = |pe: usize| self.transport.single_group() || local.binary_search(&pe).is_ok();
+        let at = source.heap_offset + (first * width) as u64;
+        let part = Region {
+            id: source.id,
+            heap_offset: at,
+            bytes: std::mem::size_of_val(result) as u64,
+        };
+        let mut fetched: Vec<T> = Vec::new();
+        let mut i = 0;
+        while i < pes.len() {
+            let pe = pes[i];
+            if !mapped(pe) {
+                if i == 0 {
+                    self.get_bytes(bytemuck::cast_slice_mut(result), part, pe)?;
+                } else {
+                    fetched.resize(result.len(), T::zeroed());
+                    self.get_bytes(bytemuck::cast_slice_mut(&mut fetched), part, pe)?;
+                    T::combine_slices(result, &fetched, op);
+                }
+                i += 1;
+            } else if i == 0 && pes.len() > 1 && mapped(pes[1]) {
+                // The first two members' values in one pass.
+                self.combine_from(Some(pe), pes[1], at, result, op);
+                i += 2;
+            } else if i == 0 {
+                self.get_bytes(bytemuck::cast_slice_mut(result), part, pe)?;
+                i += 1;
+            } else {
+                self.combine_from(None, pe, at, result, op);
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Calls `f` with a buffer of as many whole `T` as fit in `WORDS` 64-bit words: on the stack
 /// for every element type aligned to at most 8 bytes whose size divides them (all the provided
 /// ones), else on the heap.
@@ -550,5 +653,33 @@ impl Shmem {
     #[cfg(feature = "fault-injection")]
     pub fn ucx_replies_in_flight() -> usize {
         crate::transport::Network::replies_in_flight()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ReduceOp, Reducible};
+    use half::{bf16, f16};
+
+    #[test]
+    fn sixteen_bit_floats_round_each_combine_to_nearest_even() {
+        // 1 + 2^-8 lies halfway between two bf16 values: ties go to the even mantissa (1.0),
+        // and 1 + 2^-7 + 2^-8 to 1 + 2^-6.
+        let one = bf16::from_f32(1.0);
+        let tie = bf16::from_f32(2f32.powi(-8));
+        assert_eq!(one.combine(tie, ReduceOp::Sum), one);
+        let odd = bf16::from_f32(1.0 + 2f32.powi(-7));
+        assert_eq!(
+            odd.combine(tie, ReduceOp::Sum),
+            bf16::from_f32(1.0 + 2f32.powi(-6))
+        );
+        // f16 keeps 10 bits: 1 + 2^-11 ties to 1.0.
+        let (one, tie) = (f16::from_f32(1.0), f16::from_f32(2f32.powi(-11)));
+        assert_eq!(one.combine(tie, ReduceOp::Sum), one);
+        assert_eq!(
+            f16::from_f32(3.0).combine(f16::from_f32(-5.0), ReduceOp::Max),
+            f16::from_f32(3.0)
+        );
+        assert!(!bf16::supports(ReduceOp::Xor) && f16::supports(ReduceOp::Prod));
     }
 }
