@@ -347,3 +347,47 @@ def test_subgroup(symm):
         assert torch.equal(out, rank_order_sum([data(r, 9, torch.float32) for r in members]))
         hdl.barrier(channel=5, timeout_ms=int(TIMEOUT * 1000))
     shmem.barrier()
+
+
+def whole(rank: int, shape, dtype, salt: int) -> torch.Tensor:
+    """Rank ``rank``'s matrix of small integers: every product and sum of them is exact."""
+    generator = torch.Generator().manual_seed(1000 * rank + salt)
+    return torch.randint(-4, 5, shape, generator=generator).to(dtype)
+
+
+@pytest.mark.parametrize("gather_dim", [0, 1, 2])
+def test_fused_all_gather_matmul(symm, gather_dim):
+    """As the unfused reference: every rank's shard gathered along gather_dim, then @ B. Small
+    integers, whose products and sums are exact in any order: with the last dimension gathered
+    the product sums over every rank's shard."""
+    fused = torch.ops.symm_mem.fused_all_gather_matmul
+    shape = (3, 5, 4)
+    shards = [whole(r, shape, torch.float32, salt=3) for r in range(WORLD)]
+    inner = shape[-1] * (WORLD if gather_dim == 2 else 1)
+    B = whole(0, (inner, 6), torch.float32, salt=4)
+    A, outs = fused(shards[RANK], [B, B[:, :2]], gather_dim, GROUP)
+    gathered = torch.cat(shards, dim=gather_dim)
+    assert torch.equal(A, gathered)
+    assert torch.equal(outs[0], gathered @ B)
+    assert torch.equal(outs[1], gathered @ B[:, :2])
+    none, outs = fused(shards[RANK], [B], gather_dim, GROUP, return_A=False)
+    assert none is None and torch.equal(outs[0], gathered @ B)
+    with pytest.raises(ValueError, match="Invalid gather_dim"):
+        fused(shards[RANK], [B], 3, GROUP)
+
+
+@pytest.mark.parametrize("scatter_dim", [0, 1])
+@pytest.mark.parametrize("reduce_op", ["sum", "avg"])
+def test_fused_matmul_reduce_scatter(symm, scatter_dim, reduce_op):
+    """As the unfused reference: every rank's A @ B summed in rank order, this rank's block of
+    the scatter dimension (avg: divided by the group's size)."""
+    shape = (2 * WORLD, 3)
+    As = [data(r, shape, torch.float32, salt=6) for r in range(WORLD)]
+    B = data(0, (3, 4 * WORLD), torch.float32, salt=7)
+    out = torch.ops.symm_mem.fused_matmul_reduce_scatter(As[RANK], B, reduce_op, scatter_dim, GROUP)
+    total = rank_order_sum([A @ B for A in As])
+    if reduce_op == "avg":
+        total = total / WORLD
+    assert torch.equal(out, total.chunk(WORLD, dim=scatter_dim)[RANK])
+    with pytest.raises(ValueError, match="reduce_op must be sum or avg"):
+        torch.ops.symm_mem.fused_matmul_reduce_scatter(As[RANK], B, "max", 0, GROUP)

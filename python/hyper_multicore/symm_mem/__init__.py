@@ -13,7 +13,8 @@ across hosts, with one change::
 Importing it registers CPU kernels for torch's own ``torch.ops.symm_mem`` operators
 (``one_shot_all_reduce`` and its ``_out``/``_copy``/``_copy_out`` forms, ``two_shot_all_reduce_``
 and ``_out``, ``reduce_scatter_out``, ``all_to_all_vdev``, ``all_to_all_vdev_2d``,
-``all_to_all_vdev_2d_offset``), so calls with CPU tensors work unchanged.
+``all_to_all_vdev_2d_offset``) and torch's fused ones (``fused_all_gather_matmul``,
+``fused_matmul_reduce_scatter``), so calls with CPU tensors work unchanged.
 
 What differs from torch's CUDA backend (see docs/python.md, "torch symmetric memory"):
 :func:`empty` is collective over the whole job (as NVSHMEM's allocation is) and starts the
@@ -30,13 +31,13 @@ from typing import Any
 import torch
 import torch.distributed._symmetric_memory as _torch_symm_mem
 
-from .. import _native
-from ..shmem._registry import _local
 from . import _ops
+from ._fused import get_symm_mem_workspace
 from ._memory import (
     BACKEND,
     SymmetricMemory,
     empty,
+    get,
     get_signal_pad_size,
     is_symm_mem_tensor,
     rendezvous,
@@ -66,26 +67,6 @@ def get_backend(device: Any) -> str | None:
     if device.type == "cpu":
         return BACKEND
     return _torch_symm_mem.get_backend(device)
-
-
-def get(dst: torch.Tensor, hdl: SymmetricMemory, peer: int, offset: int = 0) -> None:
-    """Copies ``dst.numel()`` elements, starting ``offset`` elements past the handle's offset
-    in member ``peer``'s block, into ``dst`` (one-sided; any member, on this host or another)."""
-    if dst.device != hdl.device:
-        raise ValueError("get: dst must be on the same device as hdl")
-    if not dst.is_contiguous():
-        raise ValueError("get: dst must be backed by contiguous memory")
-    if offset < 0:
-        raise ValueError("get: offset must be non-negative")
-    if peer < 0 or peer >= hdl.world_size:
-        raise ValueError("get: invalid peer")
-    start = hdl.offset + offset * dst.element_size()
-    nbytes = dst.numel() * dst.element_size()
-    if start + nbytes > hdl.buffer_size:
-        raise ValueError("get: requested range exceeds symmetric allocation")
-    block = hdl._block
-    source = (*block.key, block.data_offset + start, nbytes)
-    _native.get_region(_local(dst, "dst", writable=True), source, hdl.pes[peer])
 
 
 def enable_symm_mem_for_group(group_name: str) -> None:
@@ -126,6 +107,7 @@ __all__ = [
     "set_backend",
     "get_backend",
     "get",
+    "get_symm_mem_workspace",
     "set_signal_pad_size",
     "get_signal_pad_size",
     "get_mem_pool",

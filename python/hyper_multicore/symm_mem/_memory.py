@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from .. import _native, shmem
-from ..shmem._registry import _lock, _lookup
+from ..shmem._registry import _local, _lock, _lookup
 
 #: The name :func:`get_backend` gives this runtime for CPU tensors.
 BACKEND = "HYPER_MULTICORE"
@@ -393,3 +393,23 @@ class SymmetricMemory:
             f"SymmetricMemory(group={self.group_name!r}, rank={self.rank}, "
             f"world_size={self.world_size}, buffer_size={self.buffer_size})"
         )
+
+
+def get(dst: torch.Tensor, hdl: SymmetricMemory, peer: int, offset: int = 0) -> None:
+    """Copies ``dst.numel()`` elements, starting ``offset`` elements past the handle's offset
+    in member ``peer``'s block, into ``dst`` (one-sided; any member, on this host or another)."""
+    if dst.device != hdl.device:
+        raise ValueError("get: dst must be on the same device as hdl")
+    if not dst.is_contiguous():
+        raise ValueError("get: dst must be backed by contiguous memory")
+    if offset < 0:
+        raise ValueError("get: offset must be non-negative")
+    if peer < 0 or peer >= hdl.world_size:
+        raise ValueError("get: invalid peer")
+    start = hdl.offset + offset * dst.element_size()
+    nbytes = dst.numel() * dst.element_size()
+    if start + nbytes > hdl.buffer_size:
+        raise ValueError("get: requested range exceeds symmetric allocation")
+    block = hdl._block
+    source = (*block.key, block.data_offset + start, nbytes)
+    _native.get_region(_local(dst, "dst", writable=True), source, hdl.pes[peer])

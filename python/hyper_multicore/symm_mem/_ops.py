@@ -409,12 +409,15 @@ KERNELS: dict[str, Any] = {
 
 
 def register() -> torch.library.Library:
-    """Registers every kernel for CPU tensors under torch's ``symm_mem`` operators (defined by
-    torch when ``torch.distributed._symmetric_memory`` is imported). Keep the returned library:
+    """Registers every kernel (and the fused ones of ``_fused``) for CPU tensors under torch's
+    ``symm_mem`` operators (defined by torch when ``torch.distributed._symmetric_memory`` is
+    imported). Keep the returned library:
     the registrations last as long as it does."""
     import torch.distributed._symmetric_memory  # noqa: F401  (defines the Python-side ops)
 
+    from ._fused import FUSED
+
     library = torch.library.Library("symm_mem", "IMPL")
-    for name, kernel in KERNELS.items():
+    for name, kernel in {**KERNELS, **FUSED}.items():
         library.impl(name, kernel, "CPU")
     return library
