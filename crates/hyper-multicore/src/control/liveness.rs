@@ -113,6 +113,20 @@ impl Liveness {
         self.hosts.leader_of(peer) == peer || self.heartbeats[peer].load(Ordering::Relaxed) > 0
     }
 
+    /// Excuses every rank `lateness` of silence: the watchdog was held up that long (it had no
+    /// core: an oversubscribed host), so it could neither read what arrived nor tell a silent
+    /// peer from its own delay — and a peer on the same overloaded cores was most likely held
+    /// up alike. Each rank's silence counts only the time the watchdog was on time.
+    pub(crate) fn excuse(&self, lateness: Duration) {
+        let now = crate::sys::nanos_since(self.epoch);
+        let lateness = lateness.as_nanos().min(u128::from(u64::MAX)) as u64;
+        for last in self.last_heard.iter() {
+            let _ = last.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |heard| {
+                Some(heard.saturating_add(lateness).min(now))
+            });
+        }
+    }
+
     /// How long nothing arrived from `peer`.
     pub(crate) fn silent_for(&self, peer: usize) -> Duration {
         let last = self.last_heard[peer].load(Ordering::Relaxed);
@@ -173,6 +187,7 @@ impl Watchdog {
 /// declared a loss.
 fn watch(mut watched: Watched, deadline: Duration, stop: &(Mutex<bool>, Condvar)) {
     let interval = deadline / BEATS_PER_DEADLINE;
+    let mut last_round = Instant::now();
     loop {
         {
             let (stopped, wake) = stop;
@@ -184,6 +199,14 @@ fn watch(mut watched: Watched, deadline: Duration, stop: &(Mutex<bool>, Condvar)
                 return;
             }
         }
+        // A round that comes more than half an interval late is time this thread had no core;
+        // it is nobody's silence (see `Liveness::excuse`).
+        let round = Instant::now();
+        let lateness = (round - last_round).saturating_sub(interval);
+        if lateness > interval / 2 {
+            watched.liveness.excuse(lateness);
+        }
+        last_round = round;
         // A broken or closing plane has nobody left to convince; a heartbeat arriving at a
         // root rank 0 that closes without reading it would make its kernel reset the
         // connection, and a reset can overtake the abort that root rank 0 sent before it.
@@ -447,6 +470,25 @@ mod tests {
                 && error.message().contains("silent ranks on that host: [2]"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_late_watchdog_excuses_its_own_lateness_and_no_more() {
+        let liveness = liveness();
+        until_silent(&liveness, 2, Duration::from_millis(30));
+        let before = liveness.silent_for(2);
+        liveness.excuse(Duration::from_millis(20));
+        let after = liveness.silent_for(2);
+        // The silence shrank by the lateness (give or take the time between the two reads).
+        assert!(after < before, "{after:?} after, {before:?} before");
+        assert!(
+            after >= before.saturating_sub(Duration::from_millis(20)),
+            "{after:?} after, {before:?} before"
+        );
+        // Lateness beyond a rank's silence leaves it heard now, never in the future.
+        liveness.excuse(Duration::from_secs(3600));
+        assert!(liveness.silent_for(2) < Duration::from_millis(30));
+        until_silent(&liveness, 2, Duration::from_millis(5));
     }
 
     #[test]
