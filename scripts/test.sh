@@ -9,6 +9,9 @@ scripts/install_system_packages.sh # libucx-dev, libclang-dev when missing
 # among them, see [workspace.lints] in Cargo.toml).
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The library as users build it: in the workspace run the test crates' features (fault-injection)
+# are on, so code only they use would hide from the first run.
+cargo clippy -p hyper-multicore --lib -- -D warnings
 # libhmshmem.so/.a land next to hmcc only in a build (a test run leaves them in deps/): the C
 # API's tests compile their programs with target/debug/hmcc against them.
 cargo build --workspace
