@@ -162,6 +162,16 @@ impl Error {
         self
     }
 
+    /// This error, restated as a failure of `operation` (kind, message and peer kept): a loss
+    /// reported elsewhere (the control plane) as the cause of a call that ended on it.
+    pub(crate) fn restated_as(&self, operation: &str) -> Self {
+        let error = Error::new(self.kind(), operation, self.message());
+        match self.peer() {
+            Some(peer) => error.with_peer(peer),
+            None => error,
+        }
+    }
+
     /// Records the peer rank that was lost, timed out or misbehaved.
     pub fn with_peer(mut self, peer: usize) -> Self {
         self.0.peer = Some(peer);

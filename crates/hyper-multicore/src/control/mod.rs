@@ -268,11 +268,14 @@ impl ControlPlane {
     /// of a loss another way (a same-host PE's shared abort word) and wants this plane's own,
     /// more precise report — which names the lost host — as it arrives moments later.
     pub(crate) fn broken_within(&self, grace: Duration) -> Option<Error> {
-        self.shared
-            .wait_until(Instant::now() + grace, |inbox| {
-                inbox.broken.as_ref().filter(|_| inbox.announced).cloned()
-            })
-            .map(|wire| self.rebrand(&wire, "control plane"))
+        announced_break(&self.shared, grace).map(|wire| self.rebrand(&wire, "control plane"))
+    }
+
+    /// [`ControlPlane::broken_within`] for a transport, which outlives the borrow of the plane
+    /// it starts with: its root's abort word tells it of a loss, and this plane's report names
+    /// the lost host.
+    pub(crate) fn loss_report(&self) -> LossReport {
+        LossReport(Arc::clone(&self.shared))
     }
 
     /// On root rank 0, breaks the plane with `error` (a peer loss this process saw outside the
@@ -348,6 +351,29 @@ impl ControlPlane {
         }
         error
     }
+}
+
+/// A plane's report of the loss that broke it (see [`ControlPlane::loss_report`]).
+pub(crate) struct LossReport(Arc<Shared>);
+
+impl LossReport {
+    /// The loss that broke the plane, waiting up to `grace` for one.
+    pub(crate) fn within(&self, grace: Duration) -> Option<Error> {
+        announced_break(&self.0, grace).map(|wire| wire.to_error())
+    }
+}
+
+impl std::fmt::Debug for LossReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LossReport").finish_non_exhaustive()
+    }
+}
+
+/// The reason `shared`'s plane broke, once announced, waiting up to `grace` for one.
+fn announced_break(shared: &Shared, grace: Duration) -> Option<WireError> {
+    shared.wait_until(Instant::now() + grace, |inbox| {
+        inbox.broken.as_ref().filter(|_| inbox.announced).cloned()
+    })
 }
 
 /// A member that has presented itself to root rank 0; see [`ControlPlane::start_joining`].

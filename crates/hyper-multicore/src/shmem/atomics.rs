@@ -349,13 +349,7 @@ impl Shmem {
                 // moments (root rank 0's abort, or this PE's own liveness verdict).
                 let grace = crate::control::VERDICT_GRACE;
                 let error = match self.plane.broken_within(grace) {
-                    Some(cause) => {
-                        let error = Error::new(cause.kind(), operation, cause.message());
-                        match cause.peer() {
-                            Some(peer) => error.with_peer(peer),
-                            None => error,
-                        }
-                    }
+                    Some(cause) => cause.restated_as(operation),
                     None if (lost_rank as usize) < self.size => Error::peer_lost(
                         operation,
                         lost_rank as usize,

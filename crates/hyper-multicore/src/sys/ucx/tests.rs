@@ -565,6 +565,7 @@ fn serve_request_body() {
         .on_slow_request(move |peer| {
             counting.fetch_add(1, Ordering::SeqCst);
             requester.request(peer.expect("a get waits for one peer"), SLOW_REQUEST);
+            false
         })
         .unwrap();
     plane.barrier().unwrap();
@@ -612,7 +613,7 @@ fn panic_in_a_wait_body() {
         return;
     }
     pair.worker
-        .on_slow_request(|_| panic!("a slow-request hook that fails"))
+        .on_slow_request(|_| -> bool { panic!("a slow-request hook that fails") })
         .unwrap();
     plane.barrier().unwrap();
     // The first get may find the target's progress thread asleep armed, from the wire-up

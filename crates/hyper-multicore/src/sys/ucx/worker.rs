@@ -43,8 +43,8 @@ pub(super) struct WorkerHandle {
 /// What [`Worker::on_progress`] runs after a progress call that handled events.
 pub(super) type ProgressHook = Box<dyn Fn() + Send + Sync>;
 
-/// See [`Worker::on_slow_request`].
-pub(super) type SlowRequestHook = Box<dyn Fn(Option<usize>) + Send + Sync>;
+/// See [`Worker::on_slow_request`]: returns whether to give the wait up.
+pub(super) type SlowRequestHook = Box<dyn Fn(Option<usize>) -> bool + Send + Sync>;
 
 // SAFETY: the worker is created with UCS_THREAD_MODE_MULTI (checked after creation), so UCX
 // serialises concurrent calls on it internally.
@@ -153,7 +153,10 @@ impl WorkerHandle {
             } else if now - silent_since >= SLOW_REQUEST {
                 silent_since = now;
                 if let Some(hook) = self.on_slow_request.get() {
-                    hook(peer);
+                    if hook(peer) {
+                        // Given up as at the deadline: the caller cancels or releases it.
+                        return Err(());
+                    }
                 }
             }
             if now - started < spin {
@@ -521,10 +524,13 @@ impl Worker {
     /// Sets the hook that runs when a request of this worker has waited [`SLOW_REQUEST`] with
     /// no event (no progress from its peer), with that peer's rank (None for a flush, which
     /// waits for every peer's): the transport asks the peer to serve ([`Worker::serve_now`] on
-    /// its side). Again after each such silence; set it once, before traffic starts.
+    /// its side). Again after each such silence; set it once, before traffic starts. When it
+    /// returns true the wait ends as at its deadline: the transport's root was aborted (a PE
+    /// lost, perhaps the very peer, whose host may be gone without a word), and nothing may
+    /// wait for it until the runtime's deadline.
     pub fn on_slow_request<F>(&self, hook: F) -> Result<()>
     where
-        F: Fn(Option<usize>) + Send + Sync + 'static,
+        F: Fn(Option<usize>) -> bool + Send + Sync + 'static,
     {
         self.inner.on_slow_request.set(Box::new(hook)).map_err(|_| {
             Error::new(

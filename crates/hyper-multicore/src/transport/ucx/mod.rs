@@ -72,7 +72,7 @@ use super::segment::Segment;
 use super::shm::apply_rmw;
 use super::sync;
 use super::{word_of, words_header, Rmw, Start, Transport, Width};
-use crate::control::Progress;
+use crate::control::{LossReport, Progress};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::mapping::{LocalSource, LocalTarget};
 use crate::sys::ucx::{
@@ -198,6 +198,8 @@ pub(crate) struct UcxTransport {
     landings: Arc<Landings>,
     /// Whether this PE's waits may spin first (each local PE has a core: `sync::spins`).
     spin: bool,
+    /// The control plane's report of a loss, which names the lost host.
+    loss_report: LossReport,
 }
 
 /// A PE waiting in the control plane progresses its worker while it spins (serving peers'
@@ -375,17 +377,27 @@ impl Transport for UcxTransport {
         })?;
         // A request that waits long for a peer's progress asks that peer's progress thread to
         // serve (over the control plane: see `ServeRequester`); a flush asks every remote peer.
-        if let Some(ask) = net.ask_to_serve.clone() {
-            let rank = start.plane.rank();
-            let group_of = &start.locality.group_of;
-            let remote: Vec<usize> = (0..group_of.len())
-                .filter(|&pe| group_of[pe] != group_of[rank])
-                .collect();
-            worker.on_slow_request(move |peer| match peer {
-                Some(peer) => ask(peer, ucx::SLOW_REQUEST),
-                None => remote.iter().for_each(|&peer| ask(peer, ucx::SLOW_REQUEST)),
-            })?;
-        }
+        // It gives up once the root was aborted: a peer on a host that vanished never answers,
+        // and the wait must end within the peer timeout, not the runtime's (see `checked`).
+        let ask = net.ask_to_serve.clone();
+        let rank = start.plane.rank();
+        let group_of = &start.locality.group_of;
+        let remote: Vec<usize> = (0..group_of.len())
+            .filter(|&pe| group_of[pe] != group_of[rank])
+            .collect();
+        let aborting = Arc::clone(&segment);
+        worker.on_slow_request(move |peer| {
+            if sync::aborted(&aborting.control().abort).is_some() {
+                return true;
+            }
+            if let Some(ask) = &ask {
+                match peer {
+                    Some(peer) => ask(peer, ucx::SLOW_REQUEST),
+                    None => remote.iter().for_each(|&peer| ask(peer, ucx::SLOW_REQUEST)),
+                }
+            }
+            false
+        })?;
         let progress = worker.start_progress_thread()?;
         let (mapping, offset) = shm.own_heap();
         let region = MemoryRegion::register(&context, mapping, offset, len)?;
@@ -461,6 +473,7 @@ impl Transport for UcxTransport {
             timeout: start.plane.timeout(),
             rank,
             mailbox: prepared.mailbox,
+            loss_report: start.plane.loss_report(),
         })
     }
 
@@ -785,11 +798,17 @@ impl UcxTransport {
     }
 
     /// Fails at once with peer lost when this root was aborted (a PE lost, seen by the control
-    /// plane or another endpoint), instead of starting an operation that may wait for the dead.
+    /// plane or another endpoint), instead of starting an operation that may wait for the dead;
+    /// with the control plane's report of the loss when one comes within its grace.
     fn not_aborted(&self, operation: &str) -> Result<()> {
         let Some(lost) = sync::aborted(&self.segment.control().abort) else {
             return Ok(());
         };
+        // The control plane's own report names the lost host; the abort word may come first
+        // (another PE's router set it), and the report follows within moments.
+        if let Some(cause) = self.loss_report.within(crate::control::VERDICT_GRACE) {
+            return Err(cause.restated_as(operation));
+        }
         let lost = lost as usize;
         Err(if lost < self.peers.len() {
             Error::peer_lost(operation, lost, "the root was aborted when it was lost")
@@ -810,7 +829,8 @@ impl UcxTransport {
     }
 
     /// A lost peer also aborts this PE's waits (the abort word and every doorbell of its
-    /// segment), as the control plane does when it sees the loss.
+    /// segment), as the control plane does when it sees the loss; a wait that ended past its
+    /// deadline, or was given up, once the root was aborted fails with that loss.
     ///
     /// An endpoint also fails when its peer is alive but gave up after *another* rank's loss and
     /// closed it (a survivor's teardown), and a quiet's probe, sent late, meets that more often
@@ -821,6 +841,11 @@ impl UcxTransport {
         let Err(error) = outcome else {
             return outcome;
         };
+        if error.kind() == ErrorKind::Timeout {
+            // A wait given up because the root was aborted ends like one past its deadline;
+            // the loss is its cause.
+            self.not_aborted(error.operation())?;
+        }
         if error.kind() != ErrorKind::PeerLost {
             return Err(error);
         }
