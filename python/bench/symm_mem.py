@@ -10,8 +10,14 @@ trial and in turn (so that each side is sampled in the same seconds of this nois
 - ``all_to_all_vdev`` with every PE sending each PE the same rows (4 KiB and 1 MiB per pair)
   against gloo's ``all_to_all_single`` and the runtime's ``all_to_all`` of the same bytes.
 
+Each row also times the operator's native kernel called directly (``native``: the same call
+the Python kernel makes, without torch's dispatcher and the argument checks), which splits the
+operator's time into the kernel's and what reaching a Python kernel through ``torch.ops``
+costs.
+
 It prints one JSON line per row: the medians over trials of a batch's time per call, in µs, and
-the ratios ``vs_gloo`` and ``vs_rust`` (symm_mem / the other, from the same trials).
+the ratios ``vs_gloo``, ``vs_rust`` (symm_mem / the other) and ``native_vs_rust``, each the
+median of the per-trial ratios.
 
 Environment: ``HMRUN`` (default ``target/release/hmrun``). The machine should be otherwise
 idle; the load average is printed with the rows.
@@ -46,7 +52,8 @@ def worker(out: str, trials: int) -> None:
     import hyper_multicore.symm_mem as symm_mem
     import torch
     import torch.distributed as dist
-    from hyper_multicore import shmem
+    from hyper_multicore import _native, shmem
+    from hyper_multicore.symm_mem import _ops
 
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
@@ -64,6 +71,7 @@ def worker(out: str, trials: int) -> None:
             name: statistics.median(a / b for a, b in zip(samples["symm_mem"], times))
             for name, times in samples.items()
         }
+        native = statistics.median(a / b for a, b in zip(samples["native"], samples["rust"]))
         rows.append(
             {
                 "op": op,
@@ -72,8 +80,10 @@ def worker(out: str, trials: int) -> None:
                 "symm_mem_us": round(median["symm_mem"], 2),
                 "gloo_us": round(median["gloo"], 2),
                 "rust_us": round(median["rust"], 2),
+                "native_us": round(median["native"], 2),
                 "vs_gloo": round(ratio["gloo"], 3),
                 "vs_rust": round(ratio["rust"], 3),
+                "native_vs_rust": round(native, 3),
             }
         )
 
@@ -83,6 +93,8 @@ def worker(out: str, trials: int) -> None:
         out = torch.empty(n)
         private = torch.full((n,), float(me))
         source, target = shmem.empty(n).fill_(me), shmem.empty(n)
+        handle = symm_mem.rendezvous(symmetric, "0")
+        kernel = (_ops._place(handle, symmetric), "float32", _ops._members(handle))
         compare(
             "one_shot_all_reduce",
             nbytes,
@@ -93,6 +105,7 @@ def worker(out: str, trials: int) -> None:
                 ),
                 "gloo": lambda: dist.all_reduce(private),
                 "rust": lambda: shmem.all_reduce(target, source),
+                "native": lambda: _native.symm_one_shot(*kernel, _ops._private(out)),
             },
         )
         shmem.free(target)
@@ -108,6 +121,10 @@ def worker(out: str, trials: int) -> None:
         private_in = torch.full((pes * rows_per_pair, width), float(me))
         private_out = torch.empty_like(private_in)
         target = shmem.empty(pes * rows_per_pair, width)
+        tensors = (send, receive, splits, splits_offsets)
+        handle = symm_mem.rendezvous(send, "0")
+        places = [_ops._place(symm_mem.rendezvous(t, "0"), t) for t in tensors]
+        kernel = ("flat", 1, places, width * 4, _ops._members(handle))
         compare(
             "all_to_all_vdev",
             nbytes,
@@ -118,6 +135,7 @@ def worker(out: str, trials: int) -> None:
                 ),
                 "gloo": lambda: dist.all_to_all_single(private_out, private_in),
                 "rust": lambda: shmem.all_to_all(target, private_in),
+                "native": lambda: _native.symm_all_to_all(*kernel),
             },
         )
         assert receive[:, 0].tolist() == [r for r in range(pes) for _ in range(rows_per_pair)]

@@ -234,6 +234,8 @@ class SymmetricMemory:
         self._buffer_ptrs_array = torch.tensor(self._buffer_ptrs, dtype=torch.int64)
         self._signal_pad_ptrs_array = torch.tensor(self._signal_pad_ptrs, dtype=torch.int64)
         self._views: dict[tuple[int, int, int, torch.dtype], torch.Tensor] = {}
+        #: What the operators' kernels take of the handle (``_ops._members``), once made.
+        self._members: tuple[Any, list[int], int, int] | None = None
 
     @property
     def rank(self) -> int:

@@ -19,6 +19,7 @@ reductions take float32 and bfloat16 as torch does, and float16 and float64 besi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,19 +34,24 @@ _REDUCIBLE = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 def _handle(op: str, tensor: torch.Tensor, group_name: str, what: str = "input") -> SymmetricMemory:
     """``tensor``'s handle over the group, or torch's error for a tensor not made by ``empty``."""
-    if _block_of(tensor) is None:
+    block = _block_of(tensor)
+    if block is None:
         raise RuntimeError(
             f"{op}: {what} must be allocated with empty_strided_p2p() "
             "(hyper_multicore.symm_mem.empty)."
         )
-    handle = rendezvous(tensor, group_name)
-    assert handle is not None
+    handle = block.handles.get(group_name)
+    if handle is None:
+        handle = rendezvous(tensor, group_name)
+        assert handle is not None
     return handle
 
 
-def _check(condition: bool, message: str) -> None:
+def _check(condition: bool, message: str | Callable[[], str]) -> None:
+    """Raises torch's ``RuntimeError`` with ``message`` (or the one it makes: formatted only
+    when raised, off the fast path) unless ``condition``."""
     if not condition:
-        raise RuntimeError(message)
+        raise RuntimeError(message if isinstance(message, str) else message())
 
 
 def _reducible(op: str, tensor: torch.Tensor) -> None:
@@ -80,7 +86,7 @@ def _into_private(out: torch.Tensor, compute: Any) -> None:
     """Runs ``compute(private)`` with a private tensor like ``out`` (``out`` itself unless it
     lies in the symmetric heap, where the kernels do not write private outputs), then makes
     sure ``out`` holds the result."""
-    if _block_of(out) is None and _lookup(out) is None:
+    if _lookup(out) is None:
         compute(out)
         return
     private = torch.empty_like(out)
@@ -90,8 +96,13 @@ def _into_private(out: torch.Tensor, compute: Any) -> None:
 
 def _members(handle: SymmetricMemory) -> tuple[Any, list[int], int, int]:
     """Who meets in a kernel, and where: the handle's block (whose pad the barriers use), its
-    members' PEs, this PE's rank among them and the pad row of channel 0."""
-    return (handle._block.key, handle._pe_list, handle.rank, handle._row(0))
+    members' PEs, this PE's rank among them and the pad row of channel 0 (made once per
+    handle)."""
+    members = handle._members
+    if members is None:
+        members = (handle._block.key, handle._pe_list, handle.rank, handle._row(0))
+        handle._members = members
+    return members
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,21 +117,23 @@ def _one_shot(
     out: torch.Tensor,
 ) -> torch.Tensor:
     op = "one_shot_all_reduce"
-    _check(input.is_contiguous(), f"{op}: input must be contiguous.")
-    _check(out.is_contiguous(), f"{op}: output must be contiguous.")
+    _check(input.is_contiguous(), lambda: f"{op}: input must be contiguous.")
+    _check(out.is_contiguous(), lambda: f"{op}: output must be contiguous.")
     _check(
         out.shape == input.shape,
-        f"{op}: input/output size mismatch, input.sizes(): {list(input.shape)}, "
-        f"output.sizes(): {list(out.shape)}",
+        lambda: (
+            f"{op}: input/output size mismatch, input.sizes(): {list(input.shape)}, "
+            f"output.sizes(): {list(out.shape)}"
+        ),
     )
-    _check(reduce_op == "sum", f"{op}: only sum is supported for now.")
+    _check(reduce_op == "sum", lambda: f"{op}: only sum is supported for now.")
     if local_input is not None:
-        _check(local_input.is_contiguous(), f"{op}: local input must be contiguous.")
+        _check(local_input.is_contiguous(), lambda: f"{op}: local input must be contiguous.")
         _check(
             local_input.numel() <= input.numel(),
-            f"{op}: local input size must be smaller than symm buffer size.",
+            lambda: f"{op}: local input size must be smaller than symm buffer size.",
         )
-    _check(input.dtype == out.dtype, f"{op}: input and output dtypes differ")
+    _check(input.dtype == out.dtype, lambda: f"{op}: input and output dtypes differ")
     if input.numel() == 0:
         return out
     handle = _handle(op, input, group_name)
@@ -169,17 +182,19 @@ def _two_shot(
     input: torch.Tensor, reduce_op: str, group_name: str, output: torch.Tensor | None
 ) -> torch.Tensor:
     op = "two_shot_all_reduce"
-    _check(input.is_contiguous(), f"{op}: input must be contiguous.")
-    _check(reduce_op == "sum", f"{op}: only sum is supported for now.")
+    _check(input.is_contiguous(), lambda: f"{op}: input must be contiguous.")
+    _check(reduce_op == "sum", lambda: f"{op}: only sum is supported for now.")
     handle = _handle(op, input, group_name)
     if output is not None:
-        _check(output.is_contiguous(), f"{op}: output must be contiguous.")
+        _check(output.is_contiguous(), lambda: f"{op}: output must be contiguous.")
         _check(
             output.shape == input.shape,
-            f"{op}: input/output size mismatch, input.sizes(): {list(input.shape)}, "
-            f"output.sizes(): {list(output.shape)}",
+            lambda: (
+                f"{op}: input/output size mismatch, input.sizes(): {list(input.shape)}, "
+                f"output.sizes(): {list(output.shape)}"
+            ),
         )
-        _check(output.dtype == input.dtype, f"{op}: input and output dtypes differ")
+        _check(output.dtype == input.dtype, lambda: f"{op}: input and output dtypes differ")
     if input.numel() == 0:
         return input if output is None else output
     _reducible(op, input)
@@ -211,17 +226,19 @@ def reduce_scatter_out(
     """``output`` = member ``rank``'s share of the sum of every member's ``input``: a
     contiguous block of the 1-D input, or (``split_last_dim``) a block of the last dimension."""
     op = "reduce_scatter"
-    _check(input.is_contiguous(), f"{op}: input must be contiguous.")
-    _check(output.is_contiguous(), f"{op}: output must be contiguous.")
+    _check(input.is_contiguous(), lambda: f"{op}: input must be contiguous.")
+    _check(output.is_contiguous(), lambda: f"{op}: output must be contiguous.")
     handle = _handle(op, input, group_name)
     world_size = handle.world_size
     _check(
         input.numel() % world_size == 0,
-        f"expected number of elements to be divisible by world_size, number of elements "
-        f"{input.numel()} world size {world_size}",
+        lambda: (
+            f"expected number of elements to be divisible by world_size, number of elements "
+            f"{input.numel()} world size {world_size}"
+        ),
     )
     if split_last_dim:
-        _check(input.dim() == output.dim(), f"{op}: input and output dimensions differ")
+        _check(input.dim() == output.dim(), lambda: f"{op}: input and output dimensions differ")
         _check(
             input.shape[:-1] == output.shape[:-1],
             "reduce_scatter expected input and output to have same sizes except in the last "
@@ -233,17 +250,19 @@ def reduce_scatter_out(
         )
         _check(
             input.shape[-1] % world_size == 0,
-            f"expected last dimension to be divisible by world_size, last dimension "
-            f"{input.shape[-1]} world size {world_size}",
+            lambda: (
+                f"expected last dimension to be divisible by world_size, last dimension "
+                f"{input.shape[-1]} world size {world_size}"
+            ),
         )
     else:
         _check(input.dim() == 1, "reduce_scatter expected 1D input")
         _check(output.dim() == 1, "reduce_scatter expected 1D output")
         _check(
             output.numel() == input.numel() // world_size,
-            f"{op}: output must have input.numel() / world_size elements",
+            lambda: f"{op}: output must have input.numel() / world_size elements",
         )
-    _check(input.dtype == output.dtype, f"{op}: input and output dtypes differ")
+    _check(input.dtype == output.dtype, lambda: f"{op}: input and output dtypes differ")
     if input.numel() == 0:
         return output
     _reducible(op, input)
@@ -266,22 +285,22 @@ def _rows(op: str, input: torch.Tensor, out: torch.Tensor) -> None:
     """Checks the data tensors of an all-to-all (rows of ``stride(0)`` elements)."""
     _check(
         input.is_contiguous() and out.is_contiguous(),
-        f"{op}: input and out must be contiguous",
+        lambda: f"{op}: input and out must be contiguous",
     )
     _check(
         input.dim() >= 1 and out.dim() >= 1,
-        f"{op}: input and out must have at least 1 dimension",
+        lambda: f"{op}: input and out must have at least 1 dimension",
     )
     _check(
         input.dtype == out.dtype and input.stride(0) == out.stride(0),
-        f"{op}: input and out must have the same dtype and the same stride at dim 0",
+        lambda: f"{op}: input and out must have the same dtype and the same stride at dim 0",
     )
 
 
 def _splits(op: str, *tensors: torch.Tensor) -> None:
     for tensor in tensors:
-        _check(tensor.is_contiguous(), f"{op}: splits and offsets must be contiguous")
-        _check(tensor.dtype == torch.int64, f"{op}: splits and offsets must be int64")
+        _check(tensor.is_contiguous(), lambda: f"{op}: splits and offsets must be contiguous")
+        _check(tensor.dtype == torch.int64, lambda: f"{op}: splits and offsets must be int64")
 
 
 def _all_to_all(
@@ -321,12 +340,14 @@ def all_to_all_vdev(
     world_size = handle.world_size
     _check(
         in_splits.numel() == world_size,
-        f"in_splits must have world_size ({world_size}) elements, got {in_splits.numel()}",
+        lambda: f"in_splits must have world_size ({world_size}) elements, got {in_splits.numel()}",
     )
     _check(
         tuple(out_splits_offsets.shape) == (2, world_size),
-        f"out_splits_offsets must have shape [2, world_size] = [2, {world_size}], got "
-        f"{list(out_splits_offsets.shape)}",
+        lambda: (
+            f"out_splits_offsets must have shape [2, world_size] = [2, {world_size}], got "
+            f"{list(out_splits_offsets.shape)}"
+        ),
     )
     _all_to_all(op, "flat", 1, handle, (input, out, in_splits, out_splits_offsets))
 
@@ -388,7 +409,10 @@ def all_to_all_vdev_2d_offset(
     nsplits = in_splits_offsets.shape[1]
     _check(
         tuple(out_splits_offsets.shape) == (2, nsplits),
-        f"out_splits_offsets must have shape [2, {nsplits}], got {list(out_splits_offsets.shape)}",
+        lambda: (
+            f"out_splits_offsets must have shape [2, {nsplits}], got "
+            f"{list(out_splits_offsets.shape)}"
+        ),
     )
     _all_to_all(op, "combine", 1, handle, (input, out, in_splits_offsets, out_splits_offsets))
 
